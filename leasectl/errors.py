@@ -1,0 +1,39 @@
+"""Typed errors meant for users; cli.py turns each into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+
+class LeasectlError(Exception):
+    """An operational error: the message is shown as is, the exit code is 1."""
+
+    exit_code = 1
+
+
+class UsageError(LeasectlError):
+    """Bad input on the command line (malformed duration, JSON, id...): exit code 2."""
+
+    exit_code = 2
+
+
+class ConfigError(LeasectlError):
+    """No DSN, bad DSN or schema name."""
+
+
+class ConnectionFailed(LeasectlError):
+    """The server cannot be reached or refused the login."""
+
+
+class SchemaMissing(LeasectlError):
+    """The leasectl schema has not been initialised in this database."""
+
+
+class JobNotFound(LeasectlError):
+    """An id that names no job."""
+
+
+class PermissionDenied(LeasectlError):
+    """The database role lacks a privilege the command needs."""
+
+
+class EmbeddedServerError(LeasectlError):
+    """The embedded PostgreSQL could not be started or stopped."""

@@ -1,0 +1,241 @@
+"""Frozen value types that the store returns and the CLI, worker and console consume."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any, Self
+
+
+class JobStatus(enum.StrEnum):
+    PENDING = "Pending"
+    PROCESSING = "Processing"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STUCK = "Stuck"
+
+
+class Freshness(enum.StrEnum):
+    """How recently a lease owner showed signs of life, against its own declared intervals."""
+
+    FRESH = "fresh"
+    LATE = "late"
+    SILENT = "silent"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"
+
+
+def _from_row(cls: type[Any], row: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    queue: str
+    payload: Any
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
+        return job
+
+    def seen(self) -> SeenState:
+        return SeenState(self.id, self.status, self.attempts, self.lease_owner)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease this worker holds; ``attempt`` is the fencing token."""
+
+    job: Job
+    owner: str
+    attempt: int
+    until: datetime
+
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
+
+@dataclass(frozen=True)
+class Attempt:
+    job_id: int
+    attempt: int
+    lease_owner: str
+    started_at: datetime
+    heartbeat_at: datetime | None
+    ended_at: datetime | None
+    outcome: str
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        attempt: Self = _from_row(cls, {**row, "outcome": str(row["outcome"])})
+        return attempt
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    job_id: int
+    at: datetime
+    actor: str
+    action: str
+    reason: str | None
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        event: Self = _from_row(cls, row)
+        return event
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """What `inspect` shows: the job, its attempts and its audit events."""
+
+    job: Job
+    attempts: tuple[Attempt, ...]
+    events: tuple[Event, ...]
+    db_now: datetime
+
+
+@dataclass(frozen=True)
+class SeenState:
+    """The state an operator saw; a guarded action only proceeds while the job still has it."""
+
+    id: int
+    status: JobStatus
+    attempts: int
+    lease_owner: str | None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """Outcome of a guarded operator action: which ids changed and which were skipped, and why."""
+
+    action: str
+    changed: tuple[int, ...]
+    skipped: tuple[Skipped, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "changed": list(self.changed),
+            "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
+        }
+
+
+@dataclass(frozen=True)
+class ExpiredJob:
+    """A job the watcher moved (or, in a dry run, would move)."""
+
+    id: int
+    queue: str
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
+        return job
+
+
+@dataclass(frozen=True)
+class WatcherResult:
+    """Counts of one watcher pass (all its batches)."""
+
+    requeued: int = 0
+    failed: int = 0
+    marked_stuck: int = 0
+    batches: int = 0
+    dry_run: bool = False
+    jobs: tuple[ExpiredJob, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.requeued + self.failed + self.marked_stuck
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    queue: str
+    pending: int = 0
+    due: int = 0
+    processing: int = 0
+    expired: int = 0
+    stuck: int = 0
+    completed_recent: int = 0
+    failed_recent: int = 0
+    oldest_due_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OwnerHealth:
+    owner: str
+    hostname: str | None
+    pid: int | None
+    queues: tuple[str, ...]
+    lease_ttl: timedelta | None
+    heartbeat_every: timedelta | None
+    started_at: datetime | None
+    last_seen_at: datetime | None
+    stopped_at: datetime | None
+    held: int
+    expired: int
+    last_job_heartbeat_at: datetime | None
+    next_expiry_at: datetime | None
+    freshness: Freshness
+
+    @property
+    def last_sign_of_life(self) -> datetime | None:
+        times = [t for t in (self.last_seen_at, self.last_job_heartbeat_at) if t is not None]
+        return max(times) if times else None
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    db_now: datetime
+    queues: tuple[QueueCounts, ...]
+    owners: tuple[OwnerHealth, ...]
+    finished_estimate: dict[str, int] = field(default_factory=dict)
+    recent_window: timedelta = timedelta(hours=1)
+
+    @property
+    def expired(self) -> int:
+        return sum(q.expired for q in self.queues)
+
+    @property
+    def stuck(self) -> int:
+        return sum(q.stuck for q in self.queues)
+
+    @property
+    def oldest_due_at(self) -> datetime | None:
+        times = [q.oldest_due_at for q in self.queues if q.oldest_due_at is not None]
+        return min(times) if times else None

@@ -1,0 +1,154 @@
+-- name: jobs_enqueue
+-- Insert one job per payload in one statement; returns the new ids in payload order.
+INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts)
+SELECT %(queue)s, p.payload, %(priority)s, now() + %(delay)s, %(max_attempts)s
+FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, n)
+ORDER BY p.n
+RETURNING id;
+
+-- name: jobs_claim
+-- Lease up to %(limit)s claimable jobs of one queue (due Pending, or expired), priority order.
+WITH pending AS (
+    SELECT id, priority, run_at, heartbeat_at
+    FROM {schema}.jobs
+    WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT id, priority, run_at, heartbeat_at
+    FROM {schema}.jobs
+    WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
+      AND attempts < max_attempts
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id, heartbeat_at FROM (
+        SELECT * FROM pending UNION ALL SELECT * FROM expired
+    ) AS c
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
+        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
+    FROM picked AS p
+    WHERE j.id = p.id
+      AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
+    RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'expired', ended_at = now(), heartbeat_at = c.previous_heartbeat_at,
+        error = 'lease expired; taken over by ' || c.lease_owner
+    FROM claimed AS c
+    WHERE a.job_id = c.id AND a.attempt < c.attempts AND a.outcome = 'running'
+), opened AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
+    SELECT id, attempts, lease_owner, now(), now() FROM claimed
+)
+SELECT * FROM claimed ORDER BY priority, run_at, id;
+
+-- name: job_claim_by_id
+-- Lease one named job with the one atomic condition: Pending, or Processing with a lapsed lease.
+WITH previous AS (
+    SELECT id, heartbeat_at FROM {schema}.jobs WHERE id = %(id)s
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
+        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
+    WHERE j.id = %(id)s
+      AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
+    RETURNING j.*
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'expired', ended_at = now(), heartbeat_at = p.heartbeat_at,
+        error = 'lease expired; taken over by ' || c.lease_owner
+    FROM claimed AS c JOIN previous AS p ON p.id = c.id
+    WHERE a.job_id = c.id AND a.attempt < c.attempts AND a.outcome = 'running'
+), opened AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
+    SELECT id, attempts, lease_owner, now(), now() FROM claimed
+)
+SELECT *, NULL::timestamptz AS previous_heartbeat_at FROM claimed;
+
+-- name: jobs_heartbeat
+-- Extend the leases this owner still holds (fenced by id, owner, attempts, status); returns them.
+UPDATE {schema}.jobs AS j
+SET lease_until = now() + %(ttl)s, heartbeat_at = now()
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
+  AND j.status = 'Processing'
+RETURNING j.id, j.lease_until;
+
+-- name: jobs_complete
+-- Mark fenced leases Completed and close their attempts; returns the ids that were still held.
+WITH done AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
+        last_error = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
+      AND j.status = 'Processing'
+    RETURNING j.id, j.attempts, j.heartbeat_at
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
+    FROM done AS d
+    WHERE a.job_id = d.id AND a.attempt = d.attempts
+)
+SELECT id FROM done;
+
+-- name: job_fail
+-- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed.
+WITH failed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = (CASE WHEN %(retry)s AND j.attempts < j.max_attempts
+                       THEN 'Pending' ELSE 'Failed' END)::{schema}.job_status,
+        run_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
+                      THEN now() + %(delay)s ELSE j.run_at END,
+        finished_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
+                           THEN NULL ELSE now() END,
+        lease_until = NULL, last_error = %(error)s, updated_at = now()
+    WHERE j.id = %(id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.status = 'Processing'
+    RETURNING j.id, j.status, j.run_at, j.attempts, j.heartbeat_at
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'failed', ended_at = now(), heartbeat_at = f.heartbeat_at, error = %(error)s
+    FROM failed AS f
+    WHERE a.job_id = f.id AND a.attempt = f.attempts
+)
+SELECT id, status::text AS status, run_at FROM failed;
+
+-- name: jobs_release
+-- Hand fenced leases back to Pending unfinished (graceful shutdown); the attempt stays counted.
+WITH released AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Pending', lease_until = NULL, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
+      AND j.status = 'Processing'
+    RETURNING j.id, j.attempts, j.heartbeat_at
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'released', ended_at = now(), heartbeat_at = r.heartbeat_at
+    FROM released AS r
+    WHERE a.job_id = r.id AND a.attempt = r.attempts
+)
+SELECT id FROM released;
+
+-- name: job_get
+-- One job by id.
+SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: jobs_get_many
+-- Several jobs by id (to explain why a guarded action skipped them).
+SELECT * FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;
+
+-- name: job_attempts_list
+-- The attempt history of one job, oldest first.
+SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
+
+-- name: job_events_list
+-- The audit events of one job, oldest first.
+SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;

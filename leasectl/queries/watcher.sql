@@ -1,0 +1,59 @@
+-- name: jobs_requeue_expired
+-- One watcher batch: expired leases -> Pending (Failed when attempts are spent) or Stuck in mark mode.
+-- The expiry is re-checked by the locking read and by the UPDATE itself, so a lease renewed a
+-- moment ago is never touched.
+WITH expired AS (
+    SELECT id, status, attempts, lease_owner, lease_until, heartbeat_at
+    FROM {schema}.jobs
+    WHERE status = 'Processing' AND lease_until < now()
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY lease_until, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE {schema}.jobs AS j
+    SET status = (CASE WHEN %(mark)s THEN 'Stuck'
+                       WHEN j.attempts >= j.max_attempts THEN 'Failed'
+                       ELSE 'Pending' END)::{schema}.job_status,
+        lease_until = CASE WHEN %(mark)s THEN j.lease_until END,
+        run_at = CASE WHEN %(mark)s THEN j.run_at ELSE now() END,
+        finished_at = CASE WHEN NOT %(mark)s AND j.attempts >= j.max_attempts THEN now() END,
+        last_error = 'lease expired at ' || to_char(e.lease_until AT TIME ZONE 'UTC',
+                     'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' (owner ' || e.lease_owner || ')',
+        updated_at = now()
+    FROM expired AS e
+    WHERE j.id = e.id AND j.status = 'Processing' AND j.lease_until < now()
+    RETURNING j.id, j.queue, j.status, j.attempts, j.max_attempts, j.run_at, j.lease_until
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'expired', ended_at = now(), heartbeat_at = e.heartbeat_at,
+        error = 'lease expired; ' || %(actor)s || ' moved the job to ' || m.status::text
+    FROM moved AS m JOIN expired AS e ON e.id = m.id
+    WHERE a.job_id = m.id AND a.attempt = m.attempts AND a.outcome = 'running'
+), events AS (
+    INSERT INTO {schema}.job_events (job_id, actor, action, reason, before, after)
+    SELECT m.id, %(actor)s,
+           CASE m.status WHEN 'Pending' THEN 'requeue'
+                         WHEN 'Stuck' THEN 'mark_stuck' ELSE 'fail' END,
+           %(reason)s,
+           jsonb_build_object('status', e.status, 'attempts', e.attempts,
+                              'lease_owner', e.lease_owner, 'lease_until', e.lease_until,
+                              'heartbeat_at', e.heartbeat_at),
+           jsonb_build_object('status', m.status, 'attempts', m.attempts,
+                              'lease_until', m.lease_until, 'run_at', m.run_at)
+    FROM moved AS m JOIN expired AS e ON e.id = m.id
+)
+SELECT m.id, m.queue, m.status::text AS status, m.attempts, m.max_attempts,
+       e.lease_owner, e.lease_until, e.heartbeat_at
+FROM moved AS m JOIN expired AS e ON e.id = m.id
+ORDER BY e.lease_until, m.id;
+
+-- name: jobs_expired_list
+-- What a watcher pass would move, without locking or changing anything (`--dry-run`).
+SELECT id, queue, status::text AS status, attempts, max_attempts, lease_owner, lease_until,
+       heartbeat_at
+FROM {schema}.jobs
+WHERE status = 'Processing' AND lease_until < now()
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY lease_until, id
+LIMIT %(limit)s;

@@ -1,0 +1,535 @@
+"""The one place that talks to PostgreSQL: a method per named query, returning models."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from leasectl import health, queries
+from leasectl.config import safe_dsn
+from leasectl.errors import (
+    ConnectionFailed,
+    JobNotFound,
+    LeasectlError,
+    PermissionDenied,
+    SchemaMissing,
+    UsageError,
+)
+from leasectl.models import (
+    ActionResult,
+    Attempt,
+    Event,
+    ExpiredJob,
+    Job,
+    JobDetail,
+    JobStatus,
+    Lease,
+    OwnerHealth,
+    QueueCounts,
+    SeenState,
+    Skipped,
+    StatusReport,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    return line.removeprefix("connection failed: ").strip()
+
+
+class Store:
+    """Named queries over a small connection pool (autocommit: each call is one transaction)."""
+
+    def __init__(self, pool: ConnectionPool, schema: str, dsn: str) -> None:
+        self.pool = pool
+        self.schema = schema
+        self.dsn = dsn
+        self.where = safe_dsn(dsn)
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        dsn: str,
+        schema: str,
+        *,
+        max_size: int = 2,
+        check_schema: bool = True,
+        application_name: str = "leasectl",
+        pool_timeout: float = 10.0,
+    ) -> Store:
+        """Connect once directly (for a precise error), then open the pool."""
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "application_name": application_name,
+        }
+        try:
+            probe = psycopg.connect(dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise ConnectionFailed(
+                f"cannot connect to {safe_dsn(dsn)}: {_first_line(exc)}"
+            ) from None
+        probe.close()
+        pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, max_size),
+            kwargs=kwargs,
+            timeout=pool_timeout,
+            reconnect_timeout=365 * 86400,
+            open=False,
+            name=application_name,
+        )
+        pool.open(wait=False)
+        store = cls(pool, schema, dsn)
+        if check_schema:
+            try:
+                store.check_schema()
+            except BaseException:
+                store.close()
+                raise
+        return store
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Database failures become typed, one-line, password-free errors."""
+        try:
+            yield
+        except LeasectlError:
+            raise
+        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedObject):
+            raise SchemaMissing(self._schema_missing_message()) from None
+        except pg_errors.InsufficientPrivilege as exc:
+            raise PermissionDenied(
+                f"permission denied: {exc.diag.message_primary or _first_line(exc)}"
+            ) from None
+        except PoolTimeout:
+            raise ConnectionFailed(f"cannot reach the database at {self.where}") from None
+        except psycopg.OperationalError as exc:
+            raise ConnectionFailed(
+                f"lost the database at {self.where}: {_first_line(exc)}"
+            ) from None
+        except psycopg.DataError as exc:
+            raise UsageError(f"invalid value: {_first_line(exc)}") from None
+
+    def _schema_missing_message(self) -> str:
+        return (
+            f"leasectl schema {self.schema!r} is not initialised in {self.where}; "
+            "run `leasectl init`"
+        )
+
+    def _rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        query = queries.get(name).render(self.schema)
+        with self._errors(), self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _one(self, name: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = self._rows(name, params)
+        return rows[0] if rows else None
+
+    def _table(self, table: str) -> str:
+        return f"{quote_ident(self.schema)}.{quote_ident(table)}"
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def check_schema(self) -> None:
+        row = self._one(
+            "schema_exists",
+            {
+                "jobs_table": self._table("jobs"),
+                "migrations_table": self._table("schema_migrations"),
+            },
+        )
+        if not row or not row["jobs"] or not row["migrations"]:
+            raise SchemaMissing(self._schema_missing_message())
+        applied = [r["version"] for r in self._rows("migrations_applied")]
+        latest = queries.migrations()[-1].version
+        if not applied or max(applied) < latest:
+            raise SchemaMissing(
+                f"leasectl schema {self.schema!r} in {self.where} is at version "
+                f"{max(applied, default=0)}, this leasectl needs {latest}; run `leasectl init`"
+            )
+
+    def migrate(self) -> list[int]:
+        """Apply missing migrations in one transaction under an advisory lock; idempotent."""
+        applied_now: list[int] = []
+        with self._errors(), self.pool.connection() as conn, conn.transaction():
+            conn.execute(queries.get("schema_lock").render(self.schema), {"schema": self.schema})
+            conn.execute(queries.get("migrations_table_create").render(self.schema))
+            cur = conn.execute(queries.get("migrations_applied").render(self.schema))
+            done = {row[0] for row in cur.fetchall()}
+            for migration in queries.migrations():
+                if migration.version in done:
+                    continue
+                conn.execute(migration.render(self.schema))
+                conn.execute(
+                    queries.get("migration_record").render(self.schema),
+                    {"version": migration.version, "name": migration.name},
+                )
+                applied_now.append(migration.version)
+        return applied_now
+
+    def server_info(self) -> dict[str, Any]:
+        row = self._one("server_info")
+        assert row is not None
+        return row
+
+    def can_update_jobs(self) -> bool:
+        row = self._one("jobs_update_privilege", {"jobs_table": self._table("jobs")})
+        return bool(row and row["can_update"])
+
+    # -- producer ---------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        payloads: Sequence[Any],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: timedelta = timedelta(0),
+        max_attempts: int = 5,
+    ) -> list[int]:
+        rows = self._rows(
+            "jobs_enqueue",
+            {
+                "queue": queue,
+                "payloads": [Jsonb(p) for p in payloads],
+                "priority": priority,
+                "delay": delay,
+                "max_attempts": max_attempts,
+            },
+        )
+        return [r["id"] for r in rows]
+
+    # -- lease holder -----------------------------------------------------------------------
+
+    def claim(self, queue: str, owner: str, ttl: timedelta, limit: int = 1) -> list[Lease]:
+        rows = self._rows(
+            "jobs_claim", {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit}
+        )
+        return [self._lease(row) for row in rows]
+
+    def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
+        row = self._one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
+        return self._lease(row) if row else None
+
+    @staticmethod
+    def _lease(row: dict[str, Any]) -> Lease:
+        job = Job.from_row(row)
+        assert job.lease_owner is not None and job.lease_until is not None
+        return Lease(job=job, owner=job.lease_owner, attempt=job.attempts, until=job.lease_until)
+
+    @staticmethod
+    def _fence(leases: Sequence[Lease]) -> dict[str, Any]:
+        owners = {lease.owner for lease in leases}
+        if len(owners) > 1:
+            raise ValueError("one call fences the leases of one owner")
+        return {
+            "ids": [lease.job_id for lease in leases],
+            "attempts": [lease.attempt for lease in leases],
+            "owner": leases[0].owner,
+        }
+
+    def heartbeat(self, leases: Sequence[Lease], ttl: timedelta) -> dict[int, Any]:
+        """Extend the leases still held; returns {job_id: new lease_until}. Missing ids are lost."""
+        if not leases:
+            return {}
+        rows = self._rows("jobs_heartbeat", {**self._fence(leases), "ttl": ttl})
+        return {r["id"]: r["lease_until"] for r in rows}
+
+    def complete(self, leases: Sequence[Lease]) -> set[int]:
+        """Complete fenced leases; returns the ids accepted (the others were lost)."""
+        if not leases:
+            return set()
+        return {r["id"] for r in self._rows("jobs_complete", self._fence(leases))}
+
+    def fail(
+        self, lease: Lease, error: str, *, retry_delay: timedelta, retry: bool = True
+    ) -> JobStatus | None:
+        """Record a failure; returns the new status, or None when the lease was lost."""
+        row = self._one(
+            "job_fail",
+            {
+                "id": lease.job_id,
+                "attempt": lease.attempt,
+                "owner": lease.owner,
+                "error": error,
+                "delay": retry_delay,
+                "retry": retry,
+            },
+        )
+        return JobStatus(row["status"]) if row else None
+
+    def release(self, leases: Sequence[Lease]) -> set[int]:
+        if not leases:
+            return set()
+        return {r["id"] for r in self._rows("jobs_release", self._fence(leases))}
+
+    # -- watcher ----------------------------------------------------------------------------
+
+    def requeue_expired(
+        self, *, limit: int, queue: str | None, mark: bool, actor: str, reason: str
+    ) -> list[ExpiredJob]:
+        rows = self._rows(
+            "jobs_requeue_expired",
+            {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason},
+        )
+        return [ExpiredJob.from_row(r) for r in rows]
+
+    def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
+        rows = self._rows("jobs_expired_list", {"limit": limit, "queue": queue})
+        return [ExpiredJob.from_row(r) for r in rows]
+
+    # -- operator ---------------------------------------------------------------------------
+
+    def get_jobs(self, ids: Sequence[int]) -> dict[int, Job]:
+        rows = self._rows("jobs_get_many", {"ids": list(ids)})
+        return {r["id"]: Job.from_row(r) for r in rows}
+
+    def operator_requeue(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        return self._guarded("jobs_operator_requeue", "requeue", seen, actor, reason, force)
+
+    def operator_mark_stuck(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        return self._guarded("jobs_operator_mark_stuck", "mark-stuck", seen, actor, reason, force)
+
+    def _guarded(
+        self,
+        query: str,
+        action: str,
+        seen: Sequence[SeenState],
+        actor: str,
+        reason: str | None,
+        force: bool,
+    ) -> ActionResult:
+        unique = list({s.id: s for s in seen}.values())
+        rows = self._rows(
+            query,
+            {
+                "ids": [s.id for s in unique],
+                "statuses": [str(s.status) for s in unique],
+                "attempts": [s.attempts for s in unique],
+                "owners": [s.lease_owner for s in unique],
+                "force": force,
+                "actor": actor,
+                "reason": reason,
+            },
+        )
+        changed = tuple(r["id"] for r in rows)
+        missed = [s for s in unique if s.id not in set(changed)]
+        current = self.get_jobs([s.id for s in missed]) if missed else {}
+        db_now = self.server_info()["db_now"] if missed else None
+        skipped = tuple(
+            Skipped(s.id, explain_skip(action, s, current.get(s.id), force, db_now)) for s in missed
+        )
+        return ActionResult(action=action, changed=changed, skipped=skipped)
+
+    def seen_now(self, ids: Sequence[int]) -> list[SeenState]:
+        """The current state of ids, for actions whose operator saw nothing (the CLI).
+
+        Unknown ids get a state no job can match, so they come back as skipped ("no such job").
+        """
+        jobs = self.get_jobs(ids)
+        return [
+            jobs[i].seen() if i in jobs else SeenState(i, JobStatus.PENDING, -1, None) for i in ids
+        ]
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job:
+        row = self._one("job_get", {"id": job_id})
+        if row is None:
+            raise JobNotFound(f"job {job_id} not found in {self.where} (schema {self.schema!r})")
+        return Job.from_row(row)
+
+    def inspect(self, job_id: int) -> JobDetail:
+        job = self.get_job(job_id)
+        attempts = tuple(
+            Attempt.from_row(r) for r in self._rows("job_attempts_list", {"id": job_id})
+        )
+        events = tuple(Event.from_row(r) for r in self._rows("job_events_list", {"id": job_id}))
+        return JobDetail(job, attempts, events, self.server_info()["db_now"])
+
+    def status(
+        self,
+        queue: str | None = None,
+        *,
+        recent_window: timedelta = timedelta(hours=1),
+        owner_window: timedelta = timedelta(hours=1),
+        owner_limit: int = 200,
+    ) -> StatusReport:
+        db_now = self.server_info()["db_now"]
+        counts: dict[str, dict[str, Any]] = {}
+        for r in self._rows("status_live_counts", {"queue": queue}):
+            q = counts.setdefault(r["queue"], {"queue": r["queue"]})
+            status = r["status"]
+            if status == "Pending":
+                q.update(pending=r["jobs"], due=r["due"], oldest_due_at=r["oldest_due_at"])
+            elif status == "Processing":
+                q.update(processing=r["jobs"], expired=r["expired"])
+            else:
+                q.update(stuck=r["jobs"])
+        for r in self._rows("status_finished_recent", {"queue": queue, "window": recent_window}):
+            q = counts.setdefault(r["queue"], {"queue": r["queue"]})
+            key = "completed_recent" if r["status"] == "Completed" else "failed_recent"
+            q[key] = r["jobs"]
+        estimate = {
+            r["status"]: int(r["jobs"])
+            for r in self._rows("status_finished_estimate", {"schema": self.schema})
+        }
+        return StatusReport(
+            db_now=db_now,
+            queues=tuple(QueueCounts(**counts[name]) for name in sorted(counts)),
+            owners=tuple(self.owners(window=owner_window, limit=owner_limit, db_now=db_now)),
+            finished_estimate=estimate,
+            recent_window=recent_window,
+        )
+
+    def owners(
+        self, *, window: timedelta = timedelta(hours=1), limit: int = 200, db_now: Any = None
+    ) -> list[OwnerHealth]:
+        if db_now is None:
+            db_now = self.server_info()["db_now"]
+        rows = self._rows("status_owners", {"window": window, "limit": limit})
+        unregistered = [r["owner"] for r in rows if r["last_seen_at"] is None]
+        if unregistered:
+            # Leases held by workers that fell out of the recent window: fetch their intervals.
+            known = {w["worker_id"]: w for w in self._rows("workers_lookup", {"ids": unregistered})}
+            rows = [
+                {**r, **known.get(r["owner"], {})} if r["last_seen_at"] is None else r for r in rows
+            ]
+        result = []
+        for r in rows:
+            last = max(
+                (t for t in (r.get("last_seen_at"), r["last_job_heartbeat_at"]) if t is not None),
+                default=None,
+            )
+            result.append(
+                OwnerHealth(
+                    owner=r["owner"],
+                    hostname=r.get("hostname"),
+                    pid=r.get("pid"),
+                    queues=tuple(r.get("queues") or ()),
+                    lease_ttl=r.get("lease_ttl"),
+                    heartbeat_every=r.get("heartbeat_every"),
+                    started_at=r.get("started_at"),
+                    last_seen_at=r.get("last_seen_at"),
+                    stopped_at=r.get("stopped_at"),
+                    held=r["held"],
+                    expired=r["expired"],
+                    last_job_heartbeat_at=r["last_job_heartbeat_at"],
+                    next_expiry_at=r["next_expiry_at"],
+                    freshness=health.classify(
+                        db_now,
+                        last,
+                        r.get("heartbeat_every"),
+                        r.get("lease_ttl"),
+                        r.get("stopped_at") if not r["held"] else None,
+                        r["next_expiry_at"],
+                    ),
+                )
+            )
+        return result
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def worker_register(
+        self,
+        worker_id: str,
+        *,
+        hostname: str,
+        pid: int,
+        queues: Sequence[str],
+        lease_ttl: timedelta,
+        heartbeat_every: timedelta,
+    ) -> None:
+        self._rows(
+            "worker_register",
+            {
+                "worker_id": worker_id,
+                "hostname": hostname,
+                "pid": pid,
+                "queues": list(queues),
+                "lease_ttl": lease_ttl,
+                "heartbeat_every": heartbeat_every,
+            },
+        )
+
+    def worker_seen(self, worker_id: str) -> None:
+        self._rows("worker_seen", {"worker_id": worker_id})
+
+    def worker_stopped(self, worker_id: str) -> None:
+        self._rows("worker_stopped", {"worker_id": worker_id})
+
+
+def explain_skip(
+    action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any = None
+) -> str:
+    """Why a guarded action left a job alone, in words an on-call engineer can act on."""
+    if now is None:
+        return "no such job"
+    if now.status != seen.status:
+        if now.status == JobStatus.PROCESSING:
+            return (
+                f"moved since you looked: {seen.status} -> Processing "
+                f"(leased by {now.lease_owner}, attempt {now.attempts})"
+            )
+        return f"moved since you looked: {seen.status} -> {now.status}"
+    if now.attempts != seen.attempts or now.lease_owner != seen.lease_owner:
+        return (
+            f"lease renewed by {now.lease_owner} after you looked "
+            f"(attempt {seen.attempts} -> {now.attempts})"
+        )
+    eligible = {
+        "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
+        "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
+    }[action]
+    if now.status not in eligible:
+        return (
+            f"a {now.status} job cannot be {'requeued' if action == 'requeue' else 'marked stuck'}"
+        )
+    if now.status == JobStatus.PROCESSING and not force:
+        lease = now.lease_until.isoformat() if now.lease_until else "?"
+        if db_now is not None and now.heartbeat_at is not None:
+            return (
+                f"lease live: held by {now.lease_owner} until {lease}, last heartbeat "
+                f"{(db_now - now.heartbeat_at).total_seconds():.0f}s ago; use --force to override"
+            )
+        return f"lease live: held by {now.lease_owner} until {lease}; use --force to override"
+    return "changed while the action ran"

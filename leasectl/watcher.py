@@ -1,0 +1,111 @@
+"""The stuck watcher: finds Processing jobs whose lease lapsed and requeues or quarantines them."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from leasectl.config import watcher_actor
+from leasectl.errors import ConnectionFailed, UsageError
+from leasectl.models import ExpiredJob, JobStatus, WatcherResult
+from leasectl.store import Store
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["requeue", "mark"]
+DEFAULT_REASON = "lease expired"
+
+
+@dataclass(frozen=True)
+class WatcherConfig:
+    interval: timedelta = timedelta(seconds=30)
+    mode: Mode = "requeue"
+    batch_size: int = 500
+    queue: str | None = None
+    reason: str = DEFAULT_REASON
+    actor: str = field(default_factory=watcher_actor)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("requeue", "mark"):
+            raise UsageError(f"invalid mode {self.mode!r}: use requeue or mark")
+        if self.interval <= timedelta(0):
+            raise UsageError("the watcher interval must be greater than zero")
+        if not 1 <= self.batch_size <= 100_000:
+            raise UsageError("the batch size must be between 1 and 100000")
+
+
+def run_pass(
+    store: Store, config: WatcherConfig, *, limit: int | None = None, dry_run: bool = False
+) -> WatcherResult:
+    """One watcher pass in batches of ``batch_size`` until no expired lease is left (or ``limit``).
+
+    Each batch is one statement, so row locks are held only for one batch.
+    """
+    if limit is not None and limit < 1:
+        raise UsageError("--limit must be at least 1")
+    if dry_run:
+        jobs = store.list_expired(limit=limit or 10_000, queue=config.queue)
+        return WatcherResult(dry_run=True, jobs=tuple(jobs), batches=0)
+    moved: list[ExpiredJob] = []
+    batches = 0
+    while limit is None or len(moved) < limit:
+        size = config.batch_size if limit is None else min(config.batch_size, limit - len(moved))
+        batch = store.requeue_expired(
+            limit=size,
+            queue=config.queue,
+            mark=config.mode == "mark",
+            actor=config.actor,
+            reason=config.reason,
+        )
+        batches += 1
+        moved.extend(batch)
+        if len(batch) < size:
+            break
+    return WatcherResult(
+        requeued=sum(1 for j in moved if j.status == JobStatus.PENDING),
+        failed=sum(1 for j in moved if j.status == JobStatus.FAILED),
+        marked_stuck=sum(1 for j in moved if j.status == JobStatus.STUCK),
+        batches=batches,
+        jobs=tuple(moved),
+    )
+
+
+class Watcher:
+    """Runs passes every ``interval`` until stopped; survives the database going away."""
+
+    def __init__(self, store: Store, config: WatcherConfig) -> None:
+        self.store = store
+        self.config = config
+        self.stopping = threading.Event()
+        self.passes = 0
+        self.moved = 0
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                result = run_pass(self.store, self.config)
+            except ConnectionFailed as exc:
+                failures += 1
+                delay = min(30.0, 0.5 * 2**failures) * (0.5 + random.random() / 2)
+                log.warning("watcher: %s; retrying in %.1fs", exc, delay)
+                self.stopping.wait(delay)
+                continue
+            failures = 0
+            self.passes += 1
+            self.moved += result.total
+            if result.total:
+                log.info(
+                    "watcher: requeued %d, failed %d, marked stuck %d",
+                    result.requeued,
+                    result.failed,
+                    result.marked_stuck,
+                )
+            self.stopping.wait(self.config.interval.total_seconds())

@@ -1,0 +1,366 @@
+"""The worker runtime: claim loop, background heartbeats, fenced completion, graceful shutdown.
+
+Threads: one claim loop (the caller's), one heartbeat thread that renews every held lease in
+one statement, and ``concurrency`` handler threads. A handler learns that its lease is gone
+through ``JobContext.cancelled``; its result is then never written (and the database would
+refuse it anyway: completion is fenced by owner and attempt).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+from leasectl.backoff import retry_delay
+from leasectl.config import default_worker_id
+from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
+from leasectl.models import Job, Lease
+from leasectl.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class PermanentError(Exception):
+    """Raise from a handler to fail the job at once, without further retries."""
+
+
+@dataclass
+class JobContext:
+    """What a handler gets: the job, its lease, and a flag raised when the lease is lost."""
+
+    lease: Lease
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    lost: bool = False
+    deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
+
+    @property
+    def job(self) -> Job:
+        return self.lease.job
+
+    @property
+    def payload(self) -> Any:
+        return self.lease.job.payload
+
+
+Handler = Callable[[JobContext], object]
+
+
+def load_handler(spec: str) -> Handler:
+    """``package.module:function`` -> the callable; any failure is a one-line usage error."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"invalid handler {spec!r}: use module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: handlers next to the caller import
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(
+            f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise UsageError(f"handler {spec!r}: module {module_name!r} has no {attr!r}")
+    if not callable(target):
+        raise UsageError(f"handler {spec!r} is not callable")
+    handler: Handler = target
+    return handler
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 1
+    lease_ttl: timedelta = timedelta(seconds=30)
+    heartbeat_every: timedelta | None = None  # default: a third of the lease TTL
+    poll_interval: timedelta = timedelta(seconds=1)
+    grace: timedelta = timedelta(seconds=30)
+    worker_id: str = field(default_factory=default_worker_id)
+    retry_base: timedelta = timedelta(seconds=1)
+    retry_cap: timedelta = timedelta(hours=1)
+
+    def __post_init__(self) -> None:
+        if not self.queues:
+            raise UsageError("give at least one --queue")
+        if not 1 <= self.concurrency <= 1000:
+            raise UsageError("--concurrency must be between 1 and 1000")
+        if self.lease_ttl < timedelta(milliseconds=100):
+            raise UsageError("--lease-ttl must be at least 100ms")
+        if self.heartbeat >= self.lease_ttl:
+            raise UsageError(
+                f"--heartbeat-every ({self.heartbeat.total_seconds():g}s) must be shorter than "
+                f"--lease-ttl ({self.lease_ttl.total_seconds():g}s), or the lease lapses "
+                "between heartbeats"
+            )
+        if self.heartbeat <= timedelta(0):
+            raise UsageError("--heartbeat-every must be greater than zero")
+
+    @property
+    def heartbeat(self) -> timedelta:
+        return self.heartbeat_every if self.heartbeat_every is not None else self.lease_ttl / 3
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+    released: int = 0
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        config: WorkerConfig,
+        handler: Handler,
+        *,
+        store: Store | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.config = config
+        self.handler = handler
+        self._store = store
+        self.stats = WorkerStats()
+        self.stopping = threading.Event()
+        self.started = threading.Event()
+        self._held: dict[int, JobContext] = {}
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(config.concurrency)
+
+    @property
+    def worker_id(self) -> str:
+        return self.config.worker_id
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store.connect(
+                self.dsn,
+                self.schema,
+                max_size=min(self.config.concurrency, 8) + 2,
+                application_name=f"leasectl worker {self.worker_id}"[:63],
+            )
+        return self._store
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def held(self) -> list[JobContext]:
+        with self._lock:
+            return list(self._held.values())
+
+    # -- main loop --------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> WorkerStats:
+        """Run until stop() or SIGTERM/SIGINT; raises only for start-up errors."""
+        store = self.store  # connect and check the schema before anything else
+        store.worker_register(
+            self.worker_id,
+            hostname=socket.gethostname(),
+            pid=os.getpid(),
+            queues=self.config.queues,
+            lease_ttl=self.config.lease_ttl,
+            heartbeat_every=self.config.heartbeat,
+        )
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._on_signal)
+        beat = threading.Thread(target=self._heartbeat_loop, name="leasectl-heartbeat", daemon=True)
+        beat.start()
+        pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leasectl-job")
+        log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
+        self.started.set()
+        try:
+            self._claim_loop(pool)
+        finally:
+            self._shutdown(pool)
+            beat.join(timeout=5)
+        return self.stats
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        log.info("worker %s: signal %d, stopping", self.worker_id, signum)
+        self.stopping.set()
+
+    def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
+        failures = 0
+        queue_index = 0
+        while not self.stopping.is_set():
+            free = self._free_slots()
+            if free == 0:
+                self.stopping.wait(0.01)
+                continue
+            queue = self.config.queues[queue_index % len(self.config.queues)]
+            queue_index += 1
+            try:
+                leases = self.store.claim(queue, self.worker_id, self.config.lease_ttl, free)
+                failures = 0
+            except ConnectionFailed as exc:
+                failures += 1
+                self._release_slots(free)
+                delay = min(30.0, 0.2 * 2**failures) * (0.5 + random.random() / 2)
+                log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
+                self.stopping.wait(delay)
+                continue
+            self._release_slots(free - len(leases))
+            now = time.monotonic()
+            for lease in leases:
+                ctx = JobContext(lease, deadline=now + self.config.lease_ttl.total_seconds())
+                with self._lock:
+                    self._held[lease.job_id] = ctx
+                self.stats.claimed += 1
+                pool.submit(self._run_job, ctx)
+            if not leases and queue_index % len(self.config.queues) == 0:
+                self.stopping.wait(self.config.poll_interval.total_seconds())
+
+    def _free_slots(self) -> int:
+        taken = 0
+        while self._slots.acquire(blocking=False):
+            taken += 1
+        return taken
+
+    def _release_slots(self, n: int) -> None:
+        for _ in range(n):
+            self._slots.release()
+
+    # -- one job ----------------------------------------------------------------------------
+
+    def _run_job(self, ctx: JobContext) -> None:
+        try:
+            error: BaseException | None = None
+            try:
+                self.handler(ctx)
+            except Exception as exc:
+                error = exc
+            self._finish(ctx, error)
+        except Exception:
+            log.exception("worker %s: job %d: unexpected error", self.worker_id, ctx.job.id)
+        finally:
+            with self._lock:
+                self._held.pop(ctx.job.id, None)
+            self._slots.release()
+
+    def _finish(self, ctx: JobContext, error: BaseException | None) -> None:
+        """Write the result, fenced; retry a lost connection while the lease may still be ours."""
+        while True:
+            if ctx.lost or ctx.cancelled.is_set():
+                self._mark_lost(ctx, "lease lost before the result could be written")
+                return
+            try:
+                if error is None:
+                    accepted = bool(self.store.complete([ctx.lease]))
+                    if accepted:
+                        self.stats.completed += 1
+                else:
+                    text = _error_text(error)
+                    delay = retry_delay(
+                        ctx.lease.attempt, base=self.config.retry_base, cap=self.config.retry_cap
+                    )
+                    status = self.store.fail(
+                        ctx.lease,
+                        text,
+                        retry_delay=delay,
+                        retry=not isinstance(error, PermanentError),
+                    )
+                    accepted = status is not None
+                    if accepted:
+                        self.stats.failed += 1
+                if not accepted:
+                    self._mark_lost(ctx, "the database refused the result: lease was taken over")
+                return
+            except ConnectionFailed as exc:
+                if time.monotonic() >= ctx.deadline:
+                    self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                    return
+                self.stopping.wait(0.5)
+
+    def _mark_lost(self, ctx: JobContext, why: str) -> None:
+        if not ctx.lost:
+            ctx.lost = True
+            self.stats.lost += 1
+            log.warning(
+                "worker %s: job %d attempt %d: %s",
+                self.worker_id,
+                ctx.job.id,
+                ctx.lease.attempt,
+                why,
+            )
+        ctx.cancelled.set()
+
+    # -- heartbeats -------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        every = self.config.heartbeat.total_seconds()
+        while not self.stopping.wait(every):
+            self.beat()
+
+    def beat(self) -> None:
+        """Renew every held lease in one statement; leases not renewed are lost."""
+        held = [c for c in self.held() if not c.lost]
+        started = time.monotonic()
+        try:
+            self.store.worker_seen(self.worker_id)
+            renewed = self.store.heartbeat([c.lease for c in held], self.config.lease_ttl)
+        except ConnectionFailed as exc:
+            log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
+            now = time.monotonic()
+            for ctx in held:
+                if now >= ctx.deadline:
+                    self._mark_lost(ctx, "could not heartbeat before the lease lapsed")
+            return
+        for ctx in held:
+            if ctx.job.id in renewed:
+                # The lease runs from the server's now(); our send time is a safe lower bound.
+                ctx.deadline = started + self.config.lease_ttl.total_seconds()
+            else:
+                self._mark_lost(ctx, "heartbeat rejected: the lease was taken over")
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def _shutdown(self, pool: ThreadPoolExecutor) -> None:
+        """Let running handlers finish within the grace period, then release what is left."""
+        deadline = time.monotonic() + self.config.grace.total_seconds()
+        while self.held() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        leftover = [c for c in self.held() if not c.lost]
+        for ctx in leftover:
+            ctx.cancelled.set()
+        if leftover:
+            try:
+                released = self.store.release([c.lease for c in leftover])
+                self.stats.released += len(released)
+                for ctx in leftover:
+                    ctx.lost = True  # never write a result for a job we handed back
+                log.info("worker %s: released %d unfinished jobs", self.worker_id, len(released))
+            except LeasectlError as exc:
+                log.warning("worker %s: could not release: %s", self.worker_id, exc)
+        pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.store.worker_stopped(self.worker_id)
+        except LeasectlError as exc:
+            log.warning("worker %s: could not record the stop: %s", self.worker_id, exc)
+        log.info("worker %s stopped: %s", self.worker_id, self.stats)
+
+
+def _error_text(error: BaseException) -> str:
+    lines = traceback.format_exception_only(type(error), error)
+    return "".join(lines).strip()[:4000]

@@ -1,0 +1,101 @@
+"""Test databases: LEASECTL_TEST_DSN when set, else one session-wide embedded server.
+
+Every test that asks for ``db_dsn`` gets a fresh database cloned from a migrated template.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import conninfo, sql
+
+from leasectl.store import Store
+
+SCHEMA = "leasectl"
+
+
+def _with_db(dsn: str, dbname: str) -> str:
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """An admin DSN of a server we may create databases on."""
+    given = os.environ.get("LEASECTL_TEST_DSN")
+    if given:
+        yield given
+        return
+    from leasectl.embedded import EmbeddedServer
+
+    server = EmbeddedServer.temporary()
+    server.start()
+    try:
+        yield server.dsn()
+    finally:
+        server.stop(remove=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    name = f"leasectl_tpl_{os.getpid()}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    store = Store.connect(_with_db(server_dsn, name), SCHEMA, check_schema=False)
+    try:
+        store.migrate()
+    finally:
+        store.close()
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def empty_db_dsn(server_dsn: str) -> Iterator[str]:
+    """A fresh database without the leasectl schema."""
+    yield from _fresh_db(server_dsn, None)
+
+
+@pytest.fixture
+def db_dsn(server_dsn: str, template_db: str) -> Iterator[str]:
+    """A fresh database with the leasectl schema, cloned from the template."""
+    yield from _fresh_db(server_dsn, template_db)
+
+
+def _fresh_db(server_dsn: str, template: str | None) -> Iterator[str]:
+    name = f"leasectl_t_{uuid.uuid4().hex[:12]}"
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        create = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.Identifier(name), sql.Identifier(template)
+        )
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(create)
+    try:
+        yield _with_db(server_dsn, name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def store(db_dsn: str) -> Iterator[Store]:
+    s = Store.connect(db_dsn, SCHEMA, max_size=4)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def sql_conn(db_dsn: str) -> Iterator[psycopg.Connection]:
+    """A plain autocommit connection to the test database, for arranging and asserting state."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        yield conn
