@@ -18,6 +18,10 @@ from leasectl.store import Store
 SCHEMA = "leasectl"
 
 
+def _drop(name: str) -> sql.Composed:
+    return sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+
+
 def _with_db(dsn: str, dbname: str) -> str:
     return conninfo.make_conninfo(dsn, dbname=dbname)
 
@@ -43,7 +47,9 @@ def server_dsn() -> Iterator[str]:
 def template_db(server_dsn: str) -> Iterator[str]:
     name = f"leasectl_tpl_{os.getpid()}"
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     store = Store.connect(_with_db(server_dsn, name), SCHEMA, check_schema=False)
     try:
@@ -52,7 +58,9 @@ def template_db(server_dsn: str) -> Iterator[str]:
         store.close()
     yield name
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 @pytest.fixture
@@ -80,9 +88,7 @@ def _fresh_db(server_dsn: str, template: str | None) -> Iterator[str]:
         yield _with_db(server_dsn, name)
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+            conn.execute(_drop(name))
 
 
 @pytest.fixture

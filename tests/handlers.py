@@ -1,0 +1,32 @@
+"""Job handlers used by tests that run real worker processes."""
+
+from __future__ import annotations
+
+import time
+
+from leasectl.worker import JobContext, PermanentError
+
+
+def noop(ctx: JobContext) -> None:
+    return None
+
+
+def block(ctx: JobContext) -> None:
+    """Hold the lease until cancelled (lease lost or shutdown), at most a minute."""
+    ctx.cancelled.wait(60)
+
+
+def sleep_ignoring_cancel(ctx: JobContext) -> None:
+    """A handler that never looks at its lease: fencing alone must stop its result."""
+    seconds = float(ctx.payload.get("seconds", 2.0)) if isinstance(ctx.payload, dict) else 2.0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def boom(ctx: JobContext) -> None:
+    raise RuntimeError(f"boom on attempt {ctx.lease.attempt}")
+
+
+def permanent(ctx: JobContext) -> None:
+    raise PermanentError("bad payload")

@@ -1,0 +1,430 @@
+"""Lease semantics on a real PostgreSQL: claims, fencing, retries, the watcher, operator guards."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from leasectl import queries
+from leasectl.models import JobStatus
+from leasectl.store import Store
+from leasectl.watcher import WatcherConfig, run_pass
+from tests.util import wait_until
+
+TTL = timedelta(seconds=30)
+
+
+def expire(conn: psycopg.Connection[Any], job_id: int) -> None:
+    """Move a lease into the past: the test's way of advancing the database clock."""
+    conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+
+
+def attempts_of(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[int, str, str]]:
+    rows = conn.execute(
+        "SELECT attempt, lease_owner, outcome::text FROM leasectl.job_attempts "
+        "WHERE job_id = %s ORDER BY attempt",
+        (job_id,),
+    ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def test_claim_sets_lease_and_opens_attempt(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{"n": 1}], queue="q")
+    [lease] = store.claim("q", "w1", TTL)
+    assert lease.job_id == job_id and lease.attempt == 1 and lease.owner == "w1"
+    assert lease.job.status == JobStatus.PROCESSING
+    row = sql_conn.execute(
+        "SELECT lease_until - now() > interval '29 seconds' FROM leasectl.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == (True,)
+    assert attempts_of(sql_conn, job_id) == [(1, "w1", "running")]
+    assert store.claim("q", "w2", TTL) == []
+
+
+def test_claim_respects_priority_run_at_and_delay(store: Store) -> None:
+    low = store.enqueue([{}], queue="q", priority=5)
+    high = store.enqueue([{}], queue="q", priority=-1)
+    store.enqueue([{}], queue="q", priority=-5, delay=timedelta(hours=1))
+    mid = store.enqueue([{}, {}], queue="q", priority=0)
+    store.enqueue([{}], queue="other", priority=-9)
+    leases = store.claim("q", "w", TTL, limit=10)
+    assert [lease.job_id for lease in leases] == high + mid + low
+
+
+def _race(
+    store: Store,
+    i: int,
+    job_id: int,
+    barrier: threading.Barrier,
+    results: dict[int, Any],
+    errors: list[BaseException],
+) -> None:
+    try:
+        barrier.wait()
+        results[i] = store.claim_by_id(job_id, f"w{i}", TTL)
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_two_connections_race_to_claim_by_id_exactly_one_wins(db_dsn: str) -> None:
+    stores = [Store.connect(db_dsn, "leasectl") for _ in range(2)]
+    try:
+        ids = stores[0].enqueue([{}] * 40, queue="q")
+        for job_id in ids:
+            barrier = threading.Barrier(2)
+            results: dict[int, Any] = {}
+            errors: list[BaseException] = []
+            threads = [
+                threading.Thread(
+                    target=_race, args=(stores[i], i, job_id, barrier, results, errors)
+                )
+                for i in range(2)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert errors == []
+            winners = [r for r in results.values() if r is not None]
+            assert len(winners) == 1, results
+            assert winners[0].attempt == 1
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Store, db_dsn: str) -> None:
+    """The loser blocks on the winner's row lock, then re-checks the condition and gets no row."""
+    [job_id] = store.enqueue([{}], queue="q")
+    claim_sql = queries.get("job_claim_by_id").render("leasectl")
+    params = {"id": job_id, "owner": "winner", "ttl": TTL}
+    result: list[Any] = []
+    with psycopg.connect(db_dsn) as winner:
+        with winner.transaction():
+            assert winner.execute(claim_sql, params).fetchone() is not None
+            loser = threading.Thread(
+                target=lambda: result.append(store.claim_by_id(job_id, "loser", TTL))
+            )
+            loser.start()
+            with psycopg.connect(db_dsn, autocommit=True) as probe:
+                wait_until(
+                    lambda: (
+                        probe.execute(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                        ).fetchone()
+                        == (1,)
+                    ),
+                    what="the loser to wait on the row lock",
+                )
+        loser.join(10)
+    assert result == [None]
+    assert store.get_job(job_id).lease_owner == "winner"
+
+
+def test_claim_by_id_takes_over_an_expired_lease_and_closes_the_old_attempt(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    assert store.claim_by_id(job_id, "old", TTL) is not None
+    assert store.claim_by_id(job_id, "new", TTL) is None  # lease still valid
+    expire(sql_conn, job_id)
+    lease = store.claim_by_id(job_id, "new", TTL)
+    assert lease is not None and lease.attempt == 2
+    assert attempts_of(sql_conn, job_id) == [(1, "old", "expired"), (2, "new", "running")]
+
+
+def _claim_until_empty(store: Store, owner: str, out: list[tuple[int, int]]) -> None:
+    while True:
+        leases = store.claim("bulk", owner, timedelta(minutes=5), 5)
+        if not leases:
+            return
+        accepted = store.complete(leases)
+        out.extend((lease.job_id, lease.attempt) for lease in leases if lease.job_id in accepted)
+
+
+@pytest.mark.slow
+def test_threads_and_processes_drain_2000_jobs_each_claimed_exactly_once(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    with Store.connect(db_dsn, "leasectl") as producer:
+        ids = producer.enqueue([{"n": i} for i in range(2000)], queue="bulk")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.claimer_proc", db_dsn, "bulk", f"proc{i}", "3"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    results: list[list[tuple[int, int]]] = [[] for _ in range(8)]
+    with Store.connect(db_dsn, "leasectl", max_size=8) as shared:
+        threads = [
+            threading.Thread(target=_claim_until_empty, args=(shared, f"thread{i}", results[i]))
+            for i in range(8)
+        ]
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        results.append([tuple(pair) for pair in json.loads(out)])  # type: ignore[misc]
+    claimed = Counter(job_id for part in results for job_id, _ in part)
+    assert sorted(claimed) == sorted(ids)
+    assert max(claimed.values()) == 1
+    assert sum(1 for part in results[8:] if part) >= 1, "the processes took part"
+    row = sql_conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'Completed'), max(attempts), "
+        "(SELECT count(*) FROM leasectl.job_attempts) FROM leasectl.jobs"
+    ).fetchone()
+    assert row == (2000, 1, 2000)
+
+
+def test_heartbeat_extends_only_leases_still_held(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = store.enqueue([{}, {}], queue="q")
+    leases = store.claim("q", "w1", timedelta(seconds=5), 2)
+    renewed = store.heartbeat(leases, timedelta(minutes=10))
+    assert set(renewed) == {a, b}
+    expire(sql_conn, b)
+    thief = store.claim_by_id(b, "w2", TTL)
+    assert thief is not None
+    renewed = store.heartbeat(leases, timedelta(minutes=10))
+    assert set(renewed) == {a}
+    assert store.complete(leases) == {a}
+    assert store.get_job(b).lease_owner == "w2"
+    assert store.get_job(b).status == JobStatus.PROCESSING
+
+
+def test_fail_retries_with_backoff_then_exhausts_into_failed(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q", max_attempts=2)
+    [lease] = store.claim("q", "w", TTL)
+    assert store.fail(lease, "first", retry_delay=timedelta(seconds=90)) == JobStatus.PENDING
+    delay = sql_conn.execute(
+        "SELECT extract(epoch FROM run_at - now()) FROM leasectl.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert delay is not None and 85 < float(delay[0]) <= 90
+    assert store.claim("q", "w", TTL) == [], "not claimable before run_at"
+    sql_conn.execute("UPDATE leasectl.jobs SET run_at = now() WHERE id = %s", (job_id,))
+    [lease2] = store.claim("q", "w", TTL)
+    assert lease2.attempt == 2
+    assert store.fail(lease2, "second", retry_delay=timedelta(seconds=1)) == JobStatus.FAILED
+    job = store.get_job(job_id)
+    assert job.status == JobStatus.FAILED and job.finished_at is not None
+    assert job.last_error == "second"
+    assert [a[2] for a in attempts_of(sql_conn, job_id)] == ["failed", "failed"]
+
+
+def test_fail_without_retry_fails_at_once(store: Store) -> None:
+    store.enqueue([{}], queue="q", max_attempts=5)
+    [lease] = store.claim("q", "w", TTL)
+    assert store.fail(lease, "bad", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
+
+
+def test_release_hands_back_without_new_attempt(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    [lease] = store.claim("q", "w", TTL)
+    assert store.release([lease]) == {job_id}
+    job = store.get_job(job_id)
+    assert job.status == JobStatus.PENDING and job.attempts == 1 and job.lease_until is None
+    assert attempts_of(sql_conn, job_id) == [(1, "w", "released")]
+    assert store.complete([lease]) == set(), "a released lease is gone"
+
+
+def test_watcher_requeues_expired_and_writes_audit(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ids = store.enqueue([{}] * 5, queue="q", max_attempts=3)
+    leases = store.claim("q", "dead-worker", TTL, 5)
+    for job_id in ids[:3]:
+        expire(sql_conn, job_id)
+    # ids[2] is on its last attempt: the watcher must fail it rather than requeue it.
+    sql_conn.execute("UPDATE leasectl.jobs SET attempts = 3 WHERE id = %s", (ids[2],))
+    sql_conn.execute("UPDATE leasectl.job_attempts SET attempt = 3 WHERE job_id = %s", (ids[2],))
+    result = run_pass(store, WatcherConfig(batch_size=2, actor="watcher@test"))
+    assert (result.requeued, result.failed, result.batches) == (2, 1, 2)
+    assert store.get_job(ids[0]).status == JobStatus.PENDING
+    assert store.get_job(ids[2]).status == JobStatus.FAILED
+    assert store.get_job(ids[3]).status == JobStatus.PROCESSING
+    events = sql_conn.execute(
+        "SELECT job_id, actor, action, before->>'lease_owner' FROM leasectl.job_events ORDER BY id"
+    ).fetchall()
+    assert sorted(events) == sorted(
+        [
+            (ids[0], "watcher@test", "requeue", "dead-worker"),
+            (ids[1], "watcher@test", "requeue", "dead-worker"),
+            (ids[2], "watcher@test", "fail", "dead-worker"),
+        ]
+    )
+    assert attempts_of(sql_conn, ids[0]) == [(1, "dead-worker", "expired")]
+    assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
+
+
+def test_watcher_mark_mode_quarantines(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    store.claim("q", "w", TTL)
+    expire(sql_conn, job_id)
+    result = run_pass(store, WatcherConfig(mode="mark"))
+    assert result.marked_stuck == 1
+    job = store.get_job(job_id)
+    assert job.status == JobStatus.STUCK and job.lease_until is not None
+
+
+def test_watcher_dry_run_changes_nothing(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    store.claim("q", "w", TTL)
+    expire(sql_conn, job_id)
+    result = run_pass(store, WatcherConfig(), dry_run=True)
+    assert [j.id for j in result.jobs] == [job_id] and result.total == 0
+    assert store.get_job(job_id).status == JobStatus.PROCESSING
+
+
+def test_watcher_pass_right_after_a_heartbeat_leaves_the_job(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    leases = store.claim("q", "w", TTL)
+    expire(sql_conn, job_id)
+    assert set(store.heartbeat(leases, timedelta(seconds=5))) == {job_id}
+    result = run_pass(store, WatcherConfig())
+    assert result.total == 0
+    job = store.get_job(job_id)
+    assert job.status == JobStatus.PROCESSING and job.attempts == 1
+
+
+def test_watcher_does_not_touch_a_lease_renewed_while_it_waits(
+    store: Store, db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A heartbeat in flight (row locked, not yet committed) when the watcher scans."""
+    [job_id] = store.enqueue([{}], queue="q")
+    [lease] = store.claim("q", "w", TTL)
+    expire(sql_conn, job_id)
+    beat_sql = queries.get("jobs_heartbeat").render("leasectl")
+    with psycopg.connect(db_dsn) as holder:
+        with holder.transaction():
+            renewed = holder.execute(
+                beat_sql, {"ids": [job_id], "attempts": [1], "owner": "w", "ttl": TTL}
+            ).fetchall()
+            assert len(renewed) == 1
+            result = run_pass(store, WatcherConfig())
+            assert result.total == 0, "the locked row is skipped, not waited on and clobbered"
+    assert run_pass(store, WatcherConfig()).total == 0, "after the commit the lease is valid"
+    assert store.complete([lease]) == {job_id}
+
+
+def test_operator_requeue_of_a_job_completed_after_the_operator_looked_is_skipped(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    [lease] = store.claim("q", "w", TTL)
+    expire(sql_conn, job_id)
+    seen = store.get_job(job_id).seen()  # the operator looks: expired lease
+    assert store.complete([lease]) == {job_id}  # the worker finishes anyway
+    result = store.operator_requeue([seen], actor="operator:test", reason="stuck?")
+    assert result.changed == ()
+    assert [(s.id, s.reason) for s in result.skipped] == [
+        (job_id, "moved since you looked: Processing -> Completed")
+    ]
+    assert store.get_job(job_id).status == JobStatus.COMPLETED
+    assert sql_conn.execute("SELECT count(*) FROM leasectl.job_events").fetchone() == (0,)
+
+
+def test_operator_requeue_of_a_renewed_lease_is_skipped(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    store.claim("q", "w1", TTL)
+    expire(sql_conn, job_id)
+    seen = store.get_job(job_id).seen()
+    assert store.claim_by_id(job_id, "w7", TTL) is not None
+    result = store.operator_requeue([seen], actor="operator:test", reason=None)
+    assert result.changed == ()
+    assert "w7" in result.skipped[0].reason
+
+
+def test_operator_requeue_needs_force_for_a_live_lease(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    [lease] = store.claim("q", "w", TTL)
+    seen = store.seen_now([job_id])
+    result = store.operator_requeue(seen, actor="operator:test", reason="try")
+    assert result.changed == () and "lease live" in result.skipped[0].reason
+    forced = store.operator_requeue(seen, actor="operator:test", reason="hung", force=True)
+    assert forced.changed == (job_id,)
+    assert attempts_of(sql_conn, job_id) == [(1, "w", "requeued")]
+    event = sql_conn.execute(
+        "SELECT actor, action, reason, before->>'status', after->>'status' "
+        "FROM leasectl.job_events WHERE job_id = %s",
+        (job_id,),
+    ).fetchone()
+    assert event == ("operator:test", "requeue_forced", "hung", "Processing", "Pending")
+    assert store.complete([lease]) == set()
+
+
+def test_operator_requeue_of_failed_job_grants_one_more_attempt(store: Store) -> None:
+    [job_id] = store.enqueue([{}], queue="q", max_attempts=1)
+    [lease] = store.claim("q", "w", TTL)
+    store.fail(lease, "x", retry_delay=timedelta(0))
+    result = store.operator_requeue(store.seen_now([job_id]), actor="op", reason="fixed")
+    assert result.changed == (job_id,)
+    [again] = store.claim("q", "w", TTL)
+    assert again.attempt == 2 and again.job.max_attempts == 2
+
+
+def test_operator_mark_stuck_and_unknown_ids(store: Store) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    result = store.operator_mark_stuck(
+        store.seen_now([job_id, 424242]), actor="op", reason="poison"
+    )
+    assert result.changed == (job_id,)
+    assert [(s.id, s.reason) for s in result.skipped] == [(424242, "no such job")]
+    job = store.get_job(job_id)
+    assert job.status == JobStatus.STUCK and job.last_error == "poison"
+    assert store.claim("q", "w", TTL) == []
+
+
+def test_inspect_and_status(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
+    ids = store.enqueue([{}] * 4, queue="q")
+    store.worker_register(
+        "w", hostname="h", pid=1, queues=["q"], lease_ttl=TTL, heartbeat_every=timedelta(seconds=10)
+    )
+    leases = store.claim("q", "w", TTL, 2)
+    store.complete(leases[:1])
+    expire(sql_conn, ids[1])
+    report = store.status()
+    [q] = report.queues
+    assert (q.pending, q.processing, q.expired, q.completed_recent) == (2, 1, 1, 1)
+    [owner] = report.owners
+    assert owner.owner == "w" and owner.held == 1 and owner.expired == 1
+    detail = store.inspect(ids[0])
+    assert detail.job.status == JobStatus.COMPLETED
+    assert [a.outcome for a in detail.attempts] == ["completed"]

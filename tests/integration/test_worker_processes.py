@@ -1,0 +1,231 @@
+"""The worker runtime as real processes: SIGKILL, SIGSTOP zombies, SIGTERM, handler failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from leasectl.models import JobStatus
+from leasectl.store import Store
+from leasectl.watcher import WatcherConfig, run_pass
+from tests.util import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProc:
+    def __init__(self, dsn: str, queue: str, handler: str, worker_id: str, log: Path, *args: str):
+        self.worker_id = worker_id
+        self.log = log
+        self.out = log.open("w")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.worker_proc",
+                dsn,
+                queue,
+                handler,
+                "--worker-id",
+                worker_id,
+                *args,
+            ],
+            cwd=ROOT,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_until(
+            lambda: "ready" in self.log.read_text() or self.proc.poll() is not None,
+            what=f"{worker_id} to start",
+        )
+        assert self.proc.poll() is None, self.log.read_text()
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.out.close()
+
+
+@pytest.fixture
+def workers(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
+    started: list[WorkerProc] = []
+
+    def start(queue: str, handler: str, worker_id: str, *args: str) -> WorkerProc:
+        w = WorkerProc(db_dsn, queue, handler, worker_id, tmp_path / f"{worker_id}.log", *args)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.signal(signal.SIGCONT) if w.proc.poll() is None else None
+        w.close()
+
+
+def jobs_state(conn: psycopg.Connection[Any], ids: list[int]) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT id, status::text, attempts, lease_owner, lease_until < now() "
+        "FROM leasectl.jobs WHERE id = ANY(%s) ORDER BY id",
+        (ids,),
+    ).fetchall()
+
+
+def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[Any, ...]]:
+    return conn.execute(
+        "SELECT attempt, lease_owner, outcome::text FROM leasectl.job_attempts "
+        "WHERE job_id = %s ORDER BY attempt",
+        (job_id,),
+    ).fetchall()
+
+
+@pytest.mark.slow
+def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_another(
+    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    ids = store.enqueue([{}] * 3, queue="k")
+    victim = workers(
+        "k",
+        "tests.handlers:block",
+        "victim",
+        "--concurrency",
+        "3",
+        "--ttl",
+        "1",
+        "--heartbeat",
+        "0.2",
+    )
+    wait_until(
+        lambda: all(s[1] == "Processing" and s[3] == "victim" for s in jobs_state(sql_conn, ids)),
+        what="the victim to hold all jobs",
+    )
+    victim.signal(signal.SIGKILL)
+    victim.wait()
+    wait_until(
+        lambda: all(s[4] for s in jobs_state(sql_conn, ids) if s[1] == "Processing"),
+        what="the leases to lapse",
+    )
+    result = run_pass(store, WatcherConfig(actor="watcher@test"))
+    assert sorted(j.id for j in result.jobs) == ids and result.requeued == 3
+    assert all(s[1:3] == ("Pending", 1) for s in jobs_state(sql_conn, ids))
+    assert all(s[2] == 1 for s in jobs_state(sql_conn, ids))
+    workers("k", "tests.handlers:noop", "rescuer", "--concurrency", "2")
+    wait_until(
+        lambda: all(s[1] == "Completed" for s in jobs_state(sql_conn, ids)),
+        what="the rescuer to complete the jobs",
+    )
+    for job_id in ids:
+        assert store.get_job(job_id).attempts == 2
+        assert attempts(sql_conn, job_id) == [
+            (1, "victim", "expired"),
+            (2, "rescuer", "completed"),
+        ]
+    events = sql_conn.execute(
+        "SELECT count(*) FROM leasectl.job_events "
+        "WHERE actor = 'watcher@test' AND action = 'requeue'"
+    ).fetchone()
+    assert events == (3,)
+
+
+@pytest.mark.slow
+def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
+    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    [job_id] = store.enqueue([{"seconds": 1.5}], queue="z")
+    zombie = workers(
+        "z", "tests.handlers:sleep_ignoring_cancel", "zombie", "--ttl", "1", "--heartbeat", "0.25"
+    )
+    wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "zombie", what="zombie to claim")
+    zombie.signal(signal.SIGSTOP)
+    wait_until(lambda: jobs_state(sql_conn, [job_id])[0][4], what="the zombie's lease to lapse")
+    lease = store.claim_by_id(job_id, "rescuer", timedelta(seconds=30))
+    assert lease is not None and lease.attempt == 2
+    zombie.signal(signal.SIGCONT)
+    wait_until(
+        lambda: f"job {job_id} attempt 1" in zombie.text(),
+        timeout=15,
+        what="the zombie to notice it lost the lease",
+    )
+    assert ("heartbeat rejected" in zombie.text()) or ("refused the result" in zombie.text())
+    # The zombie has given the job up; nothing it did reached the job.
+    state = jobs_state(sql_conn, [job_id])[0]
+    assert state[1:4] == ("Processing", 2, "rescuer")
+    assert store.complete([lease]) == {job_id}
+    assert attempts(sql_conn, job_id) == [(1, "zombie", "expired"), (2, "rescuer", "completed")]
+    zombie.signal(signal.SIGTERM)
+    assert zombie.wait() == 0
+
+
+@pytest.mark.slow
+def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
+    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    ids = store.enqueue([{}] * 2, queue="t")
+    w = workers(
+        "t",
+        "tests.handlers:sleep_ignoring_cancel",
+        "graceful",
+        "--concurrency",
+        "2",
+        "--grace",
+        "0.3",
+    )
+    wait_until(lambda: all(s[3] == "graceful" for s in jobs_state(sql_conn, ids)))
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    for job_id in ids:
+        job = store.get_job(job_id)
+        assert (job.status, job.attempts, job.lease_until) == (JobStatus.PENDING, 1, None)
+        assert attempts(sql_conn, job_id) == [(1, "graceful", "released")]
+    stopped = sql_conn.execute(
+        "SELECT stopped_at IS NOT NULL FROM leasectl.workers WHERE worker_id = 'graceful'"
+    ).fetchone()
+    assert stopped == (True,)
+
+
+@pytest.mark.slow
+def test_sigterm_lets_a_short_handler_finish_within_the_grace_period(
+    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    [job_id] = store.enqueue([{"seconds": 0.5}], queue="g")
+    w = workers("g", "tests.handlers:sleep_ignoring_cancel", "patient", "--grace", "20")
+    wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "patient")
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    assert store.get_job(job_id).status == JobStatus.COMPLETED
+
+
+@pytest.mark.slow
+def test_handler_exceptions_become_failures_with_backoff(
+    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    [retry_id] = store.enqueue([{}], queue="f", max_attempts=3)
+    [perm_id] = store.enqueue([{}], queue="p", max_attempts=3)
+    workers("f", "tests.handlers:boom", "failing")
+    workers("p", "tests.handlers:permanent", "permanent")
+    wait_until(lambda: store.get_job(retry_id).last_error is not None)
+    job = store.get_job(retry_id)
+    assert job.status == JobStatus.PENDING and "RuntimeError: boom on attempt 1" in (
+        job.last_error or ""
+    )
+    assert job.run_at > job.updated_at, "retry is delayed by the backoff"
+    wait_until(lambda: store.get_job(perm_id).status == JobStatus.FAILED)
+    assert store.get_job(perm_id).attempts == 1

@@ -1,0 +1,23 @@
+"""Polling helpers: wait for a condition with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(
+    predicate: Callable[[], T], *, timeout: float = 20.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Return the first truthy value of ``predicate()``; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
