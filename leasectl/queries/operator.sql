@@ -19,7 +19,11 @@ WITH seen AS (
         max_attempts = GREATEST(j.max_attempts, j.attempts + 1), updated_at = now()
     FROM target AS t
     WHERE j.id = t.id
-    RETURNING j.id, j.status, j.attempts, j.max_attempts, j.run_at
+    RETURNING j.id, j.status, j.attempts, j.max_attempts, j.run_at,
+              jsonb_build_object('status', t.status, 'attempts', t.attempts,
+                                 'max_attempts', t.max_attempts, 'lease_owner', t.lease_owner,
+                                 'lease_until', t.lease_until, 'heartbeat_at', t.heartbeat_at)
+                  AS before
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'requeued', ended_at = now(), heartbeat_at = t.heartbeat_at,
@@ -29,13 +33,10 @@ WITH seen AS (
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, actor, action, reason, before, after)
     SELECT m.id, %(actor)s, CASE WHEN %(force)s THEN 'requeue_forced' ELSE 'requeue' END,
-           %(reason)s,
-           jsonb_build_object('status', t.status, 'attempts', t.attempts,
-                              'max_attempts', t.max_attempts, 'lease_owner', t.lease_owner,
-                              'lease_until', t.lease_until, 'heartbeat_at', t.heartbeat_at),
+           %(reason)s, m.before,
            jsonb_build_object('status', m.status, 'attempts', m.attempts,
                               'max_attempts', m.max_attempts, 'run_at', m.run_at)
-    FROM moved AS m JOIN target AS t ON t.id = m.id
+    FROM moved AS m
 )
 SELECT id FROM moved ORDER BY id;
 
@@ -57,7 +58,10 @@ WITH seen AS (
     SET status = 'Stuck', updated_at = now(), last_error = coalesce(%(reason)s, j.last_error)
     FROM target AS t
     WHERE j.id = t.id
-    RETURNING j.id, j.status, j.attempts, j.lease_until
+    RETURNING j.id, j.status, j.attempts, j.lease_until,
+              jsonb_build_object('status', t.status, 'attempts', t.attempts,
+                                 'lease_owner', t.lease_owner, 'lease_until', t.lease_until,
+                                 'heartbeat_at', t.heartbeat_at) AS before
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'marked_stuck', ended_at = now(), heartbeat_at = t.heartbeat_at,
@@ -68,11 +72,9 @@ WITH seen AS (
     INSERT INTO {schema}.job_events (job_id, actor, action, reason, before, after)
     SELECT m.id, %(actor)s,
            CASE WHEN %(force)s THEN 'mark_stuck_forced' ELSE 'mark_stuck' END, %(reason)s,
-           jsonb_build_object('status', t.status, 'attempts', t.attempts,
-                              'lease_owner', t.lease_owner, 'lease_until', t.lease_until,
-                              'heartbeat_at', t.heartbeat_at),
+           m.before,
            jsonb_build_object('status', m.status, 'attempts', m.attempts,
                               'lease_until', m.lease_until)
-    FROM moved AS m JOIN target AS t ON t.id = m.id
+    FROM moved AS m
 )
 SELECT id FROM moved ORDER BY id;

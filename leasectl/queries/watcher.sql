@@ -23,12 +23,15 @@ WITH expired AS (
         updated_at = now()
     FROM expired AS e
     WHERE j.id = e.id AND j.status = 'Processing' AND j.lease_until < now()
-    RETURNING j.id, j.queue, j.status, j.attempts, j.max_attempts, j.run_at, j.lease_until
+    -- The state before the change travels along, so that no CTE join is needed below.
+    RETURNING j.id, j.queue, j.status, j.attempts, j.max_attempts, j.run_at, j.lease_until,
+              e.status AS before_status, e.lease_owner AS before_owner,
+              e.lease_until AS before_lease_until, e.heartbeat_at AS before_heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
-    SET outcome = 'expired', ended_at = now(), heartbeat_at = e.heartbeat_at,
+    SET outcome = 'expired', ended_at = now(), heartbeat_at = m.before_heartbeat_at,
         error = 'lease expired; ' || %(actor)s || ' moved the job to ' || m.status::text
-    FROM moved AS m JOIN expired AS e ON e.id = m.id
+    FROM moved AS m
     WHERE a.job_id = m.id AND a.attempt = m.attempts AND a.outcome = 'running'
 ), events AS (
     INSERT INTO {schema}.job_events (job_id, actor, action, reason, before, after)
@@ -36,17 +39,18 @@ WITH expired AS (
            CASE m.status WHEN 'Pending' THEN 'requeue'
                          WHEN 'Stuck' THEN 'mark_stuck' ELSE 'fail' END,
            %(reason)s,
-           jsonb_build_object('status', e.status, 'attempts', e.attempts,
-                              'lease_owner', e.lease_owner, 'lease_until', e.lease_until,
-                              'heartbeat_at', e.heartbeat_at),
+           jsonb_build_object('status', m.before_status, 'attempts', m.attempts,
+                              'lease_owner', m.before_owner, 'lease_until', m.before_lease_until,
+                              'heartbeat_at', m.before_heartbeat_at),
            jsonb_build_object('status', m.status, 'attempts', m.attempts,
                               'lease_until', m.lease_until, 'run_at', m.run_at)
-    FROM moved AS m JOIN expired AS e ON e.id = m.id
+    FROM moved AS m
 )
-SELECT m.id, m.queue, m.status::text AS status, m.attempts, m.max_attempts,
-       e.lease_owner, e.lease_until, e.heartbeat_at
-FROM moved AS m JOIN expired AS e ON e.id = m.id
-ORDER BY e.lease_until, m.id;
+SELECT id, queue, status::text AS status, attempts, max_attempts,
+       before_owner AS lease_owner, before_lease_until AS lease_until,
+       before_heartbeat_at AS heartbeat_at
+FROM moved
+ORDER BY before_lease_until, id;
 
 -- name: jobs_expired_list
 -- What a watcher pass would move, without locking or changing anything (`--dry-run`).

@@ -1,0 +1,113 @@
+"""EXPLAIN every scheduled query on a table with 1M finished jobs (plus live ones).
+
+Usage: python bench/explain.py DSN [--rows 1000000]. Creates a database ``leasectl_explain``
+on that server (dropped and recreated), seeds it, and prints each plan with its timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import conninfo, sql
+
+from leasectl import queries
+from leasectl.store import Store
+
+SCHEMA = "leasectl"
+
+
+def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, created_at, "
+            "updated_at, finished_at, run_at) "
+            "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], "
+            "CASE WHEN i %% 50 = 0 THEN 'Failed' ELSE 'Completed' END::leasectl.job_status, 1, "
+            "'w-' || (i %% 20), now() - interval '1 second' * i / 10, now() - interval '1 second' * i / 10, "
+            "now() - interval '1 second' * i / 10, now() - interval '1 second' * i / 10 "
+            "FROM generate_series(1, %s) AS i",
+            (finished,),
+        )
+        conn.execute(
+            "INSERT INTO leasectl.jobs (queue, priority, run_at) "
+            "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
+            "now() - interval '1 millisecond' * i FROM generate_series(1, %s) AS i",
+            (pending,),
+        )
+        conn.execute(
+            "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until, "
+            "heartbeat_at) SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], "
+            "'Processing', 1, 'w-' || (i %% 20), "
+            "now() + CASE WHEN i <= %s THEN - interval '1 minute' ELSE interval '1 minute' END, "
+            "now() FROM generate_series(1, %s) AS i",
+            (expired, processing + expired),
+        )
+        conn.execute("VACUUM ANALYZE leasectl.jobs")
+
+
+PARAMS: dict[str, dict[str, Any]] = {
+    "jobs_claim": {"queue": "payments", "owner": "w-x", "ttl": timedelta(seconds=30), "limit": 10},
+    "job_claim_by_id": {"id": 1_000_500, "owner": "w-x", "ttl": timedelta(seconds=30)},
+    "jobs_heartbeat": {
+        "ids": [1_010_100, 1_010_200],
+        "attempts": [1, 1],
+        "owner": "w-1",
+        "ttl": timedelta(seconds=30),
+    },
+    "jobs_complete": {"ids": [1_010_100], "attempts": [1], "owner": "w-1"},
+    "jobs_requeue_expired": {
+        "limit": 500,
+        "queue": None,
+        "mark": False,
+        "actor": "w",
+        "reason": "explain",
+    },
+    "jobs_expired_list": {"limit": 500, "queue": None},
+    "status_live_counts": {"queue": None},
+    "status_finished_recent": {"queue": None, "window": timedelta(hours=1)},
+    "status_owners": {"window": timedelta(hours=1), "limit": 200},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("dsn")
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--only", nargs="*")
+    a = p.parse_args()
+    name = "leasectl_explain"
+    with psycopg.connect(a.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = conninfo.make_conninfo(a.dsn, dbname=name)
+    with Store.connect(dsn, SCHEMA, check_schema=False) as store:
+        store.migrate()
+    seed(dsn, a.rows, 10_000, 2_000, 500)
+    extra = {name: {} for name in queries.all_queries() if name.startswith("console_")}
+    with psycopg.connect(dsn) as conn:
+        for qname, params in {**PARAMS, **extra}.items():
+            if a.only and qname not in a.only:
+                continue
+            query = queries.get(qname).render(SCHEMA)
+            explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + query
+            try:
+                with conn.transaction(force_rollback=True):
+                    rows = conn.execute(explain, params or None).fetchall()
+            except psycopg.Error as exc:
+                print(f"== {qname}: cannot explain ({exc})", file=sys.stderr)
+                continue
+            print(f"== {qname}")
+            for (line,) in rows:
+                print("   " + line)
+            seq = [line for (line,) in rows if "Seq Scan on jobs" in line]
+            print(f"   -> sequential scans of jobs: {len(seq)}\n")
+
+
+if __name__ == "__main__":
+    main()
