@@ -27,9 +27,9 @@ def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -
             "updated_at, finished_at, run_at) "
             "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], "
             "CASE WHEN i %% 50 = 0 THEN 'Failed' ELSE 'Completed' END::leasectl.job_status, 1, "
-            "'w-' || (i %% 20), now() - interval '1 second' * i / 10, now() - interval '1 second' * i / 10, "
-            "now() - interval '1 second' * i / 10, now() - interval '1 second' * i / 10 "
-            "FROM generate_series(1, %s) AS i",
+            "'w-' || (i %% 20), ts, ts, ts, ts "
+            "FROM generate_series(1, %s) AS i, "
+            "LATERAL (SELECT now() - interval '1 second' * i / 10 AS ts) AS t",
             (finished,),
         )
         conn.execute(
