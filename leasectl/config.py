@@ -16,7 +16,7 @@ from leasectl.errors import ConfigError, UsageError
 
 DEFAULT_SCHEMA = "leasectl"
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _QUOTED = re.compile(r'"[^"]*"')
 

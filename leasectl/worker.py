@@ -140,6 +140,7 @@ class Worker:
         self.config = config
         self.handler = handler
         self._store = store
+        self._owns_store = store is None
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self.started = threading.Event()
@@ -195,6 +196,8 @@ class Worker:
         finally:
             self._shutdown(pool)
             beat.join(timeout=5)
+            if self._owns_store:
+                store.close()
         return self.stats
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

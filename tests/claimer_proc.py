@@ -1,6 +1,7 @@
 """A raw claimer for the concurrency test: claims and completes until the queue is empty.
 
-Prints "ready", waits for a line on stdin, then prints one JSON line: the (job id, attempt) pairs it completed.
+Prints "ready", waits for a line on stdin (the start gate), then prints one JSON line:
+the (job id, attempt) pairs it completed.
 """
 
 from __future__ import annotations

@@ -1,0 +1,7 @@
+"""`python -m leasectl`."""
+
+from __future__ import annotations
+
+from leasectl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,603 @@
+"""The `leasectl` command line: parse, call the core, format.
+
+Every error ends in ``main()``: one line on stderr (``leasectl: error: ...``), never a
+traceback, never the DSN's password, and the exit code of DESIGN.md §4 (0 ok, 1 operational,
+2 usage, 3 ``status --check`` found trouble).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import metadata
+from types import FrameType
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+import typer
+from psycopg import conninfo
+from rich.console import Console, RenderableType
+
+from leasectl import config, output, queries
+from leasectl.errors import LeasectlError, UsageError
+from leasectl.store import Store
+from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
+from leasectl.worker import Worker, WorkerConfig, load_handler
+
+log = logging.getLogger("leasectl.cli")
+
+PROG = "leasectl"
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+EXIT_CHECK_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+class Mode(enum.StrEnum):
+    REQUEUE = "requeue"
+    MARK = "mark"
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Globals:
+    """The global options, resolved only by the commands that need the database."""
+
+    dsn: str | None
+    schema: str | None
+
+    def resolve(self) -> tuple[str, str]:
+        return config.resolve_dsn(self.dsn), config.resolve_schema(self.schema)
+
+
+app = typer.Typer(
+    name=PROG,
+    help="A leased-job queue on PostgreSQL: enqueue, work, watch for stuck jobs, inspect.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {metadata.version(PROG)}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn",
+            metavar="DSN",
+            help="PostgreSQL DSN (URI or key=value). Default: $LEASECTL_DSN, else $DATABASE_URL.",
+            show_default=False,
+        ),
+    ] = None,
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            metavar="NAME",
+            help="Schema holding the leasectl tables. Default: $LEASECTL_SCHEMA, else leasectl.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    ctx.obj = Globals(dsn=dsn, schema=schema)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _globals(ctx: typer.Context) -> Globals:
+    found = ctx.find_object(Globals)
+    return found if found is not None else Globals(None, None)
+
+
+@contextlib.contextmanager
+def _store(ctx: typer.Context) -> Iterator[Store]:
+    dsn, schema = _globals(ctx).resolve()
+    store = Store.connect(dsn, schema)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:
+    return config.parse_duration(text, allow_zero=allow_zero, what=option)
+
+
+def _queue_name(name: str, option: str = "--queue") -> str:
+    if not name.strip():
+        raise UsageError(f"{option} must not be empty")
+    return name
+
+
+def _show(parts: Sequence[RenderableType]) -> None:
+    console = Console(highlight=False)
+    for part in parts:
+        console.print(part)
+
+
+def _emit_json(document: Any, *, indent: int | None = 2) -> None:
+    sys.stdout.write(output.dumps(document, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def _warn(message: str) -> None:
+    """A one-line notice on stderr for outcomes that are not errors but set the exit code."""
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+
+
+def _setup_logging(level: LogLevel) -> None:
+    """Long-running commands log to stderr with timestamps."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    if level != LogLevel.DEBUG:
+        logging.getLogger("psycopg").setLevel(logging.WARNING)
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+@app.command()
+def init(ctx: typer.Context) -> None:
+    """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    dsn, schema = _globals(ctx).resolve()
+    with Store.connect(dsn, schema, check_schema=False) as store:
+        applied = store.migrate()
+    latest = queries.migrations()[-1].version
+    where = config.safe_dsn(dsn)
+    if applied:
+        typer.echo(
+            f"applied migration(s) {output.format_ids(applied)} to schema {schema!r} at {where}; "
+            f"now at version {latest}"
+        )
+    else:
+        typer.echo(f"schema {schema!r} is up to date (version {latest}) at {where}")
+
+
+@app.command()
+def enqueue(
+    ctx: typer.Context,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue name.", show_default=False)],
+    payload: Annotated[
+        str, typer.Option("--payload", "-p", metavar="JSON", help="Job payload (JSON).")
+    ] = "{}",
+    priority: Annotated[
+        int,
+        typer.Option(min=INT32_MIN, max=INT32_MAX, help="Smaller runs first."),
+    ] = 0,
+    delay: Annotated[
+        str, typer.Option(metavar="DURATION", help="Not claimable before now + delay.")
+    ] = "0",
+    max_attempts: Annotated[
+        int, typer.Option(min=1, max=INT32_MAX, help="Leases before the job is Failed.")
+    ] = 5,
+    count: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
+    ] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Add jobs to a queue."""
+    queue = _queue_name(queue)
+    body = config.parse_payload(payload)
+    wait = _duration(delay, "--delay", allow_zero=True)
+    with _store(ctx) as store:
+        ids = store.enqueue(
+            [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
+        )
+    if as_json:
+        # One line: --count may make this a million ids.
+        _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
+        return
+    when = f", due in {config.format_duration(wait)}" if wait else ""
+    typer.echo(f"enqueued {len(ids)} job(s) on queue {queue!r}{when}: {output.format_ids(ids)}")
+
+
+@app.command()
+def worker(
+    ctx: typer.Context,
+    queue: Annotated[
+        list[str],
+        typer.Option("--queue", "-q", help="Queue to work (repeatable).", show_default=False),
+    ],
+    handler: Annotated[
+        str,
+        typer.Option(metavar="MODULE:FUNCTION", help="Called with a JobContext per job."),
+    ],
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Jobs at once.")] = 1,
+    lease_ttl: Annotated[str, typer.Option(metavar="DURATION", help="Lease length.")] = "30s",
+    heartbeat_every: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help="Lease renewal period. Default: lease TTL / 3."),
+    ] = None,
+    grace: Annotated[
+        str,
+        typer.Option(metavar="DURATION", help="On SIGTERM, time for running jobs to finish."),
+    ] = "30s",
+    poll_interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Idle wait between claims.")
+    ] = "1s",
+    worker_id: Annotated[
+        str | None,
+        typer.Option(help="Lease owner name. Default: hostname:pid:random.", show_default=False),
+    ] = None,
+    log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+) -> None:
+    """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
+    settings: dict[str, Any] = {
+        "queues": tuple(_queue_name(q) for q in queue),
+        "concurrency": concurrency,
+        "lease_ttl": _duration(lease_ttl, "--lease-ttl"),
+        "grace": _duration(grace, "--grace", allow_zero=True),
+        "poll_interval": _duration(poll_interval, "--poll-interval"),
+    }
+    if heartbeat_every is not None:
+        settings["heartbeat_every"] = _duration(heartbeat_every, "--heartbeat-every")
+    if worker_id is not None:
+        if not worker_id.strip():
+            raise UsageError("--worker-id must not be empty")
+        settings["worker_id"] = worker_id
+    worker_config = WorkerConfig(**settings)
+    fn = load_handler(handler)
+    dsn, schema = _globals(ctx).resolve()
+    _setup_logging(log_level)
+    store = Store.connect(
+        dsn,
+        schema,
+        max_size=min(worker_config.concurrency, 8) + 2,
+        application_name=f"leasectl worker {worker_config.worker_id}"[:63],
+    )
+    try:
+        Worker(dsn, schema, worker_config, fn, store=store).run()
+    finally:
+        store.close()
+
+
+def _watcher_config(
+    *,
+    mode: Mode,
+    queue: str | None,
+    reason: str | None,
+    batch_size: int,
+    interval: timedelta = timedelta(seconds=30),
+) -> WatcherConfig:
+    return WatcherConfig(
+        interval=interval,
+        mode="mark" if mode == Mode.MARK else "requeue",
+        batch_size=batch_size,
+        queue=queue,
+        reason=reason or DEFAULT_REASON,
+    )
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between watcher passes.")
+    ] = "30s",
+    mode: Annotated[
+        Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
+    ] = Mode.REQUEUE,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
+    log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+) -> None:
+    """Run the stuck watcher until SIGTERM/SIGINT."""
+    watcher_config = _watcher_config(
+        mode=mode,
+        queue=queue,
+        reason=reason,
+        batch_size=batch_size,
+        interval=_duration(interval, "--interval"),
+    )
+    _setup_logging(log_level)
+    with _store(ctx) as store:
+        watcher = Watcher(store, watcher_config)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stopping the watcher", signum)
+            watcher.stop()
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        log.info(
+            "watching %s every %s (mode %s) at %s",
+            f"queue {queue!r}" if queue else "all queues",
+            config.format_duration(watcher_config.interval),
+            watcher_config.mode,
+            store.where,
+        )
+        try:
+            watcher.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("watcher stopped after %d passes; moved %d jobs", watcher.passes, watcher.moved)
+
+
+@app.command("requeue-stuck")
+def requeue_stuck(
+    ctx: typer.Context,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="Move at most N jobs.", show_default=False),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would move; change nothing.")
+    ] = False,
+    reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
+    mode: Annotated[
+        Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
+    ] = Mode.REQUEUE,
+    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One watcher pass over expired leases (for cron)."""
+    watcher_config = _watcher_config(mode=mode, queue=queue, reason=reason, batch_size=batch_size)
+    with _store(ctx) as store:
+        result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run)
+        if as_json:
+            _emit_json(output.watcher_json(result))
+            return
+        db_now = store.server_info()["db_now"]
+    _show(output.watcher_renderables(result, db_now, mode.value))
+
+
+def _operator_action(
+    ctx: typer.Context,
+    action: str,
+    id_texts: Sequence[str],
+    force: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    ids = [config.parse_job_id(text) for text in id_texts]
+    with _store(ctx) as store:
+        seen = store.seen_now(ids)
+        act = store.operator_requeue if action == "requeue" else store.operator_mark_stuck
+        result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        _show(output.action_renderables(result))
+    if result.skipped:
+        verb = output.ACTION_PAST[action]
+        _warn(
+            f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
+            f"not {verb}: "
+            + "; ".join(f"{s.id}: {s.reason}" for s in result.skipped[:3])
+            + (f"; and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else "")
+        )
+        raise typer.Exit(1)
+
+
+IdsArg = Annotated[list[str], typer.Argument(metavar="ID", help="Job ids.", show_default=False)]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Also override a live lease (the holder loses the job).")
+]
+ReasonOpt = Annotated[
+    str | None, typer.Option(help="Audit reason, kept in job_events.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+@app.command()
+def requeue(
+    ctx: typer.Context,
+    ids: IdsArg,
+    force: ForceOpt = False,
+    reason: ReasonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any is skipped)."""
+    _operator_action(ctx, "requeue", ids, force, reason, as_json)
+
+
+@app.command("mark-stuck")
+def mark_stuck(
+    ctx: typer.Context,
+    ids: IdsArg,
+    force: ForceOpt = False,
+    reason: ReasonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped)."""
+    _operator_action(ctx, "mark-stuck", ids, force, reason, as_json)
+
+
+@app.command()
+def inspect(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job, its attempts and its audit events."""
+    parsed = config.parse_job_id(job_id)
+    with _store(ctx) as store:
+        detail = store.inspect(parsed)
+    if as_json:
+        _emit_json(output.detail_json(detail))
+    else:
+        _show(output.detail_renderables(detail))
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Exit 3 when a lease has expired or a job is Stuck."),
+    ] = False,
+) -> None:
+    """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    with _store(ctx) as store:
+        report = store.status(queue)
+    if as_json:
+        _emit_json(output.status_json(report))
+    else:
+        _show(output.status_renderables(report))
+    if check and (report.expired or report.stuck):
+        _warn(
+            f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"
+            + (f" in queue {queue!r}" if queue else "")
+        )
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+def tui(
+    ctx: typer.Context,
+    refresh: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between refreshes.")
+    ] = "2s",
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Disable requeue and mark-stuck.")
+    ] = False,
+) -> None:
+    """Open the console."""
+    dsn, schema = _globals(ctx).resolve()
+    every = _duration(refresh, "--refresh")
+    try:
+        # Imported here: the core never imports Textual.
+        from leasectl.console.app import run  # type: ignore[import-not-found, import-untyped, unused-ignore]
+    except ModuleNotFoundError as exc:
+        if exc.name in ("leasectl.console", "leasectl.console.app"):
+            raise LeasectlError("the console is not part of this build of leasectl") from None
+        raise LeasectlError(f"the console cannot start: {exc}") from None
+    run(dsn, schema, refresh=every, queue=queue, read_only=read_only)
+
+
+# -- the one place errors become lines and exit codes ------------------------------------------
+
+_URI_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@:]*:([^@/]*)@", re.IGNORECASE)
+_KV_PASSWORD = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)")
+
+
+def _dsn_candidates(args: Sequence[str]) -> list[str]:
+    found = [os.environ.get("LEASECTL_DSN"), os.environ.get("DATABASE_URL")]
+    for i, arg in enumerate(args):
+        if arg == "--dsn" and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif arg.startswith("--dsn="):
+            found.append(arg.removeprefix("--dsn="))
+    return [c for c in found if c]
+
+
+def secrets_in(args: Sequence[str]) -> list[str]:
+    """Passwords in any DSN we may have been given, even one too broken to parse."""
+    secrets: set[str] = set()
+    for dsn in _dsn_candidates(args):
+        with contextlib.suppress(Exception):
+            password = conninfo.conninfo_to_dict(dsn).get("password")
+            if password:
+                secrets.add(str(password))
+        if m := _URI_PASSWORD.match(dsn.strip()):
+            secrets.update({m.group(1), unquote(m.group(1))})
+        for m in _KV_PASSWORD.finditer(dsn):
+            raw = m.group(1)
+            secrets.update({raw, raw.strip("'"), raw.strip("'").replace("\\'", "'")})
+    return sorted((s for s in secrets if s), key=len, reverse=True)
+
+
+def scrub(message: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        message = message.replace(secret, "***")
+    return " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
+
+
+def _error(message: str, args: Sequence[str], *, kind: str = "error") -> None:
+    print(f"{PROG}: {kind}: {scrub(message, secrets_in(args))}", file=sys.stderr, flush=True)
+
+
+def _usage_hint(exc: typer.TyperException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None)
+    return f" (see `{path} --help`)" if path else ""
+
+
+def _stdout_gone() -> None:
+    """Output piped into `head`: stop quietly; stdout goes to /dev/null so the final flush works."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (never raises for user errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("LEASECTL_DEBUG") == "1"
+    if debug:
+        logging.basicConfig(level=logging.DEBUG)
+    else:
+        # Nothing logs to stderr unless a command asks for it (worker, watch).
+        logging.getLogger().addHandler(logging.NullHandler())
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except LeasectlError as exc:
+        _error(str(exc), args)
+        return exc.exit_code
+    except typer.Abort:
+        _error("aborted", args)
+        return 1
+    except typer.TyperException as exc:  # Click's usage errors (vendored by Typer)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            typer.echo(exc.format_message())
+            return 0
+        _error(exc.format_message() + _usage_hint(exc), args)
+        return exc.exit_code
+    except BrokenPipeError:
+        _stdout_gone()
+        return 1
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:
+        hint = "" if debug else " (set LEASECTL_DEBUG=1 for the traceback)"
+        _error(f"{type(exc).__name__}: {exc}{hint}", args, kind="internal error")
+        if debug:
+            traceback.print_exc()
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,206 @@
+"""Input resolution and validation: durations, ids, payloads, DSNs (no database)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from urllib.parse import quote
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from leasectl import config
+from leasectl.errors import ConfigError, UsageError
+
+UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+TEN_YEARS_MS = 3650 * 86_400_000
+
+# -- durations --------------------------------------------------------------------------------
+
+
+@given(unit=st.sampled_from(sorted(UNIT_MS)), data=st.data())
+def test_duration_round_trip(unit: str, data: st.DataObject) -> None:
+    """A whole number of any unit parses to exactly that many milliseconds."""
+    n = data.draw(st.integers(min_value=1, max_value=TEN_YEARS_MS // UNIT_MS[unit]))
+    expected = timedelta(milliseconds=n * UNIT_MS[unit])
+    assert config.parse_duration(f"{n}{unit}") == expected
+    assert config.parse_duration(f" {n} {unit} ") == expected
+    # Plain seconds are the same amount.
+    assert config.parse_duration(str(expected.total_seconds())) == expected
+
+
+@given(st.integers(min_value=1, max_value=TEN_YEARS_MS))
+def test_duration_milliseconds_round_trip_through_seconds(ms: int) -> None:
+    value = config.parse_duration(f"{ms}ms")
+    assert config.parse_duration(f"{value.total_seconds()}s") == value
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("250ms", timedelta(milliseconds=250)),
+        ("30s", timedelta(seconds=30)),
+        ("5m", timedelta(minutes=5)),
+        ("1h", timedelta(hours=1)),
+        ("2.5", timedelta(seconds=2.5)),
+        ("1.5m", timedelta(seconds=90)),
+    ],
+)
+def test_duration_examples(text: str, expected: timedelta) -> None:
+    assert config.parse_duration(text) == expected
+
+
+_VALID = re.compile(r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$")
+
+
+@given(st.text(max_size=12))
+def test_duration_rejects_garbage(text: str) -> None:
+    assume(not _VALID.match(text))
+    with pytest.raises(UsageError, match="invalid duration"):
+        config.parse_duration(text)
+
+
+@pytest.mark.parametrize("text", ["5x", "abc", "1 minute", "", "1e3", "0x10", "1s2", "--1"])
+def test_duration_rejects_malformed(text: str) -> None:
+    with pytest.raises(UsageError, match=r"invalid --delay .*250ms"):
+        config.parse_duration(text, what="--delay")
+
+
+@pytest.mark.parametrize("text", ["-1", "-5m", "0", "0ms"])
+def test_duration_rejects_negative_and_zero_with_the_reason(text: str) -> None:
+    with pytest.raises(UsageError, match=r"invalid --delay .*must be greater than zero"):
+        config.parse_duration(text, what="--delay")
+
+
+def test_duration_zero_only_when_allowed() -> None:
+    with pytest.raises(UsageError, match="greater than zero"):
+        config.parse_duration("0s")
+    assert config.parse_duration("0", allow_zero=True) == timedelta(0)
+
+
+def test_duration_upper_bound() -> None:
+    with pytest.raises(UsageError, match="ten years"):
+        config.parse_duration("3651d")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (timedelta(milliseconds=850), "850ms"),
+        (timedelta(seconds=42), "42s"),
+        (timedelta(seconds=185), "3m05s"),
+        (timedelta(hours=2, minutes=10), "2h10m"),
+        (timedelta(seconds=-42), "-42s"),
+        (None, "-"),
+    ],
+)
+def test_format_duration(value: timedelta | None, text: str) -> None:
+    assert config.format_duration(value) == text
+
+
+# -- ids and payloads -------------------------------------------------------------------------
+
+
+@given(st.integers(min_value=1, max_value=2**63 - 1))
+def test_job_id_round_trip(n: int) -> None:
+    assert config.parse_job_id(str(n)) == n
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-3", "1.5", "", "12a", str(2**63)])
+def test_job_id_rejects(text: str) -> None:
+    with pytest.raises(UsageError, match="invalid job id"):
+        config.parse_job_id(text)
+
+
+def test_payload_parses_json() -> None:
+    assert config.parse_payload('{"a": [1, 2]}') == {"a": [1, 2]}
+    assert config.parse_payload("3") == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [("{bad", "line 1 column 2"), ('{"a": 1,}', "line 1 column 9"), ("", "line 1 column 1")],
+)
+def test_payload_errors_are_one_line(text: str, where: str) -> None:
+    with pytest.raises(UsageError) as err:
+        config.parse_payload(text)
+    message = str(err.value)
+    assert message.startswith("invalid JSON payload: ")
+    assert where in message
+    assert "\n" not in message
+
+
+# -- DSN resolution ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_dsn_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("LEASECTL_DSN", "DATABASE_URL", "LEASECTL_SCHEMA"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_dsn_order(no_dsn_env: pytest.MonkeyPatch) -> None:
+    no_dsn_env.setenv("DATABASE_URL", "dbname=from_database_url")
+    assert config.resolve_dsn(None) == "dbname=from_database_url"
+    no_dsn_env.setenv("LEASECTL_DSN", "dbname=from_leasectl_dsn")
+    assert config.resolve_dsn(None) == "dbname=from_leasectl_dsn"
+    assert config.resolve_dsn("dbname=from_option") == "dbname=from_option"
+
+
+def test_dsn_blank_values_are_skipped(no_dsn_env: pytest.MonkeyPatch) -> None:
+    no_dsn_env.setenv("LEASECTL_DSN", "  ")
+    no_dsn_env.setenv("DATABASE_URL", "dbname=fallback")
+    assert config.resolve_dsn("") == "dbname=fallback"
+
+
+def test_no_dsn_points_at_demo(no_dsn_env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.resolve_dsn(None)
+    assert "leasectl demo" in str(err.value)
+    assert "--dsn" in str(err.value) and "LEASECTL_DSN" in str(err.value)
+
+
+def test_invalid_dsn_hides_password(no_dsn_env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.resolve_dsn("host=db password='s3cr3t-value nosuchkey=1")
+    assert "invalid DSN" in str(err.value)
+    assert "s3cr3t" not in str(err.value)
+
+
+def test_schema_resolution(no_dsn_env: pytest.MonkeyPatch) -> None:
+    assert config.resolve_schema(None) == "leasectl"
+    no_dsn_env.setenv("LEASECTL_SCHEMA", "jobs_a")
+    assert config.resolve_schema(None) == "jobs_a"
+    assert config.resolve_schema("jobs_b") == "jobs_b"
+    with pytest.raises(UsageError, match="invalid schema name"):
+        config.resolve_schema("x" * 64)
+
+
+_PASSWORDS = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zs")),
+    min_size=6,
+    max_size=30,
+)
+
+
+@given(_PASSWORDS)
+def test_safe_dsn_never_shows_password_uri(password: str) -> None:
+    dsn = f"postgresql://app:{quote(password, safe='')}@db.example:6432/orders"
+    shown = config.safe_dsn(dsn)
+    assert shown == "db.example:6432/orders"
+    assert password not in shown
+
+
+@given(_PASSWORDS)
+def test_safe_dsn_never_shows_password_key_value(password: str) -> None:
+    escaped = password.replace("\\", "\\\\").replace("'", "\\'")
+    dsn = f"host=db.example port=6432 dbname=orders user=app password='{escaped}'"
+    shown = config.safe_dsn(dsn)
+    assert shown == "db.example:6432/orders"
+    assert password not in shown
+
+
+def test_safe_dsn_of_broken_dsn() -> None:
+    assert config.safe_dsn("host=db password='open") == "<invalid DSN>"

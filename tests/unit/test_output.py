@@ -1,0 +1,373 @@
+"""Formatting helpers: JSON documents with stable keys, and Rich output that fits 80 columns."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from rich.console import Console, RenderableType
+
+from leasectl import output
+from leasectl.models import (
+    ActionResult,
+    Attempt,
+    Event,
+    ExpiredJob,
+    Freshness,
+    Job,
+    JobDetail,
+    JobStatus,
+    OwnerHealth,
+    QueueCounts,
+    Skipped,
+    StatusReport,
+    WatcherResult,
+)
+
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+OWNER = "worker-host-17.example:48213:a1b2c3"
+
+
+def render(parts: list[RenderableType], width: int = 80) -> str:
+    console = Console(width=width, record=True, color_system=None, file=open_null())
+    for part in parts:
+        console.print(part)
+    return console.export_text()
+
+
+def open_null() -> object:
+    import io
+
+    return io.StringIO()
+
+
+def fits(text: str, width: int = 80) -> bool:
+    return all(len(line.rstrip()) <= width for line in text.splitlines())
+
+
+def make_job(**changes: object) -> Job:
+    base: dict[str, object] = {
+        "id": 42,
+        "queue": "emails",
+        "payload": {"to": "[red]someone", "n": 1},
+        "status": JobStatus.PROCESSING,
+        "priority": 0,
+        "run_at": NOW - timedelta(minutes=5),
+        "attempts": 2,
+        "max_attempts": 5,
+        "lease_owner": OWNER,
+        "lease_until": NOW - timedelta(seconds=42),
+        "heartbeat_at": NOW - timedelta(seconds=72),
+        "last_error": None,
+        "created_at": NOW - timedelta(minutes=10),
+        "updated_at": NOW - timedelta(seconds=72),
+        "finished_at": None,
+    }
+    base.update(changes)
+    return Job(**base)  # type: ignore[arg-type]
+
+
+def make_detail(job: Job | None = None) -> JobDetail:
+    job = job or make_job()
+    attempts = (
+        Attempt(
+            42,
+            1,
+            OWNER,
+            NOW - timedelta(minutes=4),
+            None,
+            NOW - timedelta(minutes=3),
+            "expired",
+            "lease expired; watcher@ops-1:311 moved the job to Pending",
+        ),
+        Attempt(
+            42,
+            2,
+            OWNER,
+            NOW - timedelta(minutes=2),
+            NOW - timedelta(seconds=72),
+            None,
+            "running",
+            None,
+        ),
+    )
+    events = (
+        Event(
+            7,
+            42,
+            NOW - timedelta(minutes=3),
+            "watcher@ops-1:311",
+            "requeue",
+            "lease expired",
+            {"status": "Processing"},
+            {"status": "Pending"},
+        ),
+    )
+    return JobDetail(job, attempts, events, NOW)
+
+
+def make_report() -> StatusReport:
+    return StatusReport(
+        db_now=NOW,
+        queues=(
+            QueueCounts(
+                "emails",
+                pending=120,
+                due=100,
+                processing=8,
+                expired=1,
+                stuck=2,
+                completed_recent=5000,
+                failed_recent=3,
+                oldest_due_at=NOW - timedelta(seconds=95),
+            ),
+            QueueCounts("reports", pending=1, due=0, processing=0),
+        ),
+        owners=(
+            OwnerHealth(
+                owner=OWNER,
+                hostname="worker-host-17.example",
+                pid=48213,
+                queues=("emails",),
+                lease_ttl=timedelta(seconds=30),
+                heartbeat_every=timedelta(seconds=10),
+                started_at=NOW - timedelta(hours=1),
+                last_seen_at=NOW - timedelta(seconds=3),
+                stopped_at=None,
+                held=8,
+                expired=1,
+                last_job_heartbeat_at=NOW - timedelta(seconds=4),
+                next_expiry_at=NOW - timedelta(seconds=42),
+                freshness=Freshness.FRESH,
+            ),
+            OwnerHealth(
+                owner="legacy",
+                hostname=None,
+                pid=None,
+                queues=(),
+                lease_ttl=None,
+                heartbeat_every=None,
+                started_at=None,
+                last_seen_at=None,
+                stopped_at=None,
+                held=0,
+                expired=0,
+                last_job_heartbeat_at=None,
+                next_expiry_at=None,
+                freshness=Freshness.UNKNOWN,
+            ),
+        ),
+        finished_estimate={"Completed": 1_000_000},
+    )
+
+
+# -- small formats ----------------------------------------------------------------------------
+
+
+def test_format_ids_compacts_ranges() -> None:
+    assert output.format_ids([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert output.format_ids(list(range(1, 1001))) == "1-1000"
+    assert output.format_ids([]) == "-"
+    many = list(range(1, 40, 2))
+    assert output.format_ids(many, max_ranges=3) == "1, 3, 5, (+17 more)"
+
+
+def test_relative_times_use_the_given_clock() -> None:
+    assert output.ago(NOW, NOW - timedelta(seconds=42)) == "42s ago"
+    assert output.ago(NOW, NOW + timedelta(seconds=12)) == "in 12s"
+    assert output.ago(NOW, None) == "-"
+    assert output.lease_state(NOW, NOW - timedelta(seconds=42)).plain == "expired 42s ago"
+    assert output.lease_state(NOW, NOW + timedelta(minutes=2)).plain == "2m00s left"
+
+
+def test_short_window() -> None:
+    assert output.short_window(timedelta(hours=1)) == "1h"
+    assert output.short_window(timedelta(minutes=30)) == "30m"
+    assert output.short_window(timedelta(seconds=90)) == "90s"
+    assert output.short_window(timedelta(milliseconds=250)) == "250ms"
+
+
+def test_would_become_mirrors_the_watcher() -> None:
+    job = ExpiredJob(1, "q", JobStatus.PROCESSING, 2, 5, OWNER, NOW, NOW)
+    spent = ExpiredJob(2, "q", JobStatus.PROCESSING, 5, 5, OWNER, NOW, NOW)
+    assert output.would_become(job, "requeue") == JobStatus.PENDING
+    assert output.would_become(spent, "requeue") == JobStatus.FAILED
+    assert output.would_become(job, "mark") == JobStatus.STUCK
+
+
+# -- JSON -------------------------------------------------------------------------------------
+
+
+def test_jsonable_types() -> None:
+    doc = output.jsonable(
+        {"t": NOW, "d": timedelta(milliseconds=1500), "s": JobStatus.STUCK, "l": (1, 2)}
+    )
+    assert doc == {"t": "2025-03-01T12:00:00+00:00", "d": 1.5, "s": "Stuck", "l": [1, 2]}
+
+
+def test_detail_json_has_all_columns() -> None:
+    doc = json.loads(output.dumps(output.detail_json(make_detail())))
+    assert set(doc) == {"job", "attempts", "events", "db_now"}
+    assert set(doc["job"]) == {
+        "id",
+        "queue",
+        "payload",
+        "status",
+        "priority",
+        "run_at",
+        "attempts",
+        "max_attempts",
+        "lease_owner",
+        "lease_until",
+        "heartbeat_at",
+        "last_error",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    }
+    assert doc["job"]["lease_until"] == "2025-03-01T11:59:18+00:00"
+    assert doc["job"]["status"] == "Processing"
+    assert [a["outcome"] for a in doc["attempts"]] == ["expired", "running"]
+    assert doc["events"][0]["before"] == {"status": "Processing"}
+
+
+def test_status_json_keys_and_check() -> None:
+    doc = json.loads(output.dumps(output.status_json(make_report())))
+    assert set(doc) >= {"db_now", "queues", "totals", "finished_estimate", "owners", "check"}
+    queue_keys = {
+        "queue",
+        "pending",
+        "due",
+        "oldest_due_at",
+        "oldest_due_age_s",
+        "processing",
+        "expired",
+        "stuck",
+        "completed_recent",
+        "failed_recent",
+    }
+    assert all(set(q) == queue_keys for q in doc["queues"])
+    assert doc["queues"][0]["oldest_due_age_s"] == 95.0
+    assert doc["totals"]["pending"] == 121
+    assert set(doc["totals"]) == queue_keys - {"queue"}
+    assert doc["finished_estimate"] == {"completed": 1_000_000, "failed": 0}
+    owner = doc["owners"][0]
+    assert set(owner) >= {
+        "owner",
+        "freshness",
+        "held",
+        "expired",
+        "last_seen_at",
+        "last_job_heartbeat_at",
+        "next_expiry_at",
+        "heartbeat_every_s",
+        "lease_ttl_s",
+        "hostname",
+        "pid",
+        "queues",
+    }
+    assert owner["heartbeat_every_s"] == 10.0 and owner["freshness"] == "fresh"
+    assert doc["check"] == {"expired": 1, "stuck": 2, "ok": False}
+
+
+def test_status_json_without_statistics() -> None:
+    report = StatusReport(db_now=NOW, queues=(), owners=())
+    doc = output.status_json(report)
+    assert doc["finished_estimate"] == {"completed": None, "failed": None}
+    assert doc["check"] == {"expired": 0, "stuck": 0, "ok": True}
+    assert doc["totals"]["oldest_due_at"] is None
+
+
+def test_watcher_json() -> None:
+    job = ExpiredJob(1, "q", JobStatus.PENDING, 2, 5, OWNER, NOW, NOW - timedelta(seconds=5))
+    doc = output.watcher_json(WatcherResult(requeued=1, batches=1, jobs=(job,)))
+    assert doc == {
+        "dry_run": False,
+        "requeued": 1,
+        "failed": 0,
+        "marked_stuck": 0,
+        "jobs": [
+            {
+                "id": 1,
+                "queue": "q",
+                "status": "Pending",
+                "attempts": 2,
+                "max_attempts": 5,
+                "lease_owner": OWNER,
+                "lease_until": "2025-03-01T12:00:00+00:00",
+                "heartbeat_at": "2025-03-01T11:59:55+00:00",
+            }
+        ],
+    }
+
+
+# -- human output -----------------------------------------------------------------------------
+
+
+def test_inspect_output_fits_and_uses_db_clock() -> None:
+    text = render(output.detail_renderables(make_detail()))
+    assert fits(text)
+    assert "expired 42s ago" in text
+    assert "(1m12s ago)" in text  # heartbeat age against db_now, not the local clock
+    assert OWNER in text
+    assert "[red]someone" in text  # data is never read as markup
+    assert "2/5" in text
+
+
+def test_inspect_output_of_finished_job() -> None:
+    job = make_job(
+        status=JobStatus.COMPLETED, lease_until=None, finished_at=NOW, last_error="boom [x]"
+    )
+    text = render(output.detail_renderables(make_detail(job)))
+    assert fits(text)
+    assert "Completed" in text and "last holder" in text and "boom [x]" in text
+
+
+def test_inspect_output_of_fresh_job() -> None:
+    job = make_job(
+        status=JobStatus.PENDING,
+        attempts=0,
+        lease_owner=None,
+        lease_until=None,
+        heartbeat_at=None,
+        run_at=NOW + timedelta(minutes=5),
+    )
+    text = render(output.detail_renderables(JobDetail(job, (), (), NOW)))
+    assert "never leased" in text and "events: none" in text and "due in 5m00s" in text
+
+
+def test_status_output_fits() -> None:
+    text = render(output.status_renderables(make_report()))
+    assert fits(text)
+    assert "expired" in text and "pending" in text  # headers are not truncated
+    assert OWNER in render(output.status_renderables(make_report()), width=120)
+    assert "total" in text
+    assert "1,000,000" in text
+    assert "1 expired lease(s), 2 Stuck job(s)" in text
+
+
+def test_status_output_without_owners() -> None:
+    text = render(output.status_renderables(StatusReport(db_now=NOW, queues=(), owners=())))
+    assert "no live jobs" in text and "lease owners: none" in text
+    assert "unknown (no planner statistics yet)" in text
+
+
+def test_watcher_output() -> None:
+    job = ExpiredJob(
+        9, "emails", JobStatus.PROCESSING, 5, 5, OWNER, NOW - timedelta(minutes=2), None
+    )
+    dry = render(
+        output.watcher_renderables(WatcherResult(dry_run=True, jobs=(job,)), NOW, "requeue")
+    )
+    assert fits(dry)
+    assert "dry run" in dry and "Failed" in dry and "2m00s ago" in dry and "48213" in dry
+    moved = render(output.watcher_renderables(WatcherResult(), NOW, "requeue"))
+    assert "requeued 0, failed 0" in moved
+
+
+def test_action_output() -> None:
+    result = ActionResult("requeue", (1, 2, 3), (Skipped(9, "a Completed job cannot be requeued"),))
+    text = render(output.action_renderables(result))
+    assert fits(text)
+    assert "requeued 3 job(s): 1-3" in text
+    assert "a Completed job cannot be requeued" in text
