@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
@@ -43,6 +45,8 @@ from leasectl.models import (
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5
+# Enqueue notifications carry the first characters of the queue name (NOTIFY payloads are small).
+NOTIFY_QUEUE_CHARS = 128
 
 
 def quote_ident(name: str) -> str:
@@ -160,6 +164,37 @@ class Store:
         rows = self._rows(name, params)
         return rows[0] if rows else None
 
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this schema's enqueues."""
+        name = f"leasectl_{self.schema}"
+        if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
+            name = "leasectl_" + hashlib.sha1(self.schema.encode()).hexdigest()[:20]
+        return name
+
+    @contextlib.contextmanager
+    def listen(self) -> Iterator[Callable[[Callable[[], bool]], Iterator[str]]]:
+        """A dedicated connection LISTENing on the enqueue channel (never a pooled one).
+
+        Yields a function that iterates notification payloads until its stop() returns true.
+        """
+        with self._errors():
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        try:
+            with self._errors():
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+            def payloads(stop: Callable[[], bool]) -> Iterator[str]:
+                while not stop():
+                    with self._errors():
+                        received = list(conn.notifies(timeout=1.0))
+                    for note in received:
+                        yield note.payload
+
+            yield payloads
+        finally:
+            conn.close()
+
     def _table(self, table: str) -> str:
         return f"{quote_ident(self.schema)}.{quote_ident(table)}"
 
@@ -230,6 +265,7 @@ class Store:
                 "priority": priority,
                 "delay": delay,
                 "max_attempts": max_attempts,
+                "channel": self.channel,
             },
         )
         return [r["id"] for r in rows]

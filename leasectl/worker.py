@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import queue
 import random
 import signal
 import socket
@@ -29,7 +30,7 @@ from leasectl.backoff import retry_delay
 from leasectl.config import default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.models import Job, Lease
-from leasectl.store import Store
+from leasectl.store import NOTIFY_QUEUE_CHARS, Store
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,9 @@ class Worker:
         self.started = threading.Event()
         self._held: dict[int, JobContext] = {}
         self._lock = threading.Lock()
-        self._slots = threading.Semaphore(config.concurrency)
+        self._busy = 0  # slots taken: claimed jobs not yet finished
+        self._wake = threading.Event()  # a slot freed up, or a NOTIFY said there is work
+        self._done: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
 
     @property
     def worker_id(self) -> str:
@@ -158,13 +161,14 @@ class Worker:
             self._store = Store.connect(
                 self.dsn,
                 self.schema,
-                max_size=min(self.config.concurrency, 8) + 2,
+                max_size=min(self.config.concurrency, 8) + 3,
                 application_name=f"leasectl worker {self.worker_id}"[:63],
             )
         return self._store
 
     def stop(self) -> None:
         self.stopping.set()
+        self._wake.set()
 
     def held(self) -> list[JobContext]:
         with self._lock:
@@ -186,8 +190,13 @@ class Worker:
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
-        beat = threading.Thread(target=self._heartbeat_loop, name="leasectl-heartbeat", daemon=True)
-        beat.start()
+        threads = [
+            threading.Thread(target=self._heartbeat_loop, name="leasectl-heartbeat", daemon=True),
+            threading.Thread(target=self._complete_loop, name="leasectl-complete", daemon=True),
+            threading.Thread(target=self._listen_loop, name="leasectl-listen", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
         pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leasectl-job")
         log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
         self.started.set()
@@ -195,106 +204,161 @@ class Worker:
             self._claim_loop(pool)
         finally:
             self._shutdown(pool)
-            beat.join(timeout=5)
+            self._done.put(None)
+            for thread in threads[:2]:
+                thread.join(timeout=5)
             if self._owns_store:
                 store.close()
         return self.stats
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info("worker %s: signal %d, stopping", self.worker_id, signum)
-        self.stopping.set()
+        self.stop()
 
     def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
         failures = 0
         queue_index = 0
         while not self.stopping.is_set():
-            free = self._free_slots()
-            if free == 0:
-                self.stopping.wait(0.01)
+            self._wake.clear()  # cleared before looking, so no wake-up between is lost
+            with self._lock:
+                free = self.config.concurrency - self._busy
+                self._busy += max(free, 0)
+            if free <= 0:
+                self._wake.wait(1.0)
                 continue
-            queue = self.config.queues[queue_index % len(self.config.queues)]
+            name = self.config.queues[queue_index % len(self.config.queues)]
             queue_index += 1
+            sent = time.monotonic()  # the lease runs from the server's now(): after this
             try:
-                leases = self.store.claim(queue, self.worker_id, self.config.lease_ttl, free)
+                leases = self.store.claim(name, self.worker_id, self.config.lease_ttl, free)
                 failures = 0
             except ConnectionFailed as exc:
+                self._free(free)
                 failures += 1
-                self._release_slots(free)
                 delay = min(30.0, 0.2 * 2**failures) * (0.5 + random.random() / 2)
                 log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
                 self.stopping.wait(delay)
                 continue
-            self._release_slots(free - len(leases))
-            now = time.monotonic()
+            self._free(free - len(leases), wake=False)
             for lease in leases:
-                ctx = JobContext(lease, deadline=now + self.config.lease_ttl.total_seconds())
+                ctx = JobContext(lease, deadline=sent + self.config.lease_ttl.total_seconds())
                 with self._lock:
                     self._held[lease.job_id] = ctx
                 self.stats.claimed += 1
                 pool.submit(self._run_job, ctx)
             if not leases and queue_index % len(self.config.queues) == 0:
-                self.stopping.wait(self.config.poll_interval.total_seconds())
+                self._wake.wait(self.config.poll_interval.total_seconds())
 
-    def _free_slots(self) -> int:
-        taken = 0
-        while self._slots.acquire(blocking=False):
-            taken += 1
-        return taken
-
-    def _release_slots(self, n: int) -> None:
-        for _ in range(n):
-            self._slots.release()
+    def _free(self, n: int, *, wake: bool = True) -> None:
+        if n <= 0:
+            return
+        with self._lock:
+            self._busy -= n
+        if wake:
+            self._wake.set()
 
     # -- one job ----------------------------------------------------------------------------
 
     def _run_job(self, ctx: JobContext) -> None:
+        error: BaseException | None = None
         try:
-            error: BaseException | None = None
-            try:
-                self.handler(ctx)
-            except Exception as exc:
-                error = exc
-            self._finish(ctx, error)
+            self.handler(ctx)
+        except Exception as exc:
+            error = exc
+        if error is None and not (ctx.lost or ctx.cancelled.is_set()):
+            self._done.put(ctx)  # completions are written in batches by the completer
+            return
+        try:
+            self._finish_failed(ctx, error)
         except Exception:
             log.exception("worker %s: job %d: unexpected error", self.worker_id, ctx.job.id)
         finally:
-            with self._lock:
-                self._held.pop(ctx.job.id, None)
-            self._slots.release()
+            self._forget(ctx)
 
-    def _finish(self, ctx: JobContext, error: BaseException | None) -> None:
-        """Write the result, fenced; retry a lost connection while the lease may still be ours."""
+    def _forget(self, ctx: JobContext) -> None:
+        with self._lock:
+            self._held.pop(ctx.job.id, None)
+        self._free(1)
+
+    def _complete_loop(self) -> None:
+        """Write completions: whatever finished meanwhile goes in one fenced statement."""
         while True:
-            if ctx.lost or ctx.cancelled.is_set():
+            first = self._done.get()
+            batch = [first] if first is not None else []
+            closing = first is None
+            while len(batch) < 500:
+                try:
+                    more = self._done.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    closing = True
+                else:
+                    batch.append(more)
+            if batch:
+                self._complete(batch)
+            if closing:
+                return
+
+    def _complete(self, batch: list[JobContext]) -> None:
+        pending = list(batch)
+        try:
+            while pending:
+                live = [c for c in pending if not (c.lost or c.cancelled.is_set())]
+                for ctx in pending:
+                    if ctx not in live:
+                        self._mark_lost(ctx, "lease lost before the result could be written")
+                if not live:
+                    return
+                try:
+                    accepted = self.store.complete([c.lease for c in live])
+                except ConnectionFailed as exc:
+                    # Safe to retry: completion is fenced, a second try cannot apply twice.
+                    now = time.monotonic()
+                    for ctx in live:
+                        if now >= ctx.deadline:
+                            self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                    pending = [c for c in live if not c.lost]
+                    if pending:
+                        time.sleep(0.5)
+                    continue
+                for ctx in live:
+                    if ctx.job.id in accepted:
+                        self.stats.completed += 1
+                    else:
+                        self._mark_lost(ctx, "the database refused the result: lease taken over")
+                return
+        finally:
+            for ctx in batch:
+                self._forget(ctx)
+
+    def _finish_failed(self, ctx: JobContext, error: BaseException | None) -> None:
+        """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
+        while True:
+            if ctx.lost or ctx.cancelled.is_set() or error is None:
                 self._mark_lost(ctx, "lease lost before the result could be written")
                 return
+            delay = retry_delay(
+                ctx.lease.attempt, base=self.config.retry_base, cap=self.config.retry_cap
+            )
             try:
-                if error is None:
-                    accepted = bool(self.store.complete([ctx.lease]))
-                    if accepted:
-                        self.stats.completed += 1
-                else:
-                    text = _error_text(error)
-                    delay = retry_delay(
-                        ctx.lease.attempt, base=self.config.retry_base, cap=self.config.retry_cap
-                    )
-                    status = self.store.fail(
-                        ctx.lease,
-                        text,
-                        retry_delay=delay,
-                        retry=not isinstance(error, PermanentError),
-                    )
-                    accepted = status is not None
-                    if accepted:
-                        self.stats.failed += 1
-                if not accepted:
-                    self._mark_lost(ctx, "the database refused the result: lease was taken over")
-                return
+                status = self.store.fail(
+                    ctx.lease,
+                    _error_text(error),
+                    retry_delay=delay,
+                    retry=not isinstance(error, PermanentError),
+                )
             except ConnectionFailed as exc:
                 if time.monotonic() >= ctx.deadline:
                     self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
                     return
                 self.stopping.wait(0.5)
+                continue
+            if status is None:
+                self._mark_lost(ctx, "the database refused the result: lease taken over")
+            else:
+                self.stats.failed += 1
+            return
 
     def _mark_lost(self, ctx: JobContext, why: str) -> None:
         if not ctx.lost:
@@ -309,6 +373,29 @@ class Worker:
             )
         ctx.cancelled.set()
 
+    # -- wake-ups ---------------------------------------------------------------------------
+
+    def _listen_loop(self) -> None:
+        """LISTEN for enqueues of our queues so idle workers start at once, not at the next poll.
+
+        Polling stays as the fallback: a lost notification only delays work by poll_interval.
+        """
+        wanted = {q[:NOTIFY_QUEUE_CHARS] for q in self.config.queues}
+        failures = 0
+        while not self.stopping.is_set():
+            try:
+                with self.store.listen() as notifications:
+                    failures = 0
+                    # Anything enqueued before LISTEN took effect was not announced: look once.
+                    self._wake.set()
+                    for payload in notifications(lambda: self.stopping.is_set()):
+                        if payload in wanted:
+                            self._wake.set()
+            except ConnectionFailed as exc:
+                failures += 1
+                log.debug("worker %s: listen: %s", self.worker_id, exc)
+                self.stopping.wait(min(30.0, 0.5 * 2**failures) * (0.5 + random.random() / 2))
+
     # -- heartbeats -------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
@@ -319,7 +406,7 @@ class Worker:
     def beat(self) -> None:
         """Renew every held lease in one statement; leases not renewed are lost."""
         held = [c for c in self.held() if not c.lost]
-        started = time.monotonic()
+        sent = time.monotonic()
         try:
             self.store.worker_seen(self.worker_id)
             renewed = self.store.heartbeat([c.lease for c in held], self.config.lease_ttl)
@@ -332,8 +419,7 @@ class Worker:
             return
         for ctx in held:
             if ctx.job.id in renewed:
-                # The lease runs from the server's now(); our send time is a safe lower bound.
-                ctx.deadline = started + self.config.lease_ttl.total_seconds()
+                ctx.deadline = sent + self.config.lease_ttl.total_seconds()
             else:
                 self._mark_lost(ctx, "heartbeat rejected: the lease was taken over")
 
@@ -343,16 +429,17 @@ class Worker:
         """Let running handlers finish within the grace period, then release what is left."""
         deadline = time.monotonic() + self.config.grace.total_seconds()
         while self.held() and time.monotonic() < deadline:
-            time.sleep(0.02)
+            self._wake.clear()
+            if self.held():
+                self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         leftover = [c for c in self.held() if not c.lost]
         for ctx in leftover:
+            ctx.lost = True  # never write a result for a job we hand back
             ctx.cancelled.set()
         if leftover:
             try:
                 released = self.store.release([c.lease for c in leftover])
                 self.stats.released += len(released)
-                for ctx in leftover:
-                    ctx.lost = True  # never write a result for a job we handed back
                 log.info("worker %s: released %d unfinished jobs", self.worker_id, len(released))
             except LeasectlError as exc:
                 log.warning("worker %s: could not release: %s", self.worker_id, exc)

@@ -1,10 +1,15 @@
 -- name: jobs_enqueue
--- Insert one job per payload in one statement; returns the new ids in payload order.
-INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts)
-SELECT %(queue)s, p.payload, %(priority)s, now() + %(delay)s, %(max_attempts)s
-FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, n)
-ORDER BY p.n
-RETURNING id;
+-- Insert one job per payload in one statement and wake idle workers of the queue (NOTIFY).
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts)
+    SELECT %(queue)s, p.payload, %(priority)s, now() + %(delay)s, %(max_attempts)s
+    FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, n)
+    ORDER BY p.n
+    RETURNING id
+), notified AS (
+    SELECT pg_notify(%(channel)s, left(%(queue)s, 128)) AS sent
+)
+SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 
 -- name: jobs_claim
 -- Lease up to %(limit)s claimable jobs of one queue (due Pending, or expired), priority order.

@@ -1,0 +1,99 @@
+"""The worker runtime in-process: NOTIFY wake-ups, batched completions, lost-lease cancellation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from leasectl.models import JobStatus
+from leasectl.store import Store
+from leasectl.worker import JobContext, Worker, WorkerConfig
+from tests.util import wait_until
+
+
+@pytest.fixture
+def run_worker(db_dsn: str) -> Iterator[Any]:
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def start(handler: Any, **config: Any) -> Worker:
+        worker = Worker(db_dsn, "leasectl", WorkerConfig(**config), handler)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+        thread.start()
+        assert worker.started.wait(10)
+        running.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, thread in running:
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()
+
+
+def test_an_idle_worker_is_woken_by_notify_not_by_polling(store: Store, run_worker: Any) -> None:
+    done = threading.Event()
+    worker = run_worker(lambda ctx: done.set(), queues=("n",), poll_interval=timedelta(hours=1))
+    [first] = store.enqueue([{}], queue="n")
+    # The worker polled an empty queue at start-up and now sleeps for an hour unless woken.
+    wait_until(lambda: store.get_job(first).status == JobStatus.COMPLETED, timeout=10)
+    [second] = store.enqueue([{}], queue="n")
+    wait_until(lambda: store.get_job(second).status == JobStatus.COMPLETED, timeout=10)
+    assert worker.stats.completed == 2
+
+
+def test_many_jobs_complete_with_batched_statements(
+    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ids = store.enqueue([{}] * 300, queue="b")
+    worker = run_worker(lambda ctx: None, queues=("b",), concurrency=20)
+    wait_until(
+        lambda: (
+            sql_conn.execute(
+                "SELECT count(*) FROM leasectl.jobs WHERE status = 'Completed'"
+            ).fetchone()
+            == (300,)
+        ),
+        timeout=60,
+    )
+    assert worker.stats.completed == 300 and worker.stats.lost == 0
+    outcomes = sql_conn.execute(
+        "SELECT outcome::text, count(*) FROM leasectl.job_attempts GROUP BY 1"
+    ).fetchall()
+    assert outcomes == [("completed", 300)]
+    assert len(ids) == 300
+
+
+def test_a_handler_sees_cancellation_when_its_lease_is_taken(
+    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+) -> None:
+    seen: list[JobContext] = []
+    cancelled = threading.Event()
+
+    def handler(ctx: JobContext) -> None:
+        seen.append(ctx)
+        if ctx.cancelled.wait(30):
+            cancelled.set()
+
+    worker = run_worker(
+        handler,
+        queues=("c",),
+        lease_ttl=timedelta(seconds=2),
+        heartbeat_every=timedelta(milliseconds=200),
+    )
+    [job_id] = store.enqueue([{}], queue="c")
+    wait_until(lambda: seen)
+    # Another owner takes the job over (as after an expiry); the next heartbeat notices.
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+        (job_id,),
+    )
+    assert store.claim_by_id(job_id, "thief", timedelta(seconds=60)) is not None
+    assert cancelled.wait(10)
+    wait_until(lambda: worker.stats.lost == 1)
+    job = store.get_job(job_id)
+    assert (job.status, job.lease_owner, job.attempts) == (JobStatus.PROCESSING, "thief", 2)
