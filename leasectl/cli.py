@@ -27,7 +27,7 @@ import typer
 from psycopg import conninfo
 from rich.console import Console, RenderableType
 
-from leasectl import config, output, queries
+from leasectl import config, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.store import Store
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
@@ -481,6 +481,60 @@ def status(
             + (f" in queue {queue!r}" if queue else "")
         )
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+def prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than", metavar="DURATION", help="Delete jobs finished longer ago than this."
+        ),
+    ],
+    batch: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 5000,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    drop_events: Annotated[
+        bool,
+        typer.Option("--drop-events", help="Also delete the pruned jobs' audit events."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Delete finished (Completed/Failed) jobs and their attempts in batches."""
+    cutoff = _duration(older_than, "--older-than")
+    if queue is not None:
+        queue = _queue_name(queue)
+    with _store(ctx) as store:
+        result = retention.prune(
+            store,
+            older_than=cutoff,
+            batch=batch,
+            queue=queue,
+            keep_events=not drop_events,
+            dry_run=dry_run,
+        )
+    if as_json:
+        _emit_json(
+            {
+                "dry_run": result.dry_run,
+                "jobs": result.jobs,
+                "events": result.events,
+                "batches": result.batches,
+                "older_than_s": cutoff.total_seconds(),
+            }
+        )
+        return
+    verb = "would delete" if result.dry_run else "deleted"
+    events = "" if result.dry_run else f", {result.events} audit event(s)"
+    typer.echo(
+        f"{verb} {result.jobs} finished job(s) older than {config.format_duration(cutoff)}"
+        f"{events}" + ("" if result.dry_run else f" in {result.batches} batch(es)")
+    )
 
 
 @app.command()

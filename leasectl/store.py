@@ -503,6 +503,21 @@ class Store:
             )
         return result
 
+    # -- retention --------------------------------------------------------------------------
+
+    def prune_batch(
+        self, older_than: timedelta, batch: int, queue: str | None, keep_events: bool
+    ) -> tuple[int, int]:
+        row = self._one(
+            "jobs_prune",
+            {"older_than": older_than, "batch": batch, "queue": queue, "keep_events": keep_events},
+        )
+        return (int(row["jobs"]), int(row["events"])) if row else (0, 0)
+
+    def prune_count(self, older_than: timedelta, queue: str | None) -> int:
+        row = self._one("jobs_prune_count", {"older_than": older_than, "queue": queue})
+        return int(row["jobs"]) if row else 0
+
     # -- workers ----------------------------------------------------------------------------
 
     def worker_register(

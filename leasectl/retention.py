@@ -1,0 +1,45 @@
+"""Retention: delete finished history in small batches so the table stays small."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from leasectl.errors import UsageError
+from leasectl.store import Store
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    jobs: int
+    events: int
+    batches: int
+    dry_run: bool = False
+
+
+def prune(
+    store: Store,
+    *,
+    older_than: timedelta,
+    batch: int = 5000,
+    queue: str | None = None,
+    keep_events: bool = True,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Delete Completed/Failed jobs finished before ``older_than`` ago, one batch per statement.
+
+    Each batch is its own short transaction, so row locks and WAL bursts stay small and
+    workers keep running meanwhile. Audit events are kept unless ``keep_events`` is false.
+    """
+    if not 1 <= batch <= 100_000:
+        raise UsageError("--batch must be between 1 and 100000")
+    if dry_run:
+        return PruneResult(store.prune_count(older_than, queue), 0, 0, dry_run=True)
+    jobs = events = batches = 0
+    while True:
+        deleted, deleted_events = store.prune_batch(older_than, batch, queue, keep_events)
+        batches += 1
+        jobs += deleted
+        events += deleted_events
+        if deleted < batch:
+            return PruneResult(jobs, events, batches)
