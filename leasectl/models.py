@@ -239,3 +239,80 @@ class StatusReport:
     def oldest_due_at(self) -> datetime | None:
         times = [q.oldest_due_at for q in self.queues if q.oldest_due_at is not None]
         return min(times) if times else None
+
+
+# -- console
+
+
+@dataclass(frozen=True)
+class PanelJob:
+    """A job as a console panel lists it: no payload, the error cut short.
+
+    ``risk_window`` is the owner's heartbeat interval (or the console's fixed window when the
+    owner never declared one): a lease ending sooner than that is at risk. ``lapsed_at`` is when
+    the lease lapsed (the quarantine time for a Stuck job that never had a lease).
+    """
+
+    id: int
+    queue: str
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_until: datetime | None
+    heartbeat_at: datetime | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    risk_window: timedelta | None = None
+    lapsed_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Self:
+        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
+        return job
+
+    def seen(self) -> SeenState:
+        return SeenState(self.id, self.status, self.attempts, self.lease_owner)
+
+
+@dataclass(frozen=True)
+class ConsoleCounts:
+    """Exact counts of the live states; finished history only as planner estimates."""
+
+    pending: int = 0
+    due: int = 0
+    oldest_due_at: datetime | None = None
+    processing: int = 0
+    at_risk: int = 0
+    expired: int = 0
+    stuck: int = 0
+    completed_estimate: int | None = None
+    failed_estimate: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One console refresh: everything read in one transaction, at the database time db_now."""
+
+    db_now: datetime
+    server_version: str
+    database: str
+    counts: ConsoleCounts
+    throughput: tuple[int, ...]
+    failed_recent: int
+    pending: tuple[PanelJob, ...]
+    processing: tuple[PanelJob, ...]
+    stuck: tuple[PanelJob, ...]
+    owners: tuple[OwnerHealth, ...]
+    queue: str | None = None
+    owner: str | None = None
+    job_id: int | None = None
+    limit: int = 100
+    risk_window: timedelta = timedelta(seconds=10)
+
+    @property
+    def throughput_window(self) -> timedelta:
+        return timedelta(minutes=len(self.throughput))

@@ -29,6 +29,7 @@ from leasectl.errors import (
 from leasectl.models import (
     ActionResult,
     Attempt,
+    ConsoleCounts,
     Event,
     ExpiredJob,
     Job,
@@ -36,9 +37,11 @@ from leasectl.models import (
     JobStatus,
     Lease,
     OwnerHealth,
+    PanelJob,
     QueueCounts,
     SeenState,
     Skipped,
+    Snapshot,
     StatusReport,
 )
 
@@ -547,6 +550,108 @@ class Store:
 
     def worker_stopped(self, worker_id: str) -> None:
         self._rows("worker_stopped", {"worker_id": worker_id})
+
+    # -- console ----------------------------------------------------------------------------
+
+    def console_snapshot(
+        self,
+        queue: str | None,
+        limit: int,
+        *,
+        owner: str | None = None,
+        job_id: int | None = None,
+        risk_window: timedelta = timedelta(seconds=10),
+        minutes: int = 30,
+        timeout: timedelta = timedelta(seconds=5),
+    ) -> Snapshot:
+        """What the console shows, read in one read-only REPEATABLE READ transaction so that
+        every count, every panel row and the database clock describe the same instant.
+
+        Panels hold at most ``limit`` rows each; finished history is only ever estimated.
+        """
+        params: dict[str, Any] = {
+            "queue": queue,
+            "owner": owner or None,
+            "job_id": job_id,
+            "limit": max(1, limit),
+            "risk_window": risk_window,
+            "minutes": minutes,
+            "timeout_ms": str(max(1, int(timeout.total_seconds() * 1000))),
+            "schema": self.schema,
+        }
+        with self._errors(), self.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+
+            def rows(name: str) -> list[dict[str, Any]]:
+                cur.execute(queries.get(name).render(self.schema), params)
+                return cur.fetchall() if cur.description is not None else []
+
+            rows("console_snapshot_begin")
+            rows("console_statement_timeout")
+            info = rows("server_info")[0]
+            counts = rows("console_counts")[0]
+            per_minute = rows("console_throughput")
+            pending = rows("console_pending")
+            processing = rows("console_processing")
+            stuck = rows("console_stuck")
+            estimate = {r["status"]: int(r["jobs"]) for r in rows("status_finished_estimate")}
+        db_now = counts["db_now"]
+        completed = [0] * minutes
+        failed = 0
+        for r in per_minute:
+            if 0 <= r["minutes_ago"] < minutes:
+                completed[minutes - 1 - r["minutes_ago"]] += r["completed"]
+                failed += r["failed"]
+        processing_jobs = tuple(PanelJob.from_row(r) for r in processing)
+        stuck_jobs = tuple(PanelJob.from_row(r) for r in stuck)
+        owners = [
+            o
+            for o in self.owners(db_now=db_now)
+            if self._console_owner_matches(o, queue, owner, job_id, [*processing_jobs, *stuck_jobs])
+        ]
+        return Snapshot(
+            db_now=db_now,
+            server_version=str(info["server_version"]),
+            database=str(info["database"]),
+            counts=ConsoleCounts(
+                pending=counts["pending"],
+                due=counts["due"],
+                oldest_due_at=counts["oldest_due_at"],
+                processing=counts["processing"],
+                at_risk=counts["at_risk"],
+                expired=counts["expired"],
+                stuck=counts["stuck"],
+                completed_estimate=estimate.get("Completed"),
+                failed_estimate=estimate.get("Failed"),
+            ),
+            throughput=tuple(completed),
+            failed_recent=failed,
+            pending=tuple(PanelJob.from_row(r) for r in pending),
+            processing=processing_jobs,
+            stuck=stuck_jobs,
+            owners=tuple(owners),
+            queue=queue,
+            owner=owner or None,
+            job_id=job_id,
+            limit=params["limit"],
+            risk_window=risk_window,
+        )
+
+    @staticmethod
+    def _console_owner_matches(
+        o: OwnerHealth,
+        queue: str | None,
+        owner: str | None,
+        job_id: int | None,
+        jobs: Sequence[PanelJob],
+    ) -> bool:
+        """Whether an owner belongs in the console's Owners panel under the current filter."""
+        holds = {j.lease_owner for j in jobs}
+        if owner and not o.owner.startswith(owner):
+            return False
+        if job_id is not None:
+            return o.owner in holds
+        return queue is None or queue in o.queues or o.owner in holds
 
 
 def explain_skip(

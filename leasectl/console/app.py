@@ -1,0 +1,398 @@
+"""`leasectl tui`: the on-call console.
+
+All database work runs in thread workers that report back with messages (messages.py); the UI
+thread only renders. Polls never overlap: the next one is armed when the last one has finished,
+after the refresh interval on success and a capped backoff on failure, and not at all while a
+modal or the detail screen is open. The data source is injected, so tests and screenshots can
+feed fixed data without a database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import ClassVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.timer import Timer
+
+from leasectl.console import view
+from leasectl.console.messages import (
+    ActionFailed,
+    ActionFinished,
+    PollFailed,
+    PrivilegeChecked,
+    SnapshotLoaded,
+)
+from leasectl.console.poller import PollSchedule
+from leasectl.console.screens.confirm import ConfirmScreen
+from leasectl.console.screens.detail import DetailScreen
+from leasectl.console.screens.filter import FilterScreen
+from leasectl.console.screens.help import HelpScreen
+from leasectl.console.screens.main import MainScreen
+from leasectl.console.source import ConsoleSource, DatabaseSource
+from leasectl.console.view import Action, ConsoleFilter, DbClock
+from leasectl.console.widgets.bars import Status
+from leasectl.console.widgets.tables import RowContext
+from leasectl.errors import ConnectionFailed, LeasectlError
+from leasectl.models import ActionResult, PanelJob, SeenState, Snapshot
+
+DEFAULT_LIMIT = 100
+RISK_WINDOW = timedelta(seconds=10)
+
+
+def run(
+    dsn: str,
+    schema: str,
+    *,
+    refresh: timedelta,
+    queue: str | None,
+    read_only: bool,
+) -> None:
+    """Connect (raising the core's typed errors before any screen is drawn), then run the app."""
+    source = DatabaseSource.connect(dsn, schema, risk_window=RISK_WINDOW)
+    try:
+        ConsoleApp(source, refresh=refresh, queue=queue, read_only=read_only).run()
+    finally:
+        source.close()
+
+
+class ConsoleApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "leasectl"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("colon", "command_palette", "Commands", show=False),
+    ]
+
+    def __init__(
+        self,
+        source: ConsoleSource,
+        *,
+        refresh: timedelta = timedelta(seconds=2),
+        queue: str | None = None,
+        read_only: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.schedule = PollSchedule(max(0.1, refresh.total_seconds()))
+        self.filter = ConsoleFilter(queue=queue)
+        self.read_only: str | None = "started with --read-only" if read_only else None
+        self.limit = limit
+        self.clock = clock
+        # The last good data and when (local monotonic time) it was read.
+        self.snapshot: Snapshot | None = None
+        self.db_clock: DbClock | None = None
+        self.last_ok: float | None = None
+        self.took: float | None = None
+        # The poll loop.
+        self.connected: bool | None = None
+        self.error: str | None = None
+        self.polling = False
+        self.poll_pending = False
+        self.next_poll_at: float | None = None
+        self.polls = 0
+        self.failures = 0
+        self._timer: Timer | None = None
+        # Actions.
+        self.selected: set[int] = set()
+        self.acting = False
+        self.privileges_checked = False
+        self.last_result: ActionResult | None = None
+        self.last_error: str | None = None
+
+    def get_default_screen(self) -> Screen[None]:
+        return MainScreen()
+
+    @property
+    def main(self) -> MainScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, MainScreen)
+        return screen
+
+    def start(self) -> None:
+        """Called once the main screen is mounted: only then can results be shown."""
+        self.sub_title = self.source.where
+        self.set_interval(1.0, self._tick)
+        self._check_privileges()
+        self.poll_now()
+
+    # -- time -------------------------------------------------------------------------------
+
+    def db_now(self) -> datetime | None:
+        """The database clock now: last poll's now() plus local monotonic time elapsed."""
+        return self.db_clock.at(self.clock()) if self.db_clock is not None else None
+
+    def row_context(self) -> RowContext | None:
+        now = self.db_now()
+        if now is None or self.snapshot is None:
+            return None
+        return RowContext(
+            now=now,
+            selected=frozenset(self.selected),
+            owners=view.owners_by_id(self.snapshot),
+            risk_window=self.snapshot.risk_window,
+        )
+
+    def status(self) -> Status:
+        mono = self.clock()
+        return Status(
+            where=self.source.where,
+            server_version=self.snapshot.server_version if self.snapshot else None,
+            db_now=self.db_now(),
+            since_refresh=mono - self.last_ok if self.last_ok is not None else None,
+            took=self.took,
+            connected=self.connected,
+            error=self.error,
+            retry_in=self.next_poll_at - mono if self.next_poll_at is not None else None,
+            attempt=self.failures,
+            read_only=self.read_only,
+            filter=self.filter,
+            polling=self.polling,
+        )
+
+    def _tick(self) -> None:
+        if self.screen is self.main:
+            self.main.refresh_view(full=False)
+
+    # -- polling ----------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        """Polling pauses while anything is stacked over the main screen."""
+        return len(self.screen_stack) > 1
+
+    def poll_now(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self.polling or self.paused:
+            self.poll_pending = True
+            return
+        self.polling = True
+        self.poll_pending = False
+        self.next_poll_at = None
+        self._poll(self.filter, self.limit)
+
+    def resume_polling(self) -> None:
+        """Back on the main screen: poll at once if a poll fell due while it was covered."""
+        due = self.next_poll_at is not None and self.clock() >= self.next_poll_at
+        if self.poll_pending or due:
+            self.poll_now()
+        self.main.refresh_view(full=False)
+
+    def _arm(self, delay: float) -> None:
+        if self.poll_pending:
+            self.poll_now()
+            return
+        self.next_poll_at = self.clock() + delay
+        self._timer = self.set_timer(delay, self.poll_now)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="poll")
+    def _poll(self, flt: ConsoleFilter, limit: int) -> None:
+        started = self.clock()
+        try:
+            snapshot = self.source.snapshot(flt, limit)
+        except LeasectlError as exc:
+            lost = isinstance(exc, ConnectionFailed)
+            self.post_message(PollFailed(str(exc), lost, self.clock() - started))
+        except Exception as exc:
+            self.post_message(
+                PollFailed(f"{type(exc).__name__}: {exc}", False, self.clock() - started)
+            )
+        else:
+            self.post_message(SnapshotLoaded(snapshot, flt, started, self.clock() - started))
+
+    def on_snapshot_loaded(self, message: SnapshotLoaded) -> None:
+        self.polling = False
+        if message.filter != self.filter:
+            self.poll_now()  # the filter changed while this poll ran: its rows are stale
+            return
+        self.snapshot = message.snapshot
+        self.db_clock = DbClock(message.snapshot.db_now, message.started)
+        self.last_ok = message.started + message.took
+        self.took = message.took
+        self.connected = True
+        self.error = None
+        self.failures = 0
+        self.polls += 1
+        listed = {j.id for j in (*self.snapshot.pending, *self.snapshot.processing)}
+        listed |= {j.id for j in self.snapshot.stuck}
+        self.selected &= listed
+        self.main.refresh_view(full=True)
+        self._arm(self.schedule.succeeded())
+
+    def on_poll_failed(self, message: PollFailed) -> None:
+        self.polling = False
+        self.failures += 1
+        if message.lost:
+            self.connected = False
+        self.error = message.error
+        self.polls += 1
+        self._arm(self.schedule.failed())
+        self.main.refresh_view(full=False)
+
+    # -- privileges -------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="privileges")
+    def _check_privileges(self) -> None:
+        try:
+            can = self.source.can_update()
+        except Exception:
+            return  # unknown: the database refuses an unprivileged action anyway
+        self.post_message(PrivilegeChecked(can))
+
+    def on_privilege_checked(self, message: PrivilegeChecked) -> None:
+        self.privileges_checked = True
+        if not message.can_update and self.read_only is None:
+            self.read_only = "the database role has no UPDATE privilege on the jobs table"
+            self.notify(
+                f"Read-only: {self.read_only}. Actions are disabled.",
+                title="Read-only console",
+                severity="warning",
+                timeout=10,
+            )
+        self.main.refresh_bindings()
+        self.main.refresh_view(full=False)
+
+    # -- navigation -------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def open_detail(self, job_id: int) -> None:
+        self.push_screen(DetailScreen(job_id))
+
+    def open_filter(self) -> None:
+        owners = [o.owner for o in self.snapshot.owners] if self.snapshot else []
+        self.push_screen(
+            FilterScreen(self.filter, view.known_queues(self.snapshot), owners),
+            callback=self._filter_chosen,
+        )
+
+    def _filter_chosen(self, flt: ConsoleFilter | None) -> None:
+        if flt is not None:
+            self.apply_filter(flt)
+
+    def apply_filter(self, flt: ConsoleFilter) -> None:
+        if flt == self.filter:
+            return
+        self.filter = flt
+        self.selected.clear()
+        self.notify(f"filter: {flt}" if not flt.empty else "filter cleared", timeout=3)
+        self.poll_now()
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        main = self.main
+        yield SystemCommand("Refresh now", "Poll the database now", self.poll_now)
+        yield SystemCommand(
+            "Filter…", "Narrow to a queue, an owner or a job id", main.action_filter
+        )
+        if not self.filter.empty:
+            yield SystemCommand(
+                "Clear filter", "Show all queues", lambda: self.apply_filter(ConsoleFilter())
+            )
+        yield SystemCommand("Help", "Keys and markers", self.action_help)
+        if self.read_only is None:
+            yield SystemCommand(
+                "Requeue", "Requeue the selected or highlighted jobs", main.action_requeue
+            )
+            yield SystemCommand(
+                "Mark stuck", "Quarantine the selected or highlighted jobs", main.action_mark_stuck
+            )
+            yield SystemCommand(
+                "Requeue all expired",
+                "Requeue every expired lease in the current filter",
+                main.action_requeue_expired,
+            )
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def refuse(self, what: str) -> None:
+        self.notify(
+            f"Refused: {what} is disabled, the console is read-only ({self.read_only}).",
+            title="Read-only",
+            severity="error",
+            timeout=6,
+        )
+
+    def request_action(self, action: Action, jobs: list[PanelJob]) -> None:
+        """Confirm, then run, a guarded action on jobs exactly as the operator saw them."""
+        what = action.verb.lower() if action is not Action.REQUEUE_EXPIRED else "requeue"
+        if self.read_only is not None:
+            self.refuse(what)
+            return
+        if self.acting:
+            self.notify("An action is still running; wait for its result.", severity="warning")
+            return
+        now = self.db_now()
+        if not jobs or now is None or self.snapshot is None:
+            hint = (
+                "no expired lease in the current filter"
+                if action is Action.REQUEUE_EXPIRED
+                else "highlight a job, or select some with space"
+            )
+            self.notify(f"Nothing to {what}: {hint}.", timeout=4)
+            return
+        note = None
+        if action is Action.REQUEUE_EXPIRED and self.snapshot.counts.expired > len(jobs):
+            note = (
+                f"{self.snapshot.counts.expired - len(jobs)} more expired leases are beyond the "
+                f"{self.snapshot.limit} rows loaded; press R again afterwards for the rest."
+            )
+        seen = [j.seen() for j in jobs]
+        self.push_screen(
+            ConfirmScreen(action, jobs, now, view.owners_by_id(self.snapshot), note=note),
+            callback=lambda reason: self._confirmed(action, seen, reason),
+        )
+
+    def _confirmed(self, action: Action, seen: list[SeenState], reason: str | None) -> None:
+        if reason is None:
+            return
+        if self.read_only is not None:
+            self.refuse(action.verb.lower())
+            return
+        self.acting = True
+        self._act(action, seen, reason)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="action")
+    def _act(self, action: Action, seen: list[SeenState], reason: str) -> None:
+        try:
+            if action is Action.MARK_STUCK:
+                result = self.source.mark_stuck(seen, reason)
+            else:
+                result = self.source.requeue(seen, reason)
+        except LeasectlError as exc:
+            self.post_message(ActionFailed(action, str(exc)))
+        except Exception as exc:
+            self.post_message(ActionFailed(action, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(ActionFinished(action, result))
+
+    def on_action_finished(self, message: ActionFinished) -> None:
+        self.acting = False
+        self.last_result = message.result
+        self.selected -= {*message.result.changed, *(s.id for s in message.result.skipped)}
+        text = view.result_text(message.action, message.result)
+        self.notify(text.body, title=text.title, severity=text.severity, timeout=15)
+        self.poll_now()
+
+    def on_action_failed(self, message: ActionFailed) -> None:
+        self.acting = False
+        self.last_error = message.error
+        self.notify(
+            f"{message.error}. Refresh (ctrl+r) to see the current state.",
+            title=f"{message.action.verb} failed",
+            severity="error",
+            timeout=15,
+        )

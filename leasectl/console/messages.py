@@ -1,0 +1,61 @@
+"""What worker threads tell the UI thread. Threads never touch widgets: they post one of these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from leasectl.console.view import Action, ConsoleFilter
+from leasectl.models import ActionResult, JobDetail, Snapshot
+
+
+@dataclass
+class SnapshotLoaded(Message):
+    """A poll succeeded. ``started`` is the local monotonic time the poll began."""
+
+    snapshot: Snapshot
+    filter: ConsoleFilter
+    started: float
+    took: float
+
+    def can_replace(self, message: Message) -> bool:
+        # A newer snapshot makes an older one still in the queue worthless.
+        return isinstance(message, SnapshotLoaded)
+
+
+@dataclass
+class PollFailed(Message):
+    """A poll failed; ``lost`` when the connection (not the query) is the problem."""
+
+    error: str
+    lost: bool
+    took: float
+
+
+@dataclass
+class PrivilegeChecked(Message):
+    can_update: bool
+
+
+@dataclass
+class ActionFinished(Message):
+    action: Action
+    result: ActionResult
+
+
+@dataclass
+class ActionFailed(Message):
+    action: Action
+    error: str
+
+
+@dataclass
+class DetailLoaded(Message):
+    detail: JobDetail
+
+
+@dataclass
+class DetailFailed(Message):
+    job_id: int
+    error: str

@@ -1,0 +1,1 @@
+"""The console screens: main, detail, confirmation, filter and help."""

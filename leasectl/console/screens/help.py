@@ -1,0 +1,78 @@
+"""`?`: the keys, and what the markers and diagnoses mean."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+KEYS = (
+    ("enter", "job detail: fields, payload, attempts, audit events (on an owner: filter by it)"),
+    ("esc", "back / close / clear the selection"),
+    ("space", "select or unselect the highlighted job (actions apply to the selection)"),
+    ("r", "requeue the selected jobs, else the highlighted one"),
+    ("s", "mark stuck the selected jobs, else the highlighted one"),
+    ("R", "requeue every expired lease in the current filter"),
+    ("/", "filter: queue:NAME, owner:PREFIX, id:N"),
+    ("1 2 3 4, tab", "Pending, Processing, Stuck, Owners panel"),
+    ("ctrl+r", "refresh now"),
+    (": or ctrl+p", "command palette"),
+    ("?", "this help"),
+    ("q", "quit"),
+)
+
+LEGEND = (
+    ("⚠ at risk", "yellow", "the lease ends within the owner's heartbeat interval"),
+    ("✖ expired", "red", "lease_until has passed on the database clock; the job is stuck"),
+    (
+        "⚠ owner alive, lease expired",
+        "yellow",
+        "the worker is up but not renewing this job: look before you requeue (it may run twice)",
+    ),
+    ("○ owner silent", "cyan", "the worker is gone: requeueing is safe"),
+    ("● fresh ◐ late ○ silent", "green", "owner freshness, against its own heartbeat and TTL"),
+    ("≈", "", "an estimate from planner statistics (finished history is never counted)"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "Close"),
+        Binding("question_mark", "close", "Close", show=False),
+        Binding("q", "close", "Close", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold cyan", no_wrap=True)
+        keys.add_column()
+        for key, what in KEYS:
+            keys.add_row(key, what)
+        legend = Table.grid(padding=(0, 2))
+        legend.add_column(no_wrap=True)
+        legend.add_column()
+        for mark, style, what in LEGEND:
+            legend.add_row(Text(mark, style=style), what)
+        with VerticalScroll(id="help-dialog"):
+            yield Static(Text("Keys", style="bold underline"))
+            yield Static(keys)
+            yield Static(Text("\nMarkers", style="bold underline"))
+            yield Static(legend)
+            yield Static(
+                Text(
+                    "\nActions are the core's guarded operator actions: each job changes only if "
+                    "it is still as you saw it, and the result lists what was skipped and why. "
+                    "Countdowns tick from the database clock of the last refresh plus local "
+                    "monotonic time, never the local wall clock.",
+                    style="dim",
+                )
+            )
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,275 @@
+"""The console's one main screen: status, summary and the four panels."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Container, Vertical
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer, Static
+
+from leasectl.console import view
+from leasectl.console.view import Action, LeaseState
+from leasectl.console.widgets.bars import PANEL_NAMES, StatusBar, Summary, banner_text, tabs_text
+from leasectl.console.widgets.tables import (
+    JobTable,
+    OwnersTable,
+    PanelTable,
+    PendingTable,
+    ProcessingTable,
+    StuckTable,
+)
+from leasectl.models import JobStatus, PanelJob
+
+if TYPE_CHECKING:
+    from leasectl.console.app import ConsoleApp
+
+ACTIONS = {"requeue", "mark_stuck", "requeue_expired"}
+ACTION_KEYS = {"r": "requeue", "s": "mark stuck", "R": "requeue all expired"}
+
+
+class MainScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("slash", "filter", "Filter"),
+        Binding("r", "requeue", "Requeue"),
+        Binding("s", "mark_stuck", "Mark stuck"),
+        Binding("R", "requeue_expired", "Requeue expired"),
+        Binding("space", "toggle_select", "Select", show=False),
+        Binding("escape", "clear_selection", "Clear selection", show=False),
+        Binding("ctrl+r", "refresh", "Refresh", show=False),
+        Binding("tab", "next_panel", "Next panel", show=False, priority=True),
+        Binding("shift+tab", "previous_panel", "Previous panel", show=False, priority=True),
+        Binding("1", "panel(0)", "Pending", show=False),
+        Binding("2", "panel(1)", "Processing", show=False),
+        Binding("3", "panel(2)", "Stuck", show=False),
+        Binding("4", "panel(3)", "Owners", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Below 120 columns the panels no longer fit side by side: show one at a time.
+        self.HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+        self.active = 1
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast("ConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield Static(id="banner")
+        yield Summary(id="summary")
+        yield Static(id="tabs")
+        with Container(id="panels"):
+            yield from self._panel("pending", PendingTable(id="pending"))
+            yield from self._panel("processing", ProcessingTable(id="processing"))
+            yield from self._panel("stuck", StuckTable(id="stuck"))
+            yield from self._panel("owners", OwnersTable(id="owners"))
+        yield Footer()
+
+    @staticmethod
+    def _panel(name: str, table: Widget) -> ComposeResult:
+        with Vertical(id=f"{name}-panel", classes="panel"):
+            yield table
+
+    def on_mount(self) -> None:
+        self.activate(self.active)
+        self.refresh_view(full=True)
+        self.console.start()
+
+    def on_screen_resume(self) -> None:
+        self.console.resume_polling()
+
+    # -- panels -------------------------------------------------------------------------------
+
+    @property
+    def tables(self) -> list[PanelTable[object]]:
+        return [
+            cast("PanelTable[object]", self.query_one(f"#{n}", PanelTable))
+            for n in ("pending", "processing", "stuck", "owners")
+        ]
+
+    def activate(self, index: int) -> None:
+        self.active = index % 4
+        for i, panel in enumerate(self.query(".panel")):
+            panel.set_class(i == self.active, "-active")
+        self.tables[self.active].focus()
+        self._show_tabs()
+
+    def action_panel(self, index: int) -> None:
+        self.activate(index)
+
+    def action_next_panel(self) -> None:
+        self.activate(self.active + 1)
+
+    def action_previous_panel(self) -> None:
+        self.activate(self.active - 1)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        for i, table in enumerate(self.tables):
+            if event.widget is table and i != self.active:
+                self.active = i
+                for j, panel in enumerate(self.query(".panel")):
+                    panel.set_class(j == i, "-active")
+                self._show_tabs()
+
+    def _show_tabs(self) -> None:
+        snap = self.console.snapshot
+        totals: list[int | None] = [None, None, None, None]
+        if snap is not None:
+            c = snap.counts
+            totals = [c.pending, c.processing, c.expired + c.stuck, len(snap.owners)]
+        self.query_one("#tabs", Static).update(tabs_text(self.active, totals))
+
+    # -- rendering ----------------------------------------------------------------------------
+
+    def refresh_view(self, *, full: bool) -> None:
+        """``full`` after a poll (rows replaced); otherwise a tick (clock-bound cells only)."""
+        app = self.console
+        status = app.status()
+        self.query_one(StatusBar).show(status)
+        banner = self.query_one("#banner", Static)
+        text = banner_text(status)
+        banner.set_class(text is not None, "-shown")
+        banner.update(text or "")
+        snap = app.snapshot
+        now = app.db_now()
+        self.query_one(Summary).show(snap, now, app.filter)
+        ctx = app.row_context()
+        if snap is None or ctx is None:
+            return
+        tables = self.tables
+        if full:
+            tables[0].show(snap.pending, ctx)
+            tables[1].show(snap.processing, ctx)
+            tables[2].show(snap.stuck, ctx)
+            tables[3].show(snap.owners, ctx)
+            self._titles()
+            self._show_tabs()
+        else:
+            for table in tables:
+                table.tick(ctx)
+
+    def _titles(self) -> None:
+        snap = self.console.snapshot
+        if snap is None:
+            return
+        c = snap.counts
+        flt = self.console.filter
+        narrowed = flt.owner is not None or flt.job_id is not None
+        specs = [
+            (c.pending, len(snap.pending), "oldest first"),
+            (c.processing, len(snap.processing), "soonest expiry first"),
+            (c.expired + c.stuck, len(snap.stuck), "longest lapsed first"),
+            (None, len(snap.owners), "expired leases first"),
+        ]
+        for i, (panel, (total, shown, order)) in enumerate(
+            zip(self.query(".panel"), specs, strict=True)
+        ):
+            count = total if total is not None else shown
+            panel.border_title = f"{i + 1} {PANEL_NAMES[i]} · {view.count_text(count)}"
+            if total is not None and shown < total and not narrowed:
+                sub = f"showing {shown} of {view.count_text(total)}, {order}"
+            elif narrowed and total is not None:
+                sub = f"{shown} matching the filter, {order}"
+            else:
+                sub = order if shown else "none"
+            panel.border_subtitle = sub
+
+    # -- selection and targets ---------------------------------------------------------------
+
+    def _focused_job_table(self) -> JobTable | None:
+        table = self.tables[self.active]
+        return table if isinstance(table, JobTable) else None
+
+    def action_toggle_select(self) -> None:
+        table = self._focused_job_table()
+        job = table.highlighted() if table is not None else None
+        if table is None or job is None:
+            self.notify("select jobs in the Pending, Processing or Stuck panel", timeout=3)
+            return
+        selected = self.console.selected
+        if job.id in selected:
+            selected.discard(job.id)
+        else:
+            selected.add(job.id)
+        table.action_cursor_down()
+        self.refresh_view(full=False)
+
+    def action_clear_selection(self) -> None:
+        if self.console.selected:
+            self.console.selected.clear()
+            self.refresh_view(full=False)
+
+    def targets(self) -> list[PanelJob]:
+        """The selected jobs (as last polled), else the highlighted one."""
+        snap = self.console.snapshot
+        if snap is None:
+            return []
+        selected = self.console.selected
+        if selected:
+            found: dict[int, PanelJob] = {}
+            for job in (*snap.stuck, *snap.processing, *snap.pending):
+                if job.id in selected and job.id not in found:
+                    found[job.id] = job
+            return sorted(found.values(), key=lambda j: j.id)
+        table = self._focused_job_table()
+        current = table.highlighted() if table is not None else None
+        return [current] if current is not None else []
+
+    def expired_targets(self) -> list[PanelJob]:
+        """Every expired lease the console shows under the current filter, by the ticking clock."""
+        snap = self.console.snapshot
+        now = self.console.db_now()
+        if snap is None or now is None:
+            return []
+        found: dict[int, PanelJob] = {}
+        for job in (*snap.stuck, *snap.processing):
+            if job.status != JobStatus.PROCESSING or job.id in found:
+                continue
+            if view.lease_state(job, now, snap.risk_window) is LeaseState.EXPIRED:
+                found[job.id] = job
+        return sorted(found.values(), key=lambda j: (j.lease_until or now, j.id))
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ACTIONS and self.console.read_only is not None:
+            return False  # hidden from the footer; a key press is refused in on_key
+        return True
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key in ACTION_KEYS and self.console.read_only is not None:
+            event.stop()
+            self.console.refuse(ACTION_KEYS[event.key])
+
+    def action_requeue(self) -> None:
+        self.console.request_action(Action.REQUEUE, self.targets())
+
+    def action_mark_stuck(self) -> None:
+        self.console.request_action(Action.MARK_STUCK, self.targets())
+
+    def action_requeue_expired(self) -> None:
+        self.console.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())
+
+    def action_filter(self) -> None:
+        self.console.open_filter()
+
+    def action_refresh(self) -> None:
+        self.console.poll_now()
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        if key is None:
+            return
+        if isinstance(event.data_table, OwnersTable):
+            self.console.apply_filter(
+                view.ConsoleFilter(queue=self.console.filter.queue, owner=key)
+            )
+            return
+        self.console.open_detail(int(key))

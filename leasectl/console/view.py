@@ -1,0 +1,349 @@
+"""What the console shows, as pure functions of a snapshot and a clock (no Textual, no database).
+
+Everything time-dependent is computed from the database clock of the last snapshot plus the
+local *monotonic* time elapsed since it was read: the local wall clock is never consulted, so a
+skewed laptop clock cannot make a live lease look expired (or the reverse).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from leasectl.config import format_duration
+from leasectl.models import (
+    ActionResult,
+    Freshness,
+    JobStatus,
+    OwnerHealth,
+    PanelJob,
+    SeenState,
+    Snapshot,
+)
+
+# -- the database clock -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DbClock:
+    """The database time ``db_now`` was read when the local monotonic clock said ``mono``."""
+
+    db_now: datetime
+    mono: float
+
+    def at(self, mono: float) -> datetime:
+        """The database time now, estimated without ever reading the local wall clock."""
+        return self.db_now + timedelta(seconds=max(0.0, mono - self.mono))
+
+
+def clock_text(moment: datetime) -> str:
+    """A database timestamp in the viewer's time zone, e.g. ``14:03:07 UTC``."""
+    local = moment.astimezone()
+    return f"{local:%H:%M:%S} {local.tzname() or ''}".rstrip()
+
+
+def stamp_text(moment: datetime | None) -> str:
+    """A full timestamp in the viewer's time zone, e.g. ``2024-05-01 14:03:07 UTC``."""
+    if moment is None:
+        return "-"
+    local = moment.astimezone()
+    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".rstrip()
+
+
+def ago(now: datetime, moment: datetime | None) -> str:
+    """An age in whole seconds: sub-second precision would only flicker."""
+    if moment is None:
+        return "-"
+    seconds = int(max(timedelta(0), now - moment).total_seconds())
+    return format_duration(float(seconds)) if seconds else "0s"
+
+
+# -- leases ----------------------------------------------------------------------------------
+
+
+class LeaseState(enum.Enum):
+    OK = "ok"
+    AT_RISK = "at risk"
+    EXPIRED = "expired"
+
+
+def lease_state(job: PanelJob, now: datetime, default_window: timedelta) -> LeaseState:
+    """Expired once lease_until has passed; at risk when it ends within one heartbeat interval."""
+    if job.status != JobStatus.PROCESSING or job.lease_until is None:
+        return LeaseState.OK
+    if job.lease_until < now:
+        return LeaseState.EXPIRED
+    window = job.risk_window if job.risk_window is not None else default_window
+    if job.lease_until < now + window:
+        return LeaseState.AT_RISK
+    return LeaseState.OK
+
+
+def lease_text(job: PanelJob, now: datetime) -> str:
+    """Time left on the lease (``12s``), or how long ago it lapsed (``-1m05s``)."""
+    if job.lease_until is None:
+        return "-"
+    left = job.lease_until - now
+    if left < timedelta(0):
+        return "-" + format_duration(-left)
+    return format_duration(left)
+
+
+def run_at_text(job: PanelJob, now: datetime) -> str:
+    """``ready`` for a claimable job, ``in 42s`` for a delayed retry."""
+    if job.run_at > now:
+        return "in " + format_duration(job.run_at - now)
+    return "ready"
+
+
+def waiting_text(job: PanelJob, now: datetime) -> str:
+    """How long a claimable job has been waiting (since run_at); blank for a delayed retry."""
+    if job.run_at > now:
+        return ""
+    return format_duration(now - job.run_at)
+
+
+# -- owners and diagnosis ---------------------------------------------------------------------
+
+
+class Verdict(enum.Enum):
+    """Whether requeueing a stuck job is safe, judged by its last owner's signs of life."""
+
+    ALIVE = "alive"
+    SILENT = "silent"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdict: Verdict
+    text: str
+
+
+FRESHNESS_MARK = {
+    Freshness.FRESH: "● fresh",
+    Freshness.LATE: "◐ late",
+    Freshness.SILENT: "○ silent",
+    Freshness.STOPPED: "■ stopped",
+    Freshness.UNKNOWN: "? unknown",
+}
+
+
+def diagnose(job: PanelJob, owners: dict[str, OwnerHealth]) -> Diagnosis:
+    """ "owner alive, lease expired" (do not blindly requeue) versus "owner silent" (safe).
+
+    An owner missing from the owners list holds no lease and has not been seen recently: it is
+    silent too.
+    """
+    if job.lease_owner is None:
+        return Diagnosis(Verdict.UNKNOWN, "never leased")
+    health = owners.get(job.lease_owner)
+    if health is None:
+        return Diagnosis(Verdict.SILENT, "owner silent")
+    if health.freshness in (Freshness.FRESH, Freshness.LATE):
+        return Diagnosis(Verdict.ALIVE, "owner alive, lease expired")
+    if health.freshness == Freshness.STOPPED:
+        return Diagnosis(Verdict.SILENT, "owner silent (stopped)")
+    if health.freshness == Freshness.SILENT:
+        return Diagnosis(Verdict.SILENT, "owner silent")
+    return Diagnosis(Verdict.UNKNOWN, "owner unknown")
+
+
+def owners_by_id(snapshot: Snapshot) -> dict[str, OwnerHealth]:
+    return {o.owner: o for o in snapshot.owners}
+
+
+def short_owner(owner: str | None, width: int = 22) -> str:
+    if owner is None:
+        return "-"
+    return owner if len(owner) <= width else owner[: width - 1] + "…"
+
+
+# -- the filter ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsoleFilter:
+    """What `/` narrows to. Counts follow the queue; owner and id narrow the panels."""
+
+    queue: str | None = None
+    owner: str | None = None
+    job_id: int | None = None
+
+    def __str__(self) -> str:
+        parts = []
+        if self.queue is not None:
+            parts.append(f"queue:{self.queue}")
+        if self.owner is not None:
+            parts.append(f"owner:{self.owner}")
+        if self.job_id is not None:
+            parts.append(f"id:{self.job_id}")
+        return " ".join(parts)
+
+    @property
+    def empty(self) -> bool:
+        return self.queue is None and self.owner is None and self.job_id is None
+
+
+class FilterError(ValueError):
+    pass
+
+
+_ID = re.compile(r"^#?(\d{1,18})$")
+
+
+def parse_filter(
+    text: str, known_queues: Iterable[str] = (), known_owners: Iterable[str] = ()
+) -> ConsoleFilter:
+    """``queue:NAME``, ``owner:PREFIX``, ``id:N`` (or ``#N``, or ``N``), space-separated.
+
+    A bare word is a queue when a queue of that name is known, else an owner prefix when it
+    starts a known owner id, else a queue.
+    """
+    queue: str | None = None
+    owner: str | None = None
+    job_id: int | None = None
+    queues = set(known_queues)
+    owners = list(known_owners)
+    for token in text.split():
+        key, sep, value = token.partition(":")
+        key = key.lower()
+        if sep and key in ("queue", "q"):
+            queue = _value(value, "queue")
+        elif sep and key in ("owner", "o", "worker", "w"):
+            owner = _value(value, "owner")
+        elif sep and key in ("id", "job"):
+            job_id = _job_id(value)
+        elif _ID.match(token):
+            job_id = _job_id(token)
+        elif token in queues:
+            queue = token
+        elif any(o.startswith(token) for o in owners):
+            owner = token
+        else:
+            queue = token
+    return ConsoleFilter(queue, owner, job_id)
+
+
+def _value(value: str, what: str) -> str:
+    if not value:
+        raise FilterError(f"{what}: needs a value")
+    return value
+
+
+def _job_id(value: str) -> int:
+    m = _ID.match(value)
+    if not m or int(m.group(1)) <= 0:
+        raise FilterError(f"invalid job id {value!r}: ids are positive integers")
+    return int(m.group(1))
+
+
+def known_queues(snapshot: Snapshot | None) -> set[str]:
+    if snapshot is None:
+        return set()
+    found = {j.queue for j in (*snapshot.pending, *snapshot.processing, *snapshot.stuck)}
+    for o in snapshot.owners:
+        found.update(o.queues)
+    return found
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+
+class Action(enum.Enum):
+    REQUEUE = "requeue"
+    MARK_STUCK = "mark-stuck"
+    REQUEUE_EXPIRED = "requeue-expired"
+
+    @property
+    def verb(self) -> str:
+        return "Mark stuck" if self is Action.MARK_STUCK else "Requeue"
+
+    @property
+    def past(self) -> str:
+        return "marked stuck" if self is Action.MARK_STUCK else "requeued"
+
+
+def condition_text(action: Action) -> str:
+    """The exact condition the guarded statement checks, per job, when it runs."""
+    same = "still has the status, attempt number and lease owner shown here (what you saw), and "
+    if action is Action.MARK_STUCK:
+        return (
+            same + "is Pending, or Processing with an expired lease (lease_until < now() on the "
+            "database clock). A live lease is never overridden."
+        )
+    return (
+        same + "is Stuck, Failed, or Processing with an expired lease (lease_until < now() on "
+        "the database clock). A live lease is never overridden."
+    )
+
+
+def eligible(action: Action, job: PanelJob, now: datetime) -> str | None:
+    """Why the guard would skip this job as seen right now, or None when it would act."""
+    if job.status == JobStatus.PROCESSING:
+        if job.lease_until is not None and job.lease_until >= now:
+            return "lease still live"
+        return None
+    if action is Action.MARK_STUCK:
+        return None if job.status == JobStatus.PENDING else f"{job.status} cannot be marked stuck"
+    if job.status in (JobStatus.STUCK, JobStatus.FAILED):
+        return None
+    return f"{job.status} cannot be requeued"
+
+
+def seen_states(jobs: Sequence[PanelJob]) -> list[SeenState]:
+    return [j.seen() for j in jobs]
+
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class ResultText:
+    title: str
+    body: str
+    severity: Severity
+
+
+def result_text(action: Action, result: ActionResult, limit: int = 6) -> ResultText:
+    """The outcome in words: how many changed, and each skipped job with its reason."""
+    changed = len(result.changed)
+    total = changed + len(result.skipped)
+    title = f"{action.verb}: {changed} of {total} {action.past}"
+    lines = []
+    if result.changed:
+        ids = ", ".join(f"#{i}" for i in result.changed[:limit])
+        more = f" and {changed - limit} more" if changed > limit else ""
+        lines.append(f"changed: {ids}{more}")
+    if result.skipped:
+        lines.append(f"skipped {len(result.skipped)}:")
+        for s in result.skipped[:limit]:
+            lines.append(f"  #{s.id}: {s.reason}")
+        if len(result.skipped) > limit:
+            lines.append(f"  … and {len(result.skipped) - limit} more")
+    severity: Severity = "information" if not result.skipped else "warning"
+    if total and not changed:
+        severity = "error"
+    return ResultText(title, "\n".join(lines) or "nothing to do", severity)
+
+
+# -- numbers -----------------------------------------------------------------------------------
+
+
+def count_text(n: int) -> str:
+    return f"{n:,}"
+
+
+def estimate_text(n: int | None) -> str:
+    """Finished history is only ever estimated from planner statistics: show it as such."""
+    if n is None:
+        return "≈?"
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            value = n / size
+            return f"≈{value:.1f}{unit}" if value < 100 else f"≈{value:.0f}{unit}"
+    return f"≈{n}"

@@ -1,0 +1,1 @@
+"""The console widgets: panel tables and the bars around them."""

@@ -1,0 +1,222 @@
+"""The lines around the panels: status bar, connection banner, summary counts and panel tabs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from leasectl.config import format_duration
+from leasectl.console import view
+from leasectl.console.view import ConsoleFilter
+from leasectl.models import Snapshot
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything the status bar and the banner say, computed by the app each second."""
+
+    where: str
+    server_version: str | None
+    db_now: datetime | None
+    since_refresh: float | None
+    took: float | None
+    connected: bool | None  # None: not yet known
+    error: str | None
+    retry_in: float | None
+    attempt: int
+    read_only: str | None  # why, or None when writable
+    filter: ConsoleFilter
+    polling: bool
+
+
+class StatusBar(Horizontal):
+    def compose(self) -> ComposeResult:
+        yield Static(id="status-left")
+        yield Static(id="status-right")
+
+    def show(self, s: Status) -> None:
+        left = Text()
+        if s.connected is None:
+            left.append(" ◌ connecting ", style="bold black on yellow")
+        elif s.connected:
+            left.append(" ● connected ", style="bold black on green")
+        else:
+            left.append(" ✖ disconnected ", style="bold white on red")
+        left.append("  ")
+        left.append(s.where, style="bold")
+        if s.server_version:
+            version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
+            left.append(f"  PostgreSQL {version}", style="dim")
+        right = Text()
+        if s.read_only:
+            right.append(" READ-ONLY ", style="bold white on dark_red")
+            right.append("  ")
+        if s.db_now is not None:
+            right.append("db clock ", style="dim")
+            right.append(view.clock_text(s.db_now), style="bold")
+            right.append("  ")
+        if s.since_refresh is None:
+            right.append("no data yet", style="yellow")
+        else:
+            stale = not s.connected or s.since_refresh > 30
+            right.append("refreshed ", style="dim")
+            right.append(age_text(s.since_refresh) + " ago", style="bold red" if stale else "")
+        self.query_one("#status-left", Static).update(left)
+        self.query_one("#status-right", Static).update(right)
+
+
+def age_text(seconds: float) -> str:
+    """Whole seconds: a refresh age in milliseconds would flicker for nothing."""
+    return format_duration(float(int(seconds))) if seconds >= 1 else "0s"
+
+
+def banner_text(s: Status) -> Text | None:
+    """The red line shown while polls fail; None while all is well."""
+    if s.error is None:
+        return None
+    text = Text()
+    if s.connected is False:
+        text.append("✖ DATABASE UNREACHABLE ", style="bold")
+    else:
+        text.append("✖ REFRESH FAILED ", style="bold")
+    text.append(s.error)
+    if s.polling:
+        text.append(f" · retrying now (attempt {s.attempt + 1})", style="bold")
+    elif s.retry_in is not None:
+        text.append(
+            f" · next retry in {format_duration(max(0.0, s.retry_in))} (attempt {s.attempt + 1})",
+            style="bold",
+        )
+    if s.since_refresh is not None:
+        text.append(f" · showing data from {age_text(s.since_refresh)} ago", style="bold")
+    else:
+        text.append(" · no data yet")
+    return text
+
+
+class Summary(Horizontal):
+    """Counts for the selected queue (or all) and the throughput sparkline."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="counts")
+        with Vertical(id="throughput"):
+            yield Static(id="throughput-label")
+            yield Sparkline([], id="sparkline")
+
+    _last: tuple[Snapshot | None, datetime | None, ConsoleFilter] | None = None
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._reshow)
+
+    def _reshow(self) -> None:
+        """The counts are packed for the width: lay them out again at the new one."""
+        if self._last is not None:
+            self.show(*self._last)
+
+    def show(self, snap: Snapshot | None, now: datetime | None, flt: ConsoleFilter) -> None:
+        self._last = (snap, now, flt)
+        counts = self.query_one("#counts", Static)
+        label = self.query_one("#throughput-label", Static)
+        spark = self.query_one("#sparkline", Sparkline)
+        if snap is None or now is None:
+            counts.update(Text("waiting for the first refresh…", style="dim"))
+            label.update("")
+            spark.data = []
+            return
+        width = counts.size.width or self.size.width or 80
+        counts.update(pack(counts_groups(snap, now, flt), width))
+        label.update(throughput_text(snap))
+        spark.data = [float(v) for v in snap.throughput]
+
+
+def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Text]:
+    """The summary in groups that are never split across lines."""
+    c = snap.counts
+    scope = Text(f"queue {flt.queue}" if flt.queue else "all queues", style="bold underline")
+    pending = Text.assemble(
+        ("Pending ", "dim"),
+        (view.count_text(c.pending), "bold"),
+        (f" ({view.count_text(c.due)} due", "dim"),
+        (", oldest ", "dim"),
+        (format_duration(now - c.oldest_due_at) if c.oldest_due_at else "-", "bold"),
+        (")", "dim"),
+    )
+    processing = Text.assemble(("Processing ", "dim"), (view.count_text(c.processing), "bold"))
+    if c.at_risk:
+        processing.append_text(
+            Text.assemble((" (", "dim"), (f"⚠ {c.at_risk} at risk", "bold yellow"), (")", "dim"))
+        )
+    stuck_total = c.expired + c.stuck
+    stuck = Text.assemble(
+        ("Stuck ", "dim"), (view.count_text(stuck_total), "bold red" if stuck_total else "bold")
+    )
+    if stuck_total:
+        stuck.append_text(
+            Text.assemble(
+                (" (", "dim"),
+                (f"✖ {view.count_text(c.expired)} expired", "bold red" if c.expired else "dim"),
+                (" + ", "dim"),
+                (f"{view.count_text(c.stuck)} Stuck", "bold magenta" if c.stuck else "dim"),
+                (")", "dim"),
+            )
+        )
+    history = Text.assemble(
+        ("Completed ", "dim"),
+        view.estimate_text(c.completed_estimate),
+        ("  Failed ", "dim"),
+        view.estimate_text(c.failed_estimate),
+    )
+    return [scope, pending, processing, stuck, history]
+
+
+def pack(groups: Sequence[Text], width: int, gap: int = 3) -> Text:
+    """Lay groups out greedily in lines of at most ``width`` cells."""
+    lines: list[Text] = []
+    line = Text()
+    for group in groups:
+        if line.cell_len and line.cell_len + gap + group.cell_len > width:
+            lines.append(line)
+            line = Text()
+        if line.cell_len:
+            line.append(" " * gap)
+        line.append_text(group)
+    lines.append(line)
+    return Text("\n").join(lines)
+
+
+def throughput_text(snap: Snapshot) -> Text:
+    minutes = len(snap.throughput)
+    last = snap.throughput[-1] if snap.throughput else 0
+    peak = max(snap.throughput, default=0)
+    text = Text.assemble(
+        (f"completed/min, {minutes}m: ", "dim"),
+        (str(last), "bold"),
+        (" now, ", "dim"),
+        (str(peak), "bold"),
+        (" peak", "dim"),
+    )
+    if snap.failed_recent:
+        text.append(f", {snap.failed_recent} failed", style="red")
+    return text
+
+
+PANEL_NAMES = ("Pending", "Processing", "Stuck", "Owners")
+
+
+def tabs_text(active: int, totals: Sequence[int | None]) -> Text:
+    """The narrow layout shows one panel at a time; this line says which and what is behind."""
+    text = Text()
+    for i, (name, total) in enumerate(zip(PANEL_NAMES, totals, strict=True)):
+        label = f" {i + 1} {name}" + (f" {view.count_text(total)}" if total is not None else "")
+        style = "bold reverse" if i == active else ""
+        if name == "Stuck" and total:
+            style += " red"
+        text.append(label + " ", style=style.strip())
+        text.append(" ")
+    return text

@@ -1,0 +1,311 @@
+"""The four panels' tables. Rows are keyed by job id (owner id for Owners) and every time-bound
+cell is re-rendered each second from the estimated database clock, between polls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import ClassVar, Generic, TypeVar
+
+from rich.text import Text
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+
+from leasectl.config import format_duration
+from leasectl.console import view
+from leasectl.console.view import LeaseState, Verdict
+from leasectl.models import Freshness, JobStatus, OwnerHealth, PanelJob
+
+Row = TypeVar("Row")
+
+RISK_STYLE = "bold yellow"
+EXPIRED_STYLE = "bold red"
+SELECTED_MARK = "●"
+
+
+@dataclass(frozen=True)
+class RowContext:
+    """What a row's cells depend on besides the row: the clock, the selection, the owners."""
+
+    now: datetime
+    selected: frozenset[int]
+    owners: dict[str, OwnerHealth]
+    risk_window: timedelta
+
+
+Column = tuple[str, str, int | None]  # key, label, width (None: fit the content)
+
+
+class PanelTable(DataTable[Text], Generic[Row]):
+    """A table whose rows are replaced on every poll and whose cells are refreshed every tick."""
+
+    COLUMNS: ClassVar[tuple[Column, ...]] = ()
+    # Columns that give up width, down to a minimum, when the panel is too narrow for all.
+    FLEX: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, *, id: str) -> None:
+        super().__init__(
+            id=id,
+            cursor_type="row",
+            zebra_stripes=True,
+            cursor_foreground_priority="renderable",
+        )
+        self.items: list[Row] = []
+        self._shown: dict[str, tuple[Text, ...]] = {}
+        self._widths: tuple[int | None, ...] = ()
+        self._ctx: RowContext | None = None
+
+    def on_mount(self) -> None:
+        self._fit(self.size.width)
+
+    def on_resize(self) -> None:
+        if self._fit(self.size.width) and self._ctx is not None:
+            self.show(self.items, self._ctx)
+
+    def fitted_widths(self, available: int) -> tuple[int | None, ...]:
+        """Each column's width, shrinking the FLEX ones so that the fixed columns fit."""
+        widths = [w for _, _, w in self.COLUMNS]
+        padding = 2 * self.cell_padding * len(widths) + 1  # + the vertical scrollbar
+        excess = sum(w or 0 for w in widths) + padding - available
+        keys = [key for key, _, _ in self.COLUMNS]
+        for key, minimum in self.FLEX.items():  # in the order they give up width
+            i = keys.index(key)
+            width = widths[i]
+            if excess <= 0 or width is None:
+                continue
+            give = max(0, min(excess, width - minimum))
+            widths[i] = width - give
+            excess -= give
+        return tuple(widths)
+
+    def _fit(self, available: int) -> bool:
+        """(Re)create the columns for this width; True when they changed."""
+        widths = self.fitted_widths(available) if available > 0 else self._widths
+        if widths == self._widths and self.columns:
+            return False
+        self._widths = widths or tuple(w for _, _, w in self.COLUMNS)
+        self.clear(columns=True)
+        for (key, label, _), width in zip(self.COLUMNS, self._widths, strict=True):
+            self.add_column(label, key=key, width=width)
+        return True
+
+    def key_of(self, item: Row) -> str:
+        raise NotImplementedError
+
+    def cells(self, item: Row, ctx: RowContext) -> tuple[Text, ...]:
+        raise NotImplementedError
+
+    def show(self, items: Sequence[Row], ctx: RowContext) -> None:
+        """Replace the rows, keeping the cursor on the same item when it is still listed."""
+        self._ctx = ctx
+        keep = self.highlighted_key()
+        index = self.cursor_row
+        self.clear()
+        self.items = list(items)
+        self._shown = {}
+        for item in self.items:
+            key = self.key_of(item)
+            cells = self.cells(item, ctx)
+            self._shown[key] = cells
+            self.add_row(*cells, key=key)
+        if self.items:
+            keys = [self.key_of(i) for i in self.items]
+            target = keys.index(keep) if keep in keys else min(max(index, 0), len(keys) - 1)
+            self.move_cursor(row=target, animate=False)
+
+    def tick(self, ctx: RowContext) -> None:
+        """Re-render the cells that changed (countdowns, ages, markers, selection)."""
+        self._ctx = ctx
+        for item in self.items:
+            key = self.key_of(item)
+            cells = self.cells(item, ctx)
+            old = self._shown.get(key)
+            if old == cells:
+                continue
+            for (column, _, _), before, after in zip(
+                self.COLUMNS, old or (None,) * len(cells), cells, strict=True
+            ):
+                if before != after:
+                    self.update_cell(key, column, after)
+            self._shown[key] = cells
+
+    def highlighted_key(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        row = min(max(self.cursor_row, 0), self.row_count - 1)
+        value = self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
+        return str(value) if value is not None else None
+
+    def highlighted(self) -> Row | None:
+        key = self.highlighted_key()
+        for item in self.items:
+            if self.key_of(item) == key:
+                return item
+        return None
+
+
+class JobTable(PanelTable[PanelJob]):
+    def key_of(self, item: PanelJob) -> str:
+        return str(item.id)
+
+    @staticmethod
+    def id_cell(job: PanelJob, ctx: RowContext, style: str = "") -> Text:
+        if job.id in ctx.selected:
+            return Text.assemble((SELECTED_MARK + " ", "bold magenta"), (str(job.id), style))
+        return Text("  " + str(job.id), style=style)
+
+    @staticmethod
+    def attempts_cell(job: PanelJob, style: str = "") -> Text:
+        spent = job.attempts >= job.max_attempts
+        return Text(f"{job.attempts}/{job.max_attempts}", style=style or ("red" if spent else ""))
+
+
+class PendingTable(JobTable):
+    COLUMNS = (
+        ("id", "ID", 9),
+        ("queue", "QUEUE", 12),
+        ("priority", "PRI", 4),
+        ("waiting", "WAITING", 8),
+        ("attempts", "ATT", 5),
+        ("run_at", "RUN AT", 10),
+    )
+
+    def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
+        delayed = item.run_at > ctx.now
+        dim = "dim" if delayed else ""
+        return (
+            self.id_cell(item, ctx, dim),
+            Text(item.queue, style=dim),
+            Text(str(item.priority), style=dim, justify="right"),
+            Text(view.waiting_text(item, ctx.now), justify="right"),
+            self.attempts_cell(item, dim),
+            Text(view.run_at_text(item, ctx.now), style="cyan" if delayed else "dim"),
+        )
+
+
+class ProcessingTable(JobTable):
+    FLEX: ClassVar[dict[str, int]] = {"owner": 14, "queue": 8}
+    COLUMNS = (
+        ("state", "STATE", 9),
+        ("id", "ID", 9),
+        ("queue", "QUEUE", 12),
+        ("lease", "LEASE", 8),
+        ("owner", "OWNER", 24),
+        ("heartbeat", "HB AGE", 7),
+        ("attempts", "ATT", 5),
+    )
+
+    def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
+        state = view.lease_state(item, ctx.now, ctx.risk_window)
+        style = {
+            LeaseState.OK: "",
+            LeaseState.AT_RISK: RISK_STYLE,
+            LeaseState.EXPIRED: EXPIRED_STYLE,
+        }[state]
+        marker = {
+            LeaseState.OK: Text("  ok", style="green"),
+            LeaseState.AT_RISK: Text("⚠ at risk", style=RISK_STYLE),
+            LeaseState.EXPIRED: Text("✖ expired", style=f"{EXPIRED_STYLE} reverse"),
+        }[state]
+        return (
+            marker,
+            self.id_cell(item, ctx, style),
+            Text(item.queue, style=style),
+            Text(view.lease_text(item, ctx.now), style=style, justify="right"),
+            Text(view.short_owner(item.lease_owner, 24), style=style),
+            Text(view.ago(ctx.now, item.heartbeat_at), justify="right"),
+            self.attempts_cell(item, style),
+        )
+
+
+class StuckTable(JobTable):
+    FLEX: ClassVar[dict[str, int]] = {"error": 12, "owner": 14, "queue": 8}
+    COLUMNS = (
+        ("id", "ID", 9),
+        ("queue", "QUEUE", 12),
+        ("state", "STATE", 7),
+        ("lapsed", "LAPSED", 7),
+        ("attempts", "ATT", 5),
+        ("diagnosis", "DIAGNOSIS", 28),
+        ("owner", "LAST OWNER", 24),
+        ("error", "LAST ERROR", 46),
+    )
+
+    def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
+        expired = item.status == JobStatus.PROCESSING
+        diagnosis = view.diagnose(item, ctx.owners)
+        diag = {
+            Verdict.ALIVE: Text("⚠ " + diagnosis.text, style=RISK_STYLE),
+            Verdict.SILENT: Text("○ " + diagnosis.text, style="cyan"),
+            Verdict.UNKNOWN: Text("? " + diagnosis.text, style="dim"),
+        }[diagnosis.verdict]
+        lapsed = item.lapsed_at or item.lease_until
+        error = (item.last_error or "").replace("\n", " ")
+        return (
+            self.id_cell(item, ctx, EXPIRED_STYLE if expired else ""),
+            Text(item.queue),
+            Text("expired", style=EXPIRED_STYLE) if expired else Text("Stuck", style="magenta"),
+            Text(view.ago(ctx.now, lapsed), justify="right"),
+            self.attempts_cell(item),
+            diag,
+            Text(view.short_owner(item.lease_owner, 24)),
+            Text(error[:200], style="dim", no_wrap=True, overflow="ellipsis"),
+        )
+
+
+FRESHNESS_STYLE = {
+    Freshness.FRESH: "green",
+    Freshness.LATE: RISK_STYLE,
+    Freshness.SILENT: EXPIRED_STYLE,
+    Freshness.STOPPED: "dim",
+    Freshness.UNKNOWN: "dim",
+}
+
+
+class OwnersTable(PanelTable[OwnerHealth]):
+    FLEX: ClassVar[dict[str, int]] = {"queues": 6, "owner": 20}
+    COLUMNS = (
+        ("owner", "OWNER", 34),
+        ("freshness", "FRESHNESS", 10),
+        ("seen", "LAST SIGN", 9),
+        ("held", "HELD", 5),
+        ("expired", "EXPIRED", 7),
+        ("next", "NEXT EXPIRY", 11),
+        ("intervals", "HB/TTL", 9),
+        ("queues", "QUEUES", 24),
+    )
+
+    def key_of(self, item: OwnerHealth) -> str:
+        return item.owner
+
+    def cells(self, item: OwnerHealth, ctx: RowContext) -> tuple[Text, ...]:
+        style = FRESHNESS_STYLE[item.freshness]
+        nxt = item.next_expiry_at
+        if nxt is None:
+            next_text = Text("-", style="dim", justify="right")
+        elif nxt < ctx.now:
+            next_text = Text(
+                "-" + format_duration(ctx.now - nxt), style=EXPIRED_STYLE, justify="right"
+            )
+        else:
+            next_text = Text(format_duration(nxt - ctx.now), justify="right")
+        intervals = (
+            f"{format_duration(item.heartbeat_every)}/{format_duration(item.lease_ttl)}"
+            if item.heartbeat_every is not None and item.lease_ttl is not None
+            else "-"
+        )
+        owner = Text(item.owner)
+        host = f"{item.hostname}:{item.pid}" if item.hostname else ""
+        if host and not item.owner.startswith(host):
+            owner.append(f" ({host})", style="dim")  # the default worker id already says it
+        return (
+            owner,
+            Text(view.FRESHNESS_MARK[item.freshness], style=style),
+            Text(view.ago(ctx.now, item.last_sign_of_life), style=style, justify="right"),
+            Text(str(item.held), justify="right"),
+            Text(str(item.expired), style=EXPIRED_STYLE if item.expired else "", justify="right"),
+            next_text,
+            Text(intervals, style="dim"),
+            Text(", ".join(item.queues), style="dim"),
+        )

@@ -1,0 +1,121 @@
+-- The console's refresh: run together in one read-only REPEATABLE READ transaction, so that every
+-- count, every panel row and now() describe the same instant. Each query reads the live rows
+-- through their partial index and never scans finished history.
+--
+-- Filters shared by the panels: %(queue)s exact queue, %(owner)s prefix of lease_owner (for
+-- Pending and Stuck jobs, the owner of the last lease), %(job_id)s one job.
+
+-- name: console_snapshot_begin
+-- Start the console's snapshot transaction: one MVCC snapshot and one now() for every query.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: console_statement_timeout
+-- Bound every console query, so that a refresh never hangs on a sick server.
+SELECT set_config('statement_timeout', %(timeout_ms)s::text, true);
+
+-- name: console_counts
+-- Exact live counts (each from its partial index), oldest due Pending, at-risk and expired leases.
+-- At risk: the lease ends within the owner's heartbeat interval (%(risk_window)s when unknown).
+SELECT now() AS db_now, p.pending, p.due, p.oldest_due_at,
+       r.processing, r.expired, r.at_risk, s.stuck
+FROM (
+    SELECT count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due_at
+    FROM {schema}.jobs
+    WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+) AS p
+CROSS JOIN (
+    SELECT count(*) AS processing,
+           count(*) FILTER (WHERE j.lease_until < now()) AS expired,
+           count(*) FILTER (WHERE j.lease_until >= now() AND j.lease_until
+                            < now() + coalesce(w.heartbeat_every, %(risk_window)s::interval))
+               AS at_risk
+    FROM {schema}.jobs AS j
+    LEFT JOIN {schema}.workers AS w ON w.worker_id = j.lease_owner
+    WHERE j.status = 'Processing' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+) AS r
+CROSS JOIN (
+    SELECT count(*) AS stuck
+    FROM {schema}.jobs
+    WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+) AS s;
+
+-- name: console_throughput
+-- Completed and Failed jobs per minute over the last %(minutes)s minutes (0 = the last 60 s).
+SELECT floor(extract(epoch FROM now() - finished_at) / 60)::integer AS minutes_ago,
+       count(*) FILTER (WHERE status = 'Completed') AS completed,
+       count(*) FILTER (WHERE status = 'Failed') AS failed
+FROM {schema}.jobs
+WHERE status IN ('Completed', 'Failed')
+  AND finished_at > now() - make_interval(mins => %(minutes)s::integer)
+  AND finished_at <= now()
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY 1;
+
+-- name: console_pending
+-- The Pending panel: longest claimable first, then delayed retries by run_at; bounded.
+WITH picked AS (
+    SELECT id, run_at
+    FROM {schema}.jobs
+    WHERE status = 'Pending'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+)
+SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
+       j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
+       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at
+FROM picked AS p
+JOIN {schema}.jobs AS j ON j.id = p.id
+ORDER BY p.run_at, p.id;
+
+-- name: console_processing
+-- The Processing panel: soonest lease expiry first (expired first of all), with the owner's
+-- heartbeat interval that decides "at risk"; bounded.
+SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
+       j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
+       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
+       coalesce(w.heartbeat_every, %(risk_window)s::interval) AS risk_window,
+       j.lease_until AS lapsed_at
+FROM {schema}.jobs AS j
+LEFT JOIN {schema}.workers AS w ON w.worker_id = j.lease_owner
+WHERE j.status = 'Processing'
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(owner)s::text IS NULL OR starts_with(j.lease_owner, %(owner)s::text))
+  AND (%(job_id)s::bigint IS NULL OR j.id = %(job_id)s::bigint)
+ORDER BY j.lease_until, j.id
+LIMIT %(limit)s;
+
+-- name: console_stuck
+-- The Stuck panel: expired Processing leases and Stuck jobs, longest lapsed first; bounded.
+-- A Stuck job keeps lease_until when it lapsed; one quarantined from Pending has none, so its
+-- quarantine time (updated_at) stands in.
+SELECT * FROM (
+    (SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
+            j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
+            left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
+            j.lease_until AS lapsed_at
+     FROM {schema}.jobs AS j
+     WHERE j.status = 'Processing' AND j.lease_until < now()
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+       AND (%(owner)s::text IS NULL OR starts_with(j.lease_owner, %(owner)s::text))
+       AND (%(job_id)s::bigint IS NULL OR j.id = %(job_id)s::bigint)
+     ORDER BY j.lease_until, j.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT j.id, j.queue, j.status::text, j.priority, j.run_at, j.attempts,
+            j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
+            left(j.last_error, 300), j.created_at, j.updated_at,
+            coalesce(j.lease_until, j.updated_at)
+     FROM {schema}.jobs AS j
+     WHERE j.status = 'Stuck'
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+       AND (%(owner)s::text IS NULL OR starts_with(j.lease_owner, %(owner)s::text))
+       AND (%(job_id)s::bigint IS NULL OR j.id = %(job_id)s::bigint)
+     ORDER BY coalesce(j.lease_until, j.updated_at), j.id
+     LIMIT %(limit)s)
+) AS stuck
+ORDER BY lapsed_at, id
+LIMIT %(limit)s;

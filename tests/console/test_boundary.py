@@ -1,0 +1,49 @@
+"""The core never imports Textual: only leasectl.console does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CORE = [
+    "leasectl.backoff",
+    "leasectl.config",
+    "leasectl.errors",
+    "leasectl.health",
+    "leasectl.models",
+    "leasectl.queries",
+    "leasectl.store",
+    "leasectl.watcher",
+    "leasectl.worker",
+    "leasectl.embedded",
+]
+
+
+def test_core_does_not_import_textual() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {CORE!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_console_sql_is_named_and_described() -> None:
+    from leasectl import queries
+
+    names = [n for n in queries.all_queries() if n.startswith("console_")]
+    assert {
+        "console_snapshot_begin",
+        "console_statement_timeout",
+        "console_counts",
+        "console_throughput",
+        "console_pending",
+        "console_processing",
+        "console_stuck",
+    } <= set(names)
+    for name in names:
+        assert queries.get(name).description

@@ -1,0 +1,130 @@
+"""Store.console_snapshot against real PostgreSQL: counts, order, bounds, filters, plans."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from leasectl import queries
+from leasectl.models import Freshness, JobStatus
+from leasectl.store import Store
+from tests.console.seed import ALIVE, SILENT, seed
+
+
+def test_counts_rows_and_order(store: Store, sql_conn: psycopg.Connection) -> None:
+    seeded = seed(store, sql_conn)
+    snap = store.console_snapshot(None, 50)
+    c = snap.counts
+    assert (c.pending, c.due) == (5, 4)  # 3 payments + 1 email due, 1 retry delayed
+    assert (c.processing, c.expired, c.at_risk, c.stuck) == (5, 2, 1, 1)
+    assert snap.db_now is not None and snap.server_version and snap.database
+
+    assert [j.id for j in snap.pending][-1] == seeded.delayed  # delayed retries come last
+    assert snap.pending[-1].run_at > snap.db_now
+
+    lease_order = [j.lease_until for j in snap.processing if j.lease_until is not None]
+    assert lease_order == sorted(lease_order)  # soonest expiry first, expired first of all
+    assert {j.id for j in snap.processing[:2]} == {le.job_id for le in seeded.expired}
+    assert all(j.risk_window == timedelta(seconds=10) for j in snap.processing)
+
+    stuck_ids = [j.id for j in snap.stuck]
+    assert set(stuck_ids) == {seeded.stuck, *(le.job_id for le in seeded.expired)}
+    lapsed = [j.lapsed_at for j in snap.stuck if j.lapsed_at is not None]
+    assert lapsed == sorted(lapsed)  # longest lapsed first
+
+    owners = {o.owner: o for o in snap.owners}
+    assert owners[ALIVE].freshness == Freshness.FRESH
+    assert owners[SILENT].freshness == Freshness.SILENT
+    assert owners[SILENT].expired == 2
+
+
+def test_panels_are_bounded_but_counts_are_not(store: Store) -> None:
+    store.enqueue([{} for _ in range(30)], queue="bulk")
+    snap = store.console_snapshot(None, 7)
+    assert len(snap.pending) == 7
+    assert snap.counts.pending == 30
+
+
+def test_filters(store: Store, sql_conn: psycopg.Connection) -> None:
+    seeded = seed(store, sql_conn)
+    emails = store.console_snapshot("emails", 50)
+    assert emails.counts.pending == 1 and emails.counts.processing == 0
+    assert {j.queue for j in emails.pending} == {"emails"}
+    assert emails.owners == ()  # no owner declares or holds emails
+
+    silent = store.console_snapshot(None, 50, owner="silent-host")
+    assert {j.lease_owner for j in silent.processing} == {SILENT}
+    assert [o.owner for o in silent.owners] == [SILENT]
+
+    one = store.console_snapshot(None, 50, job_id=seeded.stuck)
+    assert [j.id for j in one.stuck] == [seeded.stuck]
+    assert one.pending == () and one.processing == ()
+
+
+def test_throughput_per_minute(store: Store, sql_conn: psycopg.Connection) -> None:
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (status, finished_at) "
+        "SELECT 'Completed'::leasectl.job_status, now() - make_interval(secs => m * 60 + 5) "
+        "FROM generate_series(0, 29) AS m, generate_series(1, 3) "
+        "UNION ALL SELECT 'Completed', now() - interval '2 hours' "
+        "UNION ALL SELECT 'Failed', now() - interval '10 seconds'"
+    )
+    snap = store.console_snapshot(None, 10)
+    assert snap.throughput == (3,) * 30
+    assert snap.failed_recent == 1
+
+
+def test_finished_history_is_an_estimate(store: Store, sql_conn: psycopg.Connection) -> None:
+    snap = store.console_snapshot(None, 10)
+    assert snap.counts.completed_estimate is None  # no statistics yet: unknown, not zero
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (status, finished_at) "
+        "SELECT 'Completed', now() - interval '1 day' FROM generate_series(1, 2000)"
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    snap = store.console_snapshot(None, 10)
+    assert snap.counts.completed_estimate == pytest.approx(2000, rel=0.2)
+
+
+CONSOLE_QUERIES = [
+    "console_counts",
+    "console_throughput",
+    "console_pending",
+    "console_processing",
+    "console_stuck",
+]
+
+
+@pytest.mark.slow
+def test_refresh_queries_use_indexes_on_a_big_history(
+    store: Store, sql_conn: psycopg.Connection
+) -> None:
+    """No console query scans the finished history (here 300k Completed rows)."""
+    seed(store, sql_conn)
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, finished_at) "
+        "SELECT 'payments', 'Completed', 1, now() - make_interval(secs => g * 3) "
+        "FROM generate_series(1, 300000) AS g"
+    )
+    sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
+    params = {
+        "queue": None,
+        "owner": None,
+        "job_id": None,
+        "limit": 100,
+        "risk_window": timedelta(seconds=10),
+        "minutes": 30,
+    }
+    for name in CONSOLE_QUERIES:
+        for extra in ({}, {"queue": "payments"}):
+            query = queries.get(name).render("leasectl").as_string(sql_conn)
+            plan = "\n".join(
+                r[0] for r in sql_conn.execute("EXPLAIN (COSTS OFF) " + query, {**params, **extra})
+            )
+            assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
+    snap = store.console_snapshot(None, 100)
+    assert 595 <= sum(snap.throughput) <= 600  # 30 minutes at one every 3 s
+    assert snap.counts.processing == 5 and snap.pending[0].status == JobStatus.PENDING
