@@ -89,7 +89,22 @@ def main() -> None:
     with Store.connect(dsn, SCHEMA, check_schema=False) as store:
         store.migrate()
     seed(dsn, a.rows, 10_000, 2_000, 500)
-    extra = {name: {} for name in queries.all_queries() if name.startswith("console_")}
+    console = {
+        "queue": None,
+        "owner": None,
+        "job_id": None,
+        "limit": 50,
+        "minutes": 30,
+        "risk_window": timedelta(seconds=10),
+        "timeout_ms": "5000",
+        "schema": SCHEMA,
+    }
+    extra = {
+        name: console
+        for name in queries.all_queries()
+        if name.startswith("console_")
+        and name not in ("console_snapshot_begin", "console_statement_timeout")
+    }
     with psycopg.connect(dsn) as conn:
         for qname, params in {**PARAMS, **extra}.items():
             if a.only and qname not in a.only:
