@@ -538,6 +538,52 @@ def prune(
 
 
 @app.command()
+def demo(
+    ctx: typer.Context,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Start from an empty demo database.")
+    ] = False,
+    headless: Annotated[
+        bool, typer.Option("--headless", help="Run the fleet without the console; print a summary.")
+    ] = False,
+    duration: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help="Stop after this long.", show_default=False),
+    ] = None,
+    refresh: Annotated[
+        str, typer.Option(metavar="DURATION", help="Console refresh interval.")
+    ] = "1s",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Embedded PostgreSQL + a simulated fleet + the console, with no setup.
+
+    Only an explicit --dsn points the demo at another server (never LEASECTL_DSN or
+    DATABASE_URL, which may name an application's database); there it uses its own schema.
+    """
+    from leasectl.demo import run_demo
+
+    g = _globals(ctx)
+    if g.dsn is not None:
+        config.validate_dsn(g.dsn)
+    summary = run_demo(
+        dsn=g.dsn,
+        schema=config.resolve_schema(g.schema),
+        fresh=fresh,
+        headless=headless,
+        duration=_duration(duration, "--duration") if duration else None,
+        refresh=_duration(refresh, "--refresh"),
+    )
+    if as_json:
+        _emit_json(summary.to_json())
+    else:
+        typer.echo(summary.render())
+    if summary.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not summary.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
 def tui(
     ctx: typer.Context,
     refresh: Annotated[
