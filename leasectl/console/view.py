@@ -141,6 +141,9 @@ def diagnose(job: PanelJob, owners: dict[str, OwnerHealth]) -> Diagnosis:
     """
     if job.lease_owner is None:
         return Diagnosis(Verdict.UNKNOWN, "never leased")
+    if job.status == JobStatus.STUCK and job.lease_until is None:
+        # Quarantined while Pending: nobody holds it, whatever its last owner is doing.
+        return Diagnosis(Verdict.SILENT, "quarantined, no lease held")
     health = owners.get(job.lease_owner)
     if health is None:
         return Diagnosis(Verdict.SILENT, "owner silent")

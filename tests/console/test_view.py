@@ -59,6 +59,14 @@ def test_diagnosis_alive_versus_silent() -> None:
     assert view.diagnose(stopped, owners).text == "owner silent (stopped)"
 
 
+def test_a_job_quarantined_while_pending_holds_no_lease_whatever_its_owner_does() -> None:
+    owners = {o.owner: o for o in OWNERS}
+    alive = next(j for j in STUCK if j.lease_owner == W1)
+    quarantined = replace(alive, status=JobStatus.STUCK, lease_until=None)
+    diagnosis = view.diagnose(quarantined, owners)
+    assert (diagnosis.verdict, diagnosis.text) == (Verdict.SILENT, "quarantined, no lease held")
+
+
 def test_late_owner_counts_as_alive() -> None:
     late = replace(OWNERS[0], freshness=Freshness.LATE)
     j = next(j for j in STUCK if j.lease_owner == W3)
