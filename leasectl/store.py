@@ -188,10 +188,15 @@ class Store:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
 
             def payloads(stop: Callable[[], bool]) -> Iterator[str]:
+                # Each notification is handed on as it arrives; the timeout only bounds how
+                # long a stop() request waits to be seen.
                 while not stop():
-                    with self._errors():
-                        received = list(conn.notifies(timeout=1.0))
-                    for note in received:
+                    batch = conn.notifies(timeout=1.0)
+                    while True:
+                        with self._errors():
+                            note = next(batch, None)
+                        if note is None:
+                            break
                         yield note.payload
 
             yield payloads

@@ -126,6 +126,9 @@ class WorkerStats:
     released: int = 0
 
 
+BATCH_WAIT = 0.01  # seconds a busy worker may wait to claim a fuller batch
+
+
 class Worker:
     def __init__(
         self,
@@ -218,14 +221,29 @@ class Worker:
     def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
         failures = 0
         queue_index = 0
+        # Under load, claim in batches: with most slots busy, wait a moment (at most
+        # BATCH_WAIT) for a quarter of them to free up rather than claiming one job per trip.
+        min_batch = max(1, self.config.concurrency // 4)
+        short_since: float | None = None
         while not self.stopping.is_set():
             self._wake.clear()  # cleared before looking, so no wake-up between is lost
             with self._lock:
                 free = self.config.concurrency - self._busy
-                self._busy += max(free, 0)
-            if free <= 0:
-                self._wake.wait(1.0)
+                if free <= 0:
+                    reserve = 0
+                elif free < min_batch:
+                    now = time.monotonic()
+                    short_since = now if short_since is None else short_since
+                    reserve = free if now - short_since >= BATCH_WAIT else 0
+                else:
+                    reserve = free
+                self._busy += reserve
+            if reserve == 0:
+                waited = 0.0 if short_since is None else time.monotonic() - short_since
+                self._wake.wait(1.0 if free <= 0 else max(0.0, BATCH_WAIT - waited))
                 continue
+            short_since = None
+            free = reserve
             name = self.config.queues[queue_index % len(self.config.queues)]
             queue_index += 1
             sent = time.monotonic()  # the lease runs from the server's now(): after this

@@ -21,11 +21,14 @@ WITH pending AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), expired AS (
+    -- Taking over lapsed leases is the watcher's job; a claim only looks when Pending work
+    -- did not fill the batch (a LIMIT of 0 reads nothing), so many expired leases elsewhere
+    -- never slow down the claims of healthy workers.
     SELECT id, priority, run_at, heartbeat_at
     FROM {schema}.jobs
     WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
       AND attempts < max_attempts
-    LIMIT %(limit)s
+    LIMIT greatest(%(limit)s - (SELECT count(*) FROM pending), 0)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT id, heartbeat_at FROM (

@@ -7,7 +7,9 @@ WITH expired AS (
     FROM {schema}.jobs
     WHERE status = 'Processing' AND lease_until < now()
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-    ORDER BY lease_until, id
+    -- No ORDER BY: lease_until is not indexed (heartbeats stay HOT), and sorting every
+    -- expired lease for each batch would make a large backlog slow to clear. Every expired
+    -- lease is moved within one pass anyway.
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), moved AS (
