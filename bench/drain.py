@@ -1,0 +1,294 @@
+"""Drain: N no-op jobs pre-enqueued, drained at total concurrency 1, 10, 50 by worker processes.
+
+Every system gets a fresh database per measurement, the same split of concurrency into
+processes (1 x 1, then 2 processes: one per core), and the same stopwatch: the count of
+unfinished jobs is polled every 100 ms, and the rate is the jobs finished between the first poll
+that saw progress and the poll that saw none left, over that time (so process start-up, imports
+and connection set-up are excluded for everyone). A run that has not finished within the
+timeout is cut there and its rate is what it reached (marked ``partial``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from bench.common import (
+    BENCH,
+    QUEUE,
+    Ctx,
+    Proc,
+    ServerCpu,
+    cpu_seconds,
+    leasectl_init,
+    loadavg,
+    log,
+    median,
+    seed_pending,
+    stop,
+    table,
+)
+
+PEERS_PY = BENCH / "peers" / ".venv" / "bin" / "python"
+POLL_S = 0.1
+
+
+def split(concurrency: int) -> tuple[int, int]:
+    """Total concurrency -> (processes, per-process concurrency): one process per core."""
+    if concurrency <= 1:
+        return 1, 1
+    procs = 2
+    return procs, math.ceil(concurrency / procs)
+
+
+@dataclass
+class System:
+    name: str
+    version: str
+    config: str
+    remaining_sql: str
+    prepare: Callable[[str, int], None]
+    worker_argv: Callable[[str, int], list[str]]
+
+
+def leasectl_system() -> System:
+    from importlib import metadata
+
+    def prepare(dsn: str, jobs: int) -> None:
+        leasectl_init(dsn)
+        seed_pending(dsn, jobs, QUEUE)
+
+    return System(
+        name="leasectl",
+        version=metadata.version("leasectl"),
+        config="real Worker runtime (leases 30 s, heartbeats, fencing, attempt history); "
+        "no-op handler; runtime defaults otherwise",
+        remaining_sql="SELECT count(*) FROM leasectl.jobs "
+        "WHERE status IN ('Pending', 'Processing')",
+        prepare=prepare,
+        worker_argv=lambda dsn, k: [
+            sys.executable,
+            "-m",
+            "bench.leasectl_worker",
+            "--dsn",
+            dsn,
+            "--concurrency",
+            str(k),
+        ],
+    )
+
+
+def peers_available() -> dict[str, str]:
+    """Peer name -> "" when installed, else why it is skipped."""
+    if not PEERS_PY.exists():
+        return {}
+    skipped = {}
+    marker = BENCH / "peers" / ".venv" / "SKIPPED"
+    if marker.exists():
+        for line in marker.read_text().splitlines():
+            name, _, why = line.partition("\t")
+            skipped[name] = why
+    return skipped
+
+
+def peer_system(name: str) -> System:
+    driver = str(BENCH / "peers" / f"{name}_driver.py")
+    info: dict[str, Any] = {}
+
+    def prepare(dsn: str, jobs: int) -> None:
+        out = subprocess.run(
+            [str(PEERS_PY), driver, "prepare", "--dsn", dsn, "--jobs", str(jobs)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"{name} prepare failed: {out.stderr[-1500:]}")
+        info.update(json.loads(out.stdout.strip().splitlines()[-1]))
+        system.version = info["version"]
+        system.config = info["config"]
+        system.remaining_sql = info["remaining_sql"]
+
+    system = System(
+        name=name,
+        version="?",
+        config="?",
+        remaining_sql="",
+        prepare=prepare,
+        worker_argv=lambda dsn, k: [
+            str(PEERS_PY),
+            driver,
+            "work",
+            "--dsn",
+            dsn,
+            "--concurrency",
+            str(k),
+        ],
+    )
+    return system
+
+
+def drain_once(
+    ctx: Ctx,
+    system: System,
+    concurrency: int,
+    jobs: int,
+    *,
+    hold_xact: bool = False,
+    keep_db: bool = False,
+) -> dict[str, Any]:
+    """One measurement in a fresh database; with hold_xact, another session keeps a transaction
+    (with an xid) open and idle in the same database for the whole drain."""
+    dsn = ctx.fresh_db(system.name)
+    started = time.perf_counter()
+    system.prepare(dsn, jobs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+    prepare_s = time.perf_counter() - started
+    nproc, per = split(concurrency)
+    holder = None
+    if hold_xact:
+        holder = psycopg.connect(dsn)
+        holder.execute("SELECT txid_current()")  # BEGIN implied; stays idle in transaction
+    server = ServerCpu(dsn)
+    poll = psycopg.connect(dsn, autocommit=True)
+    procs: list[Proc] = []
+    result: dict[str, Any] = {}
+    try:
+        server.start()
+        spawned = time.perf_counter()
+        procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
+        deadline = spawned + ctx.sizes.drain_timeout
+        first: tuple[float, int] | None = None
+        last: tuple[float, int] = (spawned, jobs)
+        while True:
+            row = poll.execute(system.remaining_sql).fetchone()
+            now = time.perf_counter()
+            remaining = int(row[0]) if row else 0
+            if first is None and remaining < jobs:
+                first = (last[0], last[1])  # the poll before progress: the clock starts there
+            last = (now, remaining)
+            if remaining == 0 or now > deadline or not any(p.alive() for p in procs):
+                break
+            time.sleep(POLL_S)
+        worker_cpu = sum(cpu_seconds([p.pid for p in procs]).values())
+        server_cpu = server.stop()
+        t_end, remaining = last
+        if first is None:
+            rate, elapsed = 0.0, t_end - spawned
+        else:
+            elapsed = t_end - first[0]
+            rate = (first[1] - remaining) / elapsed if elapsed > 0 else 0.0
+        result = {
+            "jobs": jobs,
+            "processes": nproc,
+            "per_process": per,
+            "jobs_per_s": round(rate, 1),
+            "drain_s": round(elapsed, 2),
+            "wall_s": round(t_end - spawned, 2),
+            "startup_s": round((first[0] if first else t_end) - spawned, 2),
+            "prepare_s": round(prepare_s, 2),
+            "remaining": remaining,
+            "partial": remaining > 0,
+            "worker_cpu_s": round(worker_cpu, 2),
+            "server_cpu_s": server_cpu,
+        }
+        dead = [p for p in procs if not p.alive()]
+        if dead and remaining > 0:
+            result["error"] = dead[0].tail()
+    finally:
+        stop(procs)
+        poll.close()
+        if holder is not None:
+            holder.close()
+        if not keep_db:
+            ctx.drop_db(dsn)
+    return result
+
+
+def systems(ctx: Ctx) -> tuple[list[System], dict[str, str]]:
+    out = [leasectl_system()]
+    skipped: dict[str, str] = {}
+    if not ctx.peers:
+        return out, skipped
+    if not PEERS_PY.exists():
+        why = "bench/peers/.venv missing: run bash bench/peers/setup.sh"
+        return out, dict.fromkeys(ctx.peers, why)
+    marker = peers_available()
+    for name in ctx.peers:
+        if name in marker:
+            skipped[name] = marker[name]
+        else:
+            out.append(peer_system(name))
+    return out, skipped
+
+
+def run(ctx: Ctx) -> dict[str, Any]:
+    sizes = ctx.sizes
+    found, skipped = systems(ctx)
+    figures: dict[str, Any] = {
+        "jobs": sizes.drain_jobs,
+        "repeats": sizes.repeats,
+        "timeout_s": sizes.drain_timeout,
+        "systems": {},
+    }
+    for name, why in skipped.items():
+        log(f"drain: skipping {name}: {why}")
+    for system in found:
+        entry: dict[str, Any] = {"runs": {}}
+        try:
+            for c in sizes.drain_concurrency:
+                runs = []
+                for i in range(sizes.repeats):
+                    log(f"drain: {system.name} concurrency {c} run {i + 1}/{sizes.repeats}")
+                    r = drain_once(ctx, system, c, sizes.drain_jobs)
+                    r["loadavg"] = loadavg()
+                    log(f"  -> {r['jobs_per_s']} jobs/s{' (partial)' if r['partial'] else ''}")
+                    runs.append(r)
+                entry["runs"][str(c)] = {
+                    "median_jobs_per_s": median([r["jobs_per_s"] for r in runs]),
+                    "runs": runs,
+                }
+        except Exception as exc:  # one peer failing must not lose the others' figures
+            log(f"drain: {system.name} failed: {exc}")
+            entry["error"] = str(exc)[-2000:]
+        entry["version"] = system.version
+        entry["config"] = system.config
+        figures["systems"][system.name] = entry
+    figures["skipped"] = skipped
+    return figures
+
+
+def render(fig: dict[str, Any]) -> str:
+    levels = sorted({int(c) for s in fig["systems"].values() for c in s["runs"]})
+    rows = []
+    for name, s in fig["systems"].items():
+        row: list[Any] = [f"{name} {s.get('version', '')}"]
+        for c in levels:
+            r = s["runs"].get(str(c))
+            if r is None:
+                row.append("-")
+                continue
+            partial = any(x["partial"] for x in r["runs"])
+            row.append(f"{r['median_jobs_per_s']:,.0f}{'*' if partial else ''}")
+        rows.append(row)
+    title = f"drain: {fig['jobs']:,} no-op jobs, median of {fig['repeats']} (jobs/s)"
+    text = table(title, ["system", *[f"c={c}" for c in levels]], rows)
+    runs = [x for s in fig["systems"].values() for r in s["runs"].values() for x in r["runs"]]
+    if any(x["partial"] for x in runs):
+        text += (
+            f"\n\\* partial: at least one run was cut at the {fig.get('timeout_s', '?')} s "
+            "timeout; its rate is over what it drained by then.\n"
+        )
+    for name, why in fig.get("skipped", {}).items():
+        text += f"\nskipped {name}: {why}\n"
+    return text
