@@ -27,7 +27,7 @@ import typer
 from psycopg import conninfo
 from rich.console import Console, RenderableType
 
-from leasectl import config, output, queries, retention
+from leasectl import config, grants, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.store import Store
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
@@ -535,6 +535,64 @@ def prune(
         f"{verb} {result.jobs} finished job(s) older than {config.format_duration(cutoff)}"
         f"{events}" + ("" if result.dry_run else f" in {result.batches} batch(es)")
     )
+
+
+@app.command()
+def grant(
+    ctx: typer.Context,
+    viewer: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ROLE",
+            help="May run status, inspect and the console read-only (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    operator: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="ROLE",
+            help="Viewer + requeue, mark-stuck, requeue-stuck, watch (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    worker: Annotated[
+        list[str] | None,
+        typer.Option(metavar="ROLE", help="May run workers (repeatable).", show_default=False),
+    ] = None,
+    producer: Annotated[
+        list[str] | None,
+        typer.Option(metavar="ROLE", help="May enqueue jobs (repeatable).", show_default=False),
+    ] = None,
+    print_sql: Annotated[
+        bool, typer.Option("--print-sql", help="Print the SQL for a DBA; change nothing.")
+    ] = False,
+) -> None:
+    """Grant least-privilege access to existing roles (none can drop, truncate or delete)."""
+    wanted = [
+        grants.Grant(kind, grants.validate_role(role))
+        for kind, roles in (
+            (grants.Kind.VIEWER, viewer),
+            (grants.Kind.OPERATOR, operator),
+            (grants.Kind.WORKER, worker),
+            (grants.Kind.PRODUCER, producer),
+        )
+        for role in roles or ()
+    ]
+    if not wanted:
+        raise UsageError("name at least one role: --viewer, --operator, --worker or --producer")
+    if print_sql:
+        schema = config.resolve_schema(_globals(ctx).schema)
+        sys.stdout.write(grants.render(wanted, schema))
+        return
+    with _store(ctx) as store:
+        grants.apply(store, wanted)
+        where, schema = store.where, store.schema
+    for g in wanted:
+        typer.echo(
+            f"granted {g.kind.value} privileges on schema {schema!r} to role {g.role!r} "
+            f"at {where} ({grants.WHAT[g.kind]})"
+        )
 
 
 @app.command()

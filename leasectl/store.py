@@ -138,9 +138,10 @@ class Store:
         except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedObject):
             raise SchemaMissing(self._schema_missing_message()) from None
         except pg_errors.InsufficientPrivilege as exc:
-            raise PermissionDenied(
-                f"permission denied: {exc.diag.message_primary or _first_line(exc)}"
-            ) from None
+            detail = exc.diag.message_primary or _first_line(exc)
+            if not detail.startswith("permission denied"):
+                detail = f"permission denied: {detail}"
+            raise PermissionDenied(detail) from None
         except PoolTimeout:
             raise ConnectionFailed(f"cannot reach the database at {self.where}") from None
         except psycopg.OperationalError as exc:

@@ -1,0 +1,43 @@
+-- Least-privilege grants for `leasectl grant`. {schema} and {role} are rendered as quoted
+-- identifiers (psycopg.sql.Identifier); nothing else is ever spliced in. No block grants
+-- DELETE, TRUNCATE, REFERENCES, TRIGGER or ownership: no role made here can drop or empty a table.
+
+-- name: grant_viewer
+-- Read-only: status, inspect, requeue-stuck --dry-run and the console in read-only mode.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
+    {schema}.schema_migrations TO {role};
+
+-- name: grant_operator
+-- Viewer plus guarded operator actions and the watcher (requeue, mark-stuck, requeue-stuck, watch).
+-- UPDATE on jobs is table-wide because the console enables its actions on has_table_privilege.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
+    {schema}.schema_migrations TO {role};
+GRANT UPDATE ON {schema}.jobs TO {role};
+GRANT UPDATE (outcome, ended_at, heartbeat_at, error) ON {schema}.job_attempts TO {role};
+GRANT INSERT (job_id, actor, action, reason, before, after) ON {schema}.job_events TO {role};
+
+-- name: grant_worker
+-- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
+    {schema}.schema_migrations TO {role};
+GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
+    last_error, updated_at) ON {schema}.jobs TO {role};
+GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
+    UPDATE (outcome, ended_at, heartbeat_at, error) ON {schema}.job_attempts TO {role};
+GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, started_at,
+    last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
+    ON {schema}.workers TO {role};
+
+-- name: grant_producer
+-- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON {schema}.schema_migrations TO {role};
+GRANT INSERT (queue, payload, priority, run_at, max_attempts), SELECT (id)
+    ON {schema}.jobs TO {role};
+
+-- name: roles_existing
+-- Which of the named roles exist (a grant to a missing role fails with a clearer message).
+SELECT rolname FROM pg_catalog.pg_roles WHERE rolname = ANY(%(roles)s::text[]);
