@@ -16,7 +16,8 @@ from leasectl.errors import ConfigError, UsageError
 
 DEFAULT_SCHEMA = "leasectl"
 
-_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
+MAX_DURATION = timedelta(days=3650)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _QUOTED = re.compile(r'"[^"]*"')
 
@@ -66,19 +67,25 @@ def resolve_schema(cli_value: str | None) -> str:
     return value
 
 
+def _shown(text: str, limit: int = 40) -> str:
+    """The user's value, quoted, cut short so that an error stays one readable line."""
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
 def parse_duration(text: str, *, allow_zero: bool = False, what: str = "duration") -> timedelta:
     """Accepts 250ms, 30s, 5m, 1h, 2d or plain seconds (2.5)."""
     m = _DURATION.match(text)
     if not m:
         raise UsageError(
-            f"invalid {what} {text!r}: use a number with ms, s, m, h or d (250ms, 30s, 5m, 1h), "
-            "or plain seconds"
+            f"invalid {what} {_shown(text)}: use a number with ms, s, m, h or d "
+            "(250ms, 30s, 5m, 1h), or plain seconds"
         )
-    value = timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds > MAX_DURATION.total_seconds():
+        raise UsageError(f"invalid {what} {_shown(text)}: longer than ten years")
+    value = timedelta(seconds=seconds)
     if value <= timedelta(0) and not (allow_zero and value == timedelta(0)):
-        raise UsageError(f"invalid {what} {text!r}: must be greater than zero")
-    if value > timedelta(days=3650):
-        raise UsageError(f"invalid {what} {text!r}: longer than ten years")
+        raise UsageError(f"invalid {what} {_shown(text)}: must be greater than zero")
     return value
 
 
@@ -92,12 +99,15 @@ def parse_payload(text: str) -> Any:
 
 
 def parse_job_id(text: str) -> int:
+    digits = text.strip()
     try:
-        value = int(text.strip())
+        if not (digits.isascii() and digits.isdigit()):
+            raise ValueError(text)
+        value = int(digits)
     except ValueError:
-        raise UsageError(f"invalid job id {text!r}: ids are positive integers") from None
+        raise UsageError(f"invalid job id {_shown(text)}: ids are positive integers") from None
     if value <= 0 or value > 2**63 - 1:
-        raise UsageError(f"invalid job id {text!r}: ids are positive integers")
+        raise UsageError(f"invalid job id {_shown(text)}: ids are positive integers")
     return value
 
 

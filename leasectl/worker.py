@@ -47,6 +47,7 @@ class JobContext:
     cancelled: threading.Event = field(default_factory=threading.Event)
     lost: bool = False
     deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
+    finishing: bool = False  # the handler returned; its result is being written
 
     @property
     def job(self) -> Job:
@@ -146,7 +147,8 @@ class Worker:
         self._store = store
         self._owns_store = store is None
         self.stats = WorkerStats()
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # no more claims
+        self.closed = threading.Event()  # shut down: nothing held any more
         self.started = threading.Event()
         self._held: dict[int, JobContext] = {}
         self._lock = threading.Lock()
@@ -166,6 +168,9 @@ class Worker:
                 self.schema,
                 max_size=min(self.config.concurrency, 8) + 3,
                 application_name=f"leasectl worker {self.worker_id}"[:63],
+                # A call waiting for a connection gives up within a heartbeat interval, so an
+                # outage is noticed (and retried) at the pace of heartbeats.
+                pool_timeout=max(0.5, self.config.heartbeat.total_seconds()),
             )
         return self._store
 
@@ -197,6 +202,7 @@ class Worker:
             threading.Thread(target=self._heartbeat_loop, name="leasectl-heartbeat", daemon=True),
             threading.Thread(target=self._complete_loop, name="leasectl-complete", daemon=True),
             threading.Thread(target=self._listen_loop, name="leasectl-listen", daemon=True),
+            threading.Thread(target=self._deadline_loop, name="leasectl-deadline", daemon=True),
         ]
         for thread in threads:
             thread.start()
@@ -206,7 +212,8 @@ class Worker:
         try:
             self._claim_loop(pool)
         finally:
-            self._shutdown(pool)
+            self._shutdown(pool)  # heartbeats go on while running handlers finish
+            self.closed.set()
             self._done.put(None)
             for thread in threads[:2]:
                 thread.join(timeout=5)
@@ -283,6 +290,7 @@ class Worker:
             self.handler(ctx)
         except Exception as exc:
             error = exc
+        ctx.finishing = True
         if error is None and not (ctx.lost or ctx.cancelled.is_set()):
             self._done.put(ctx)  # completions are written in batches by the completer
             return
@@ -370,7 +378,7 @@ class Worker:
                 if time.monotonic() >= ctx.deadline:
                     self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
                     return
-                self.stopping.wait(0.5)
+                self.closed.wait(0.5)
                 continue
             if status is None:
                 self._mark_lost(ctx, "the database refused the result: lease taken over")
@@ -418,7 +426,7 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         every = self.config.heartbeat.total_seconds()
-        while not self.stopping.wait(every):
+        while not self.closed.wait(every):
             self.beat()
 
     def beat(self) -> None:
@@ -438,8 +446,22 @@ class Worker:
         for ctx in held:
             if ctx.job.id in renewed:
                 ctx.deadline = sent + self.config.lease_ttl.total_seconds()
-            else:
+            elif not ctx.finishing:
+                # (A job whose result was written meanwhile is not renewed either: not lost.)
                 self._mark_lost(ctx, "heartbeat rejected: the lease was taken over")
+
+    def _deadline_loop(self) -> None:
+        """Cancel handlers whose lease lapsed without a successful heartbeat.
+
+        Independent of any database call in flight: when the server is unreachable, a blocked
+        heartbeat must not delay the moment a handler learns it may no longer hold its job.
+        """
+        tick = min(0.1, self.config.lease_ttl.total_seconds() / 10)
+        while not self.closed.wait(tick):
+            now = time.monotonic()
+            for ctx in self.held():
+                if not ctx.lost and not ctx.finishing and now >= ctx.deadline:
+                    self._mark_lost(ctx, "no heartbeat got through before the lease lapsed")
 
     # -- shutdown ---------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ WITH pending AS (
     FROM {schema}.jobs
     WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
       AND attempts < max_attempts
+    ORDER BY priority, run_at, id
     LIMIT greatest(%(limit)s - (SELECT count(*) FROM pending), 0)
     FOR UPDATE SKIP LOCKED
 ), picked AS (

@@ -202,14 +202,6 @@ def test_every_malformed_value_gets_one_clear_line_and_changes_nothing(
     assert snapshot(dsn) == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "config.py bug: parse_duration turns an out-of-range number (a 400-digit value, or "
-        "99999999999h) into timedelta(), which raises OverflowError before the ten-year check: "
-        "'internal error: OverflowError' with exit 1 instead of a usage error (exit 2)"
-    ),
-)
 @pytest.mark.parametrize(
     "value", ["9" * 400, "99999999999h", "9" * 10_000], ids=["400-digits", "huge-hours", "10kB"]
 )

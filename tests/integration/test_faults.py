@@ -229,14 +229,6 @@ def test_worker_offline_presumes_its_lease_lost_then_recovers(
     assert handler.calls == [1, 2]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "worker.py bug: a worker that cannot reach the database checks its lease deadline only "
-        "after a heartbeat call returns, and that call waits for the pool's 10 s timeout, so the "
-        "handler learns of the lost lease long after the lease lapsed on the server"
-    ),
-)
 def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
     server: EmbeddedServer, dsn: str
 ) -> None:
@@ -423,15 +415,6 @@ def test_fenced_writes_are_idempotent_under_retry(dsn: str) -> None:
 # -- no false alarms ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "worker.py bug: beat() snapshots the held leases, then renews them; a job completed (or "
-        "failed, released) by its handler in between is missing from the renewed set and is "
-        "reported as 'heartbeat rejected: the lease was taken over' (stats.lost += 1) although "
-        "nobody took it over"
-    ),
-)
 def test_a_worker_that_finishes_its_own_jobs_never_reports_a_lease_lost(dsn: str) -> None:
     with Store.connect(dsn, "leasectl") as store:
         ids = store.enqueue([{}] * 300, queue="q")

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -138,14 +137,10 @@ class LeaseMachine(RuleBasedStateMachine):
         pending = pending[:limit]
         lapsed = [j for j in self.jobs.values() if self.claimable(j) and j.status == PROCESSING]
         room = limit - len(pending)
+        lapsed = sorted(lapsed, key=key)[: max(room, 0)]  # the best lapsed leases fill the room
         leases = self.store.claim(QUEUE, owner, LONG, limit)
         got = [lease.job_id for lease in leases]
-        if len(lapsed) <= room:
-            assert got == [j.id for j in sorted(pending + lapsed, key=key)], "claim order"
-        else:  # which lapsed leases fill the room is arbitrary: see the xfail test at the end
-            assert len(got) == limit and {j.id for j in pending} <= set(got)
-            assert set(got) - {j.id for j in pending} <= {j.id for j in lapsed}
-            assert got == sorted(got, key=lambda i: key(self.jobs[i]))
+        assert got == [j.id for j in sorted(pending + lapsed, key=key)], "claim order"
         for lease in leases:
             job = self.jobs[lease.job_id]
             job.lease(owner)
@@ -359,14 +354,6 @@ def test_lease_state_machine_matches_the_model(db_dsn: str) -> None:
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "jobs.sql bug: jobs_claim's `expired` CTE has LIMIT without ORDER BY, so when more "
-        "lapsed leases than the batch has room for exist it takes arbitrary ones, not the best "
-        "by (priority, run_at, id) as the `pending` CTE does"
-    ),
-)
 def test_claim_takes_expired_leases_in_priority_order(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:

@@ -97,3 +97,37 @@ def test_a_handler_sees_cancellation_when_its_lease_is_taken(
     wait_until(lambda: worker.stats.lost == 1)
     job = store.get_job(job_id)
     assert (job.status, job.lease_owner, job.attempts) == (JobStatus.PROCESSING, "thief", 2)
+
+
+def test_heartbeats_continue_while_running_handlers_finish_after_stop(
+    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The grace period outlasts the lease: the lease must stay valid until the result lands."""
+    from leasectl.watcher import WatcherConfig, run_pass
+
+    started = threading.Event()
+
+    def slow(ctx: JobContext) -> None:
+        started.set()
+        ctx.cancelled.wait(2.5)  # outlives the 1 s lease unless heartbeats keep it
+
+    worker = run_worker(
+        slow,
+        queues=("g",),
+        lease_ttl=timedelta(seconds=1),
+        heartbeat_every=timedelta(milliseconds=200),
+        grace=timedelta(seconds=20),
+    )
+    [job_id] = store.enqueue([{}], queue="g")
+    assert started.wait(10)
+    worker.stop()
+    moved = 0
+
+    def finished() -> bool:
+        nonlocal moved
+        moved += run_pass(store, WatcherConfig()).total  # a watcher keeps looking meanwhile
+        return store.get_job(job_id).status != JobStatus.PROCESSING
+
+    wait_until(finished, timeout=15)
+    job = store.get_job(job_id)
+    assert (job.status, job.attempts, moved) == (JobStatus.COMPLETED, 1, 0)
