@@ -17,6 +17,7 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
 
@@ -160,8 +161,15 @@ class ConsoleApp(App[None]):
         )
 
     def _tick(self) -> None:
-        if self.screen is self.main:
+        if self.screen is not self.main or not self.main.is_attached:
+            return
+        try:
             self.main.refresh_view(full=False)
+        except NoMatches:
+            # The tick timer fired while the app was shutting down and its widgets were
+            # already being removed. A tick only moves clocks; a real fault shows on the
+            # next poll's full refresh, which does not swallow this.
+            return
 
     # -- polling ----------------------------------------------------------------------------
 
