@@ -616,6 +616,7 @@ def run_demo(
     interrupted = threading.Event()
     force = threading.Event()
     current: list[_Run] = []
+    signals_seen: list[_Signals] = []
 
     def on_signal(signum: int, count: int) -> None:
         interrupted.set()
@@ -623,10 +624,18 @@ def run_demo(
             force.set()
             for run in current:
                 run.fleet.stop(force=True)
+        elif console_run is not None:
+            threading.Thread(
+                target=_console_hang_guard,
+                args=(signals_seen, current, force),
+                name="leasectl demo-hang-guard",
+                daemon=True,
+            ).start()
 
     summary: DemoSummary | None = None
     try:
         with _Signals(on_signal) as signals:
+            signals_seen.append(signals)
             if dsn is None:
                 where = _embedded_target(schema, fresh, say)
             else:
@@ -655,6 +664,22 @@ def run_demo(
     if not (own_logs and clean):
         summary = DemoSummary(**{**asdict(summary), "log_dir": str(logs)})
     return summary
+
+
+CONSOLE_EXIT_GRACE = 5.0  # seconds a stopping console may take before the demo exits without it
+
+
+def _console_hang_guard(signals: list[_Signals], runs: list[_Run], force: threading.Event) -> None:
+    """A console whose terminal went away (SIGHUP: the terminal or tmux closed) can hang in
+    Textual's shutdown, its writer thread blocked on the dead tty. Give it a few seconds; if it
+    is still in front then, stop the fleet here and leave, so no worker outlives the demo."""
+    time.sleep(CONSOLE_EXIT_GRACE)
+    if not any(s.in_console for s in signals):
+        return
+    force.set()
+    for run in runs:
+        run.close(force)
+    os._exit(129)
 
 
 def _console(
