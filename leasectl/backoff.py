@@ -25,3 +25,9 @@ def retry_delay(
     step = min(cap.total_seconds(), base.total_seconds() * 2.0 ** min(attempt - 1, 60))
     draw = (rng or random).random()
     return timedelta(seconds=step / 2 + draw * step / 2)
+
+
+def reconnect_delay(failures: int, *, base: float, cap: float = 30.0) -> float:
+    """Seconds to wait before reconnecting after ``failures`` failures in a row: exponential,
+    capped, with jitter so that a fleet does not come back in lockstep after an outage."""
+    return min(cap, base * 2.0 ** min(failures, 60)) * (0.5 + random.random() / 2)

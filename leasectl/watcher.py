@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
+from leasectl.backoff import reconnect_delay
 from leasectl.config import watcher_actor
 from leasectl.errors import ConnectionFailed, UsageError
 from leasectl.models import ExpiredJob, JobStatus, WatcherResult
@@ -94,7 +94,7 @@ class Watcher:
                 result = run_pass(self.store, self.config)
             except ConnectionFailed as exc:
                 failures += 1
-                delay = min(30.0, 0.5 * 2**failures) * (0.5 + random.random() / 2)
+                delay = reconnect_delay(failures, base=0.5)
                 log.warning("watcher: %s; retrying in %.1fs", exc, delay)
                 self.stopping.wait(delay)
                 continue

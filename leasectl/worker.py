@@ -12,7 +12,6 @@ import importlib
 import logging
 import os
 import queue
-import random
 import signal
 import socket
 import sys
@@ -26,7 +25,7 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from leasectl.backoff import retry_delay
+from leasectl.backoff import reconnect_delay, retry_delay
 from leasectl.config import default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.models import Job, Lease
@@ -260,7 +259,7 @@ class Worker:
             except ConnectionFailed as exc:
                 self._free(free)
                 failures += 1
-                delay = min(30.0, 0.2 * 2**failures) * (0.5 + random.random() / 2)
+                delay = reconnect_delay(failures, base=0.2)
                 log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
                 self.stopping.wait(delay)
                 continue
@@ -420,7 +419,7 @@ class Worker:
             except ConnectionFailed as exc:
                 failures += 1
                 log.debug("worker %s: listen: %s", self.worker_id, exc)
-                self.stopping.wait(min(30.0, 0.5 * 2**failures) * (0.5 + random.random() / 2))
+                self.stopping.wait(reconnect_delay(failures, base=0.5))
 
     # -- heartbeats -------------------------------------------------------------------------
 

@@ -94,3 +94,11 @@ def test_core_never_imports_textual() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@given(st.integers(min_value=0, max_value=500))
+def test_reconnect_delay_is_capped_and_jittered(failures: int) -> None:
+    from leasectl.backoff import reconnect_delay
+
+    step = min(30.0, 0.5 * 2.0 ** min(failures, 60))
+    assert step / 2 <= reconnect_delay(failures, base=0.5) <= step
