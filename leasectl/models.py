@@ -271,11 +271,16 @@ class PanelJob:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Self:
-        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
-        return job
+        # A refresh builds up to three panels of these: skip _from_row's per-call fields().
+        values = {k: v for k, v in row.items() if k in PANEL_JOB_FIELDS}
+        values["status"] = JobStatus(row["status"])
+        return cls(**values)
 
     def seen(self) -> SeenState:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
+
+
+PANEL_JOB_FIELDS = frozenset(f.name for f in fields(PanelJob))
 
 
 @dataclass(frozen=True)

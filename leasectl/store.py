@@ -472,10 +472,21 @@ class Store:
         if db_now is None:
             db_now = self.server_info()["db_now"]
         rows = self._rows("status_owners", {"window": window, "limit": limit})
+        return self._owner_health(
+            rows, db_now, lambda ids: self._rows("workers_lookup", {"ids": ids})
+        )
+
+    @staticmethod
+    def _owner_health(
+        rows: list[dict[str, Any]],
+        db_now: Any,
+        lookup: Callable[[list[str]], list[dict[str, Any]]],
+    ) -> list[OwnerHealth]:
+        """OwnerHealth from status_owners rows; ``lookup`` runs workers_lookup when needed."""
         unregistered = [r["owner"] for r in rows if r["last_seen_at"] is None]
         if unregistered:
             # Leases held by workers that fell out of the recent window: fetch their intervals.
-            known = {w["worker_id"]: w for w in self._rows("workers_lookup", {"ids": unregistered})}
+            known = {w["worker_id"]: w for w in lookup(unregistered)}
             rows = [
                 {**r, **known.get(r["owner"], {})} if r["last_seen_at"] is None else r for r in rows
             ]
@@ -569,11 +580,14 @@ class Store:
         risk_window: timedelta = timedelta(seconds=10),
         minutes: int = 30,
         timeout: timedelta = timedelta(seconds=5),
+        owner_window: timedelta = timedelta(hours=1),
+        owner_limit: int = 200,
     ) -> Snapshot:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
-        every count, every panel row and the database clock describe the same instant.
+        every count, every panel row, the owners and the database clock describe the same instant.
 
-        Panels hold at most ``limit`` rows each; finished history is only ever estimated.
+        Panels hold at most ``limit`` rows each; finished history is only ever estimated. The
+        statements go out in one pipeline: one round trip, the server runs them back to back.
         """
         params: dict[str, Any] = {
             "queue": queue,
@@ -585,48 +599,65 @@ class Store:
             "timeout_ms": str(max(1, int(timeout.total_seconds() * 1000))),
             "schema": self.schema,
         }
-        with self._errors(), self.pool.connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
+        owner_params = {"window": owner_window, "limit": owner_limit}
+        with self._errors(), self.pool.connection() as conn:
 
-            def rows(name: str) -> list[dict[str, Any]]:
-                cur.execute(queries.get(name).render(self.schema), params)
-                return cur.fetchall() if cur.description is not None else []
+            def run(name: str, args: dict[str, Any] = params) -> psycopg.Cursor[dict[str, Any]]:
+                cur = conn.cursor(row_factory=dict_row)
+                cur.execute(queries.get(name).render(self.schema), args)
+                return cur
 
-            rows("console_snapshot_begin")
-            rows("console_statement_timeout")
-            info = rows("server_info")[0]
-            counts = rows("console_counts")[0]
-            per_minute = rows("console_throughput")
-            pending = rows("console_pending")
-            processing = rows("console_processing")
-            stuck = rows("console_stuck")
-            estimate = {r["status"]: int(r["jobs"]) for r in rows("status_finished_estimate")}
-        db_now = counts["db_now"]
+            with conn.transaction():
+                with conn.pipeline():
+                    run("console_snapshot_begin")
+                    run("console_statement_timeout")
+                    results = [
+                        run(name)
+                        for name in (
+                            "console_counts",
+                            "console_throughput",
+                            "console_pending",
+                            "console_processing",
+                            "console_stuck",
+                            "status_finished_estimate",
+                        )
+                    ]
+                    owners_cur = run("status_owners", owner_params)
+                counts, per_minute, pending, processing, stuck, estimated = (
+                    c.fetchall() for c in results
+                )
+                counts_row = counts[0]
+                db_now = counts_row["db_now"]
+                owner_health = self._owner_health(
+                    owners_cur.fetchall(),
+                    db_now,
+                    lambda ids: run("workers_lookup", {"ids": ids}).fetchall(),
+                )
         completed = [0] * minutes
         failed = 0
         for r in per_minute:
             if 0 <= r["minutes_ago"] < minutes:
                 completed[minutes - 1 - r["minutes_ago"]] += r["completed"]
                 failed += r["failed"]
+        estimate = {r["status"]: int(r["jobs"]) for r in estimated}
         processing_jobs = tuple(PanelJob.from_row(r) for r in processing)
         stuck_jobs = tuple(PanelJob.from_row(r) for r in stuck)
+        holds = {j.lease_owner for j in (*processing_jobs, *stuck_jobs)}
         owners = [
-            o
-            for o in self.owners(db_now=db_now)
-            if self._console_owner_matches(o, queue, owner, job_id, [*processing_jobs, *stuck_jobs])
+            o for o in owner_health if self._console_owner_matches(o, queue, owner, job_id, holds)
         ]
         return Snapshot(
             db_now=db_now,
-            server_version=str(info["server_version"]),
-            database=str(info["database"]),
+            server_version=str(counts_row["server_version"]),
+            database=str(counts_row["database"]),
             counts=ConsoleCounts(
-                pending=counts["pending"],
-                due=counts["due"],
-                oldest_due_at=counts["oldest_due_at"],
-                processing=counts["processing"],
-                at_risk=counts["at_risk"],
-                expired=counts["expired"],
-                stuck=counts["stuck"],
+                pending=counts_row["pending"],
+                due=counts_row["due"],
+                oldest_due_at=counts_row["oldest_due_at"],
+                processing=counts_row["processing"],
+                at_risk=counts_row["at_risk"],
+                expired=counts_row["expired"],
+                stuck=counts_row["stuck"],
                 completed_estimate=estimate.get("Completed"),
                 failed_estimate=estimate.get("Failed"),
             ),
@@ -649,10 +680,10 @@ class Store:
         queue: str | None,
         owner: str | None,
         job_id: int | None,
-        jobs: Sequence[PanelJob],
+        holds: set[str | None],
     ) -> bool:
-        """Whether an owner belongs in the console's Owners panel under the current filter."""
-        holds = {j.lease_owner for j in jobs}
+        """Whether an owner belongs in the console's Owners panel under the current filter;
+        ``holds``: the owners of the jobs the panels list."""
         if owner and not o.owner.startswith(owner):
             return False
         if job_id is not None:
