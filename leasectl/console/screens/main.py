@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from leasectl.console import view
 from leasectl.console.view import Action, LeaseState
+from leasectl.console.widgets import show_text
 from leasectl.console.widgets.bars import PANEL_NAMES, StatusBar, Summary, banner_text, tabs_text
 from leasectl.console.widgets.tables import (
     JobTable,
@@ -54,6 +55,7 @@ class MainScreen(Screen[None]):
         # Below 120 columns the panels no longer fit side by side: show one at a time.
         self.HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
         self.active = 1
+        self._titles_shown: dict[int, tuple[str, str]] = {}
 
     @property
     def console(self) -> ConsoleApp:
@@ -123,7 +125,7 @@ class MainScreen(Screen[None]):
         if snap is not None:
             c = snap.counts
             totals = [c.pending, c.processing, c.expired + c.stuck, len(snap.owners)]
-        self.query_one("#tabs", Static).update(tabs_text(self.active, totals))
+        show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals))
 
     # -- rendering ----------------------------------------------------------------------------
 
@@ -135,7 +137,7 @@ class MainScreen(Screen[None]):
         banner = self.query_one("#banner", Static)
         text = banner_text(status)
         banner.set_class(text is not None, "-shown")
-        banner.update(text or "")
+        show_text(banner, text or "")
         snap = app.snapshot
         now = app.db_now()
         self.query_one(Summary).show(snap, now, app.filter)
@@ -171,14 +173,17 @@ class MainScreen(Screen[None]):
             zip(self.query(".panel"), specs, strict=True)
         ):
             count = total if total is not None else shown
-            panel.border_title = f"{i + 1} {PANEL_NAMES[i]} · {view.count_text(count)}"
+            title = f"{i + 1} {PANEL_NAMES[i]} · {view.count_text(count)}"
             if total is not None and shown < total and not narrowed:
                 sub = f"showing {shown} of {view.count_text(total)}, {order}"
             elif narrowed and total is not None:
                 sub = f"{shown} matching the filter, {order}"
             else:
                 sub = order if shown else "none"
-            panel.border_subtitle = sub
+            if self._titles_shown.get(i) != (title, sub):  # setting one always redraws
+                panel.border_title = title
+                panel.border_subtitle = sub
+                self._titles_shown[i] = (title, sub)
 
     # -- selection and targets ---------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from textual.widgets import Sparkline, Static
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import ConsoleFilter
+from leasectl.console.widgets import show_text
 from leasectl.models import Snapshot
 
 
@@ -67,8 +68,8 @@ class StatusBar(Horizontal):
             stale = not s.connected or s.since_refresh > 30
             right.append("refreshed ", style="dim")
             right.append(age_text(s.since_refresh) + " ago", style="bold red" if stale else "")
-        self.query_one("#status-left", Static).update(left)
-        self.query_one("#status-right", Static).update(right)
+        show_text(self.query_one("#status-left", Static), left)
+        show_text(self.query_one("#status-right", Static), right)
 
 
 def age_text(seconds: float) -> str:
@@ -125,13 +126,13 @@ class Summary(Horizontal):
         label = self.query_one("#throughput-label", Static)
         spark = self.query_one("#sparkline", Sparkline)
         if snap is None or now is None:
-            counts.update(Text("waiting for the first refresh…", style="dim"))
-            label.update("")
+            show_text(counts, Text("waiting for the first refresh…", style="dim"))
+            show_text(label, "")
             spark.data = []
             return
         width = counts.size.width or self.size.width or 80
-        counts.update(pack(counts_groups(snap, now, flt), width))
-        label.update(throughput_text(snap))
+        show_text(counts, pack(counts_groups(snap, now, flt), width))
+        show_text(label, throughput_text(snap))
         spark.data = [float(v) for v in snap.throughput]
 
 

@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import LeaseState, Verdict
+from leasectl.console.widgets import same_cells, same_text
 from leasectl.models import Freshness, JobStatus, OwnerHealth, PanelJob
 
 Row = TypeVar("Row")
@@ -52,6 +53,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
             cursor_foreground_priority="renderable",
         )
         self.items: list[Row] = []
+        self._keys: list[str] | None = None  # the rows' keys in table order; None: no rows yet
         self._shown: dict[str, tuple[Text, ...]] = {}
         self._widths: tuple[int | None, ...] = ()
         self._ctx: RowContext | None = None
@@ -86,6 +88,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
             return False
         self._widths = widths or tuple(w for _, _, w in self.COLUMNS)
         self.clear(columns=True)
+        self._keys = None
         for (key, label, _), width in zip(self.COLUMNS, self._widths, strict=True):
             self.add_column(label, key=key, width=width)
         return True
@@ -97,20 +100,30 @@ class PanelTable(DataTable[Text], Generic[Row]):
         raise NotImplementedError
 
     def show(self, items: Sequence[Row], ctx: RowContext) -> None:
-        """Replace the rows, keeping the cursor on the same item when it is still listed."""
+        """Show these rows, keeping the cursor on the same item when it is still listed.
+
+        Any change to a DataTable drops all its rendered lines, and every added row is measured
+        again: so when the poll lists the same rows in the same order, only the cells that
+        changed are updated (often none: then nothing is redrawn); otherwise the rows are
+        replaced.
+        """
         self._ctx = ctx
+        keys = [self.key_of(item) for item in items]
+        if keys == self._keys:
+            self.items = list(items)
+            self.tick(ctx)
+            return
         keep = self.highlighted_key()
         index = self.cursor_row
         self.clear()
         self.items = list(items)
+        self._keys = keys
         self._shown = {}
-        for item in self.items:
-            key = self.key_of(item)
+        for key, item in zip(keys, self.items, strict=True):
             cells = self.cells(item, ctx)
             self._shown[key] = cells
             self.add_row(*cells, key=key)
         if self.items:
-            keys = [self.key_of(i) for i in self.items]
             target = keys.index(keep) if keep in keys else min(max(index, 0), len(keys) - 1)
             self.move_cursor(row=target, animate=False)
 
@@ -121,12 +134,12 @@ class PanelTable(DataTable[Text], Generic[Row]):
             key = self.key_of(item)
             cells = self.cells(item, ctx)
             old = self._shown.get(key)
-            if old == cells:
+            if old is not None and same_cells(old, cells):
                 continue
             for (column, _, _), before, after in zip(
                 self.COLUMNS, old or (None,) * len(cells), cells, strict=True
             ):
-                if before != after:
+                if before is None or not same_text(before, after):
                     self.update_cell(key, column, after)
             self._shown[key] = cells
 
