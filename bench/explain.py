@@ -49,8 +49,18 @@ def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -
         conn.execute("VACUUM ANALYZE leasectl.jobs")
 
 
+# The worker's statements run with plan_cache_mode = force_generic_plan (see Store.connect).
+WORKER_GENERIC = {"jobs_complete_and_claim", "jobs_heartbeat"}
+
 PARAMS: dict[str, dict[str, Any]] = {
-    "jobs_claim": {"queue": "payments", "owner": "w-x", "ttl": timedelta(seconds=30), "limit": 10},
+    "jobs_complete_and_claim": {
+        "done_ids": [1_010_100, 1_010_120],
+        "done_attempts": [1, 1],
+        "queue": "payments",
+        "owner": "w-1",
+        "ttl": timedelta(seconds=30),
+        "limit": 10,
+    },
     "job_claim_by_id": {"id": 1_000_500, "owner": "w-x", "ttl": timedelta(seconds=30)},
     "jobs_heartbeat": {
         "ids": [1_010_100, 1_010_200],
@@ -58,7 +68,6 @@ PARAMS: dict[str, dict[str, Any]] = {
         "owner": "w-1",
         "ttl": timedelta(seconds=30),
     },
-    "jobs_complete": {"ids": [1_010_100], "attempts": [1], "owner": "w-1"},
     "jobs_requeue_expired": {
         "limit": 500,
         "queue": None,
@@ -105,22 +114,26 @@ def main() -> None:
         if name.startswith("console_")
         and name not in ("console_snapshot_begin", "console_statement_timeout")
     }
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         for qname, params in {**PARAMS, **extra}.items():
             if a.only and qname not in a.only:
                 continue
             query = queries.get(qname).render(SCHEMA)
             explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + query
             try:
-                with conn.transaction(force_rollback=True):
-                    rows = conn.execute(explain, params or None).fetchall()
+                if qname in WORKER_GENERIC:  # as the worker runs them: one plan, made once
+                    lines = queries.explain_generic(conn, query, params).splitlines()
+                else:
+                    with conn.transaction(force_rollback=True):
+                        lines = [r[0] for r in conn.execute(explain, params or None)]
             except psycopg.Error as exc:
                 print(f"== {qname}: cannot explain ({exc})", file=sys.stderr)
                 continue
-            print(f"== {qname}")
-            for (line,) in rows:
+            generic = " (generic plan)" if qname in WORKER_GENERIC else ""
+            print(f"== {qname}{generic}")
+            for line in lines:
                 print("   " + line)
-            seq = [line for (line,) in rows if "Seq Scan on jobs" in line]
+            seq = [line for line in lines if "Seq Scan on jobs" in line]
             print(f"   -> sequential scans of jobs: {len(seq)}\n")
 
 

@@ -46,18 +46,23 @@ def seed_expired(dsn: str, n: int) -> None:
 
 
 def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of the workers' claim (rolled back) on this table: time, and whether it
-    reads the whole table (the expired-lease branch may, when Processing rows are many)."""
+    """EXPLAIN ANALYZE of the workers' claim, with the generic plan they use (rolled back) on
+    this table: time, and whether it reads the whole table."""
     from datetime import timedelta
-
-    from psycopg import sql
 
     from leasectl import queries
 
-    query = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ") + queries.get("jobs_claim").render("leasectl")
-    params = {"queue": "default", "owner": "explain", "ttl": timedelta(seconds=30), "limit": limit}
-    with psycopg.connect(dsn) as conn, conn.transaction(force_rollback=True):
-        lines = [r[0] for r in conn.execute(query, params).fetchall()]
+    query = queries.get("jobs_complete_and_claim").render("leasectl")
+    params = {
+        "done_ids": [],
+        "done_attempts": [],
+        "queue": "default",
+        "owner": "explain",
+        "ttl": timedelta(seconds=30),
+        "limit": limit,
+    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        lines = queries.explain_generic(conn, query, params).splitlines()
     ms = next((float(x.split(":")[1].split()[0]) for x in lines if "Execution Time" in x), None)
     return {"ms": ms, "seq_scan_of_jobs": any("Seq Scan on jobs" in x for x in lines)}
 

@@ -58,6 +58,9 @@ class Job:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
 
 
+JOB_FIELDS = tuple(f.name for f in fields(Job))
+
+
 @dataclass(frozen=True)
 class Lease:
     """A lease this worker holds; ``attempt`` is the fencing token."""

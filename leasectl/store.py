@@ -27,6 +27,7 @@ from leasectl.errors import (
     UsageError,
 )
 from leasectl.models import (
+    JOB_FIELDS,
     ActionResult,
     Attempt,
     ConsoleCounts,
@@ -52,6 +53,26 @@ CONNECT_TIMEOUT_S = 5
 NOTIFY_QUEUE_CHARS = 128
 
 
+_NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
+
+
+def _job_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
+    """Rows of a ``jobs.*`` select (columns ``names``) -> Job, without building a dict per row."""
+    positions = [names.index(name) for name in JOB_FIELDS]
+    status_at = JOB_FIELDS.index("status")
+
+    def make(row: Sequence[Any]) -> Job:
+        values = [row[i] for i in positions]
+        values[status_at] = JobStatus(values[status_at])
+        return Job(*values)
+
+    return make
+
+
+def _generic_plans(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -70,6 +91,7 @@ class Store:
         self.schema = schema
         self.dsn = dsn
         self.where = safe_dsn(dsn)
+        self._rendered: dict[str, bytes] = {}
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -83,8 +105,14 @@ class Store:
         check_schema: bool = True,
         application_name: str = "leasectl",
         pool_timeout: float = 10.0,
+        generic_plans: bool = False,
     ) -> Store:
-        """Connect once directly (for a precise error), then open the pool."""
+        """Connect once directly (for a precise error), then open the pool.
+
+        ``generic_plans``: statements run often (psycopg prepares them after a few runs) are
+        planned once per connection instead of on every execution; for the worker, whose
+        statements are planned to hold for any parameters and any table size.
+        """
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": CONNECT_TIMEOUT_S,
@@ -104,6 +132,7 @@ class Store:
             kwargs=kwargs,
             timeout=pool_timeout,
             reconnect_timeout=365 * 86400,
+            configure=_generic_plans if generic_plans else None,
             open=False,
             name=application_name,
         )
@@ -282,10 +311,55 @@ class Store:
     # -- lease holder -----------------------------------------------------------------------
 
     def claim(self, queue: str, owner: str, ttl: timedelta, limit: int = 1) -> list[Lease]:
-        rows = self._rows(
-            "jobs_claim", {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit}
-        )
-        return [self._lease(row) for row in rows]
+        """Lease up to ``limit`` claimable jobs of ``queue``."""
+        return self.complete_and_claim((), queue, owner, ttl, limit)[0]
+
+    def complete_and_claim(
+        self,
+        done: Sequence[Lease],
+        queue: str,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+    ) -> tuple[list[Lease], set[int]]:
+        """Complete the finished leases ``done`` (fenced) and lease up to ``limit`` jobs of
+        ``queue``, in one statement: a worker's whole round trip.
+
+        Returns the new leases and the ids of ``done`` whose completion was refused (lost).
+        """
+        if any(lease.owner != owner for lease in done):
+            raise ValueError("one call completes the leases of its own owner only")
+        params = {
+            "done_ids": [lease.job_id for lease in done],
+            "done_attempts": [lease.attempt for lease in done],
+            "owner": owner,
+            "queue": queue,
+            "ttl": ttl,
+            "limit": max(0, limit),
+        }
+        with self._errors(), self.pool.connection() as conn:
+            cur = conn.execute(self._statement("jobs_complete_and_claim", conn), params)
+            rows = cur.fetchall()
+            names = [column.name for column in cur.description or ()]
+        if not rows:
+            return [], set()
+        refused = set(rows[0][names.index("refused_ids")] or ())
+        if rows[0][0] is None:  # nothing claimed: one row of NULLs that carries `refused_ids`
+            return [], refused
+        make = _job_maker(names)
+        leases = []
+        for row in rows:
+            job = make(row)
+            assert job.lease_owner is not None and job.lease_until is not None
+            leases.append(Lease(job, job.lease_owner, job.attempts, job.lease_until))
+        return leases, refused
+
+    def _statement(self, name: str, conn: psycopg.Connection[Any]) -> bytes:
+        """A named query rendered for this schema, as bytes, once per Store (hot paths)."""
+        text = self._rendered.get(name)
+        if text is None:
+            text = self._rendered[name] = queries.get(name).render(self.schema).as_bytes(conn)
+        return text
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self._one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
@@ -319,7 +393,8 @@ class Store:
         """Complete fenced leases; returns the ids accepted (the others were lost)."""
         if not leases:
             return set()
-        return {r["id"] for r in self._rows("jobs_complete", self._fence(leases))}
+        _, refused = self.complete_and_claim(leases, "", self._fence(leases)["owner"], _NO_TTL, 0)
+        return {lease.job_id for lease in leases} - refused
 
     def fail(
         self, lease: Lease, error: str, *, retry_delay: timedelta, retry: bool = True

@@ -1,9 +1,11 @@
 """The worker runtime: claim loop, background heartbeats, fenced completion, graceful shutdown.
 
-Threads: one claim loop (the caller's), one heartbeat thread that renews every held lease in
-one statement, and ``concurrency`` handler threads. A handler learns that its lease is gone
-through ``JobContext.cancelled``; its result is then never written (and the database would
-refuse it anyway: completion is fenced by owner and attempt).
+Threads: the dispatcher (the caller's), which completes the jobs that finished and claims new
+ones in one statement per round trip; one heartbeat thread that renews every held lease in one
+statement; a LISTEN thread that wakes the dispatcher on enqueues; a deadline thread; and
+``concurrency`` handler threads (none at concurrency 1: the dispatcher runs the handler). A
+handler learns that its lease is gone through ``JobContext.cancelled``; its result is then never
+written (and the database would refuse it anyway: completion is fenced by owner and attempt).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
@@ -130,6 +131,14 @@ BATCH_WAIT = 0.01  # seconds a busy worker may wait to claim a fuller batch
 
 
 class Worker:
+    """One worker process's runtime (see the module docstring for its threads).
+
+    The caller's thread is the dispatcher: each round trip completes the jobs that finished
+    since the last one and claims as many as there are free slots, in one statement. With
+    ``concurrency`` 1 it also runs the handler itself, so a job costs one round trip and no
+    thread hand-off; otherwise ``concurrency`` handler threads take jobs from a queue.
+    """
+
     def __init__(
         self,
         dsn: str,
@@ -151,9 +160,10 @@ class Worker:
         self.started = threading.Event()
         self._held: dict[int, JobContext] = {}
         self._lock = threading.Lock()
-        self._busy = 0  # slots taken: claimed jobs not yet finished
-        self._wake = threading.Event()  # a slot freed up, or a NOTIFY said there is work
-        self._done: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._running = 0  # jobs handed to a handler whose handler has not returned
+        self._finished: list[JobContext] = []  # handlers returned: results to write
+        self._wake = threading.Event()  # a handler returned, or a NOTIFY said there is work
+        self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
 
     @property
     def worker_id(self) -> str:
@@ -170,6 +180,7 @@ class Worker:
                 # A call waiting for a connection gives up within a heartbeat interval, so an
                 # outage is noticed (and retried) at the pace of heartbeats.
                 pool_timeout=max(0.5, self.config.heartbeat.total_seconds()),
+                generic_plans=True,
             )
         return self._store
 
@@ -199,23 +210,27 @@ class Worker:
                 signal.signal(sig, self._on_signal)
         threads = [
             threading.Thread(target=self._heartbeat_loop, name="leasectl-heartbeat", daemon=True),
-            threading.Thread(target=self._complete_loop, name="leasectl-complete", daemon=True),
             threading.Thread(target=self._listen_loop, name="leasectl-listen", daemon=True),
             threading.Thread(target=self._deadline_loop, name="leasectl-deadline", daemon=True),
         ]
+        if self.config.concurrency > 1:
+            threads += [
+                threading.Thread(target=self._handler_loop, name=f"leasectl-job-{n}", daemon=True)
+                for n in range(self.config.concurrency)
+            ]
         for thread in threads:
             thread.start()
-        pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="leasectl-job")
         log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
         self.started.set()
+        unwritten: list[JobContext] = []
         try:
-            self._claim_loop(pool)
+            unwritten = self._dispatch_loop()
         finally:
-            self._shutdown(pool)  # heartbeats go on while running handlers finish
+            self._shutdown(unwritten)  # heartbeats go on while running handlers finish
             self.closed.set()
-            self._done.put(None)
-            for thread in threads[:2]:
-                thread.join(timeout=5)
+            for _ in range(self.config.concurrency):
+                self._jobs.put(None)
+            threads[0].join(timeout=5)
             if self._owns_store:
                 store.close()
         return self.stats
@@ -224,64 +239,108 @@ class Worker:
         log.info("worker %s: signal %d, stopping", self.worker_id, signum)
         self.stop()
 
-    def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
+    def _dispatch_loop(self) -> list[JobContext]:
+        """Complete what finished and claim for the free slots, one statement per trip.
+
+        Returns the finished jobs whose results are not written yet (when stopping).
+        """
         failures = 0
         queue_index = 0
         # Under load, claim in batches: with most slots busy, wait a moment (at most
-        # BATCH_WAIT) for a quarter of them to free up rather than claiming one job per trip.
+        # BATCH_WAIT) for a quarter of them to free up rather than making one trip per job.
         min_batch = max(1, self.config.concurrency // 4)
         short_since: float | None = None
-        while not self.stopping.is_set():
+        finished: list[JobContext] = []
+        while True:
             self._wake.clear()  # cleared before looking, so no wake-up between is lost
             with self._lock:
-                free = self.config.concurrency - self._busy
-                if free <= 0:
-                    reserve = 0
-                elif free < min_batch:
-                    now = time.monotonic()
-                    short_since = now if short_since is None else short_since
-                    reserve = free if now - short_since >= BATCH_WAIT else 0
-                else:
-                    reserve = free
-                self._busy += reserve
-            if reserve == 0:
-                waited = 0.0 if short_since is None else time.monotonic() - short_since
-                self._wake.wait(1.0 if free <= 0 else max(0.0, BATCH_WAIT - waited))
+                finished += self._finished
+                self._finished.clear()
+                free = self.config.concurrency - self._running
+            if self.stopping.is_set():
+                return finished
+            if free < min_batch and not finished:
+                self._wake.wait(1.0)  # every slot busy: a returning handler wakes us
                 continue
+            if free < min_batch:
+                now = time.monotonic()
+                short_since = now if short_since is None else short_since
+                if now - short_since < BATCH_WAIT:
+                    self._wake.wait(BATCH_WAIT - (now - short_since))
+                    continue
             short_since = None
-            free = reserve
             name = self.config.queues[queue_index % len(self.config.queues)]
             queue_index += 1
+            finished = self._drop_lost(finished)
             sent = time.monotonic()  # the lease runs from the server's now(): after this
             try:
-                leases = self.store.claim(name, self.worker_id, self.config.lease_ttl, free)
+                leases, refused = self.store.complete_and_claim(
+                    [c.lease for c in finished],
+                    name,
+                    self.worker_id,
+                    self.config.lease_ttl,
+                    free,
+                )
                 failures = 0
             except ConnectionFailed as exc:
-                self._free(free)
+                # Safe to retry the completions: they are fenced, a second try cannot apply
+                # twice. Those whose lease ran out meanwhile are given up.
                 failures += 1
+                now = time.monotonic()
+                for ctx in finished:
+                    if now >= ctx.deadline:
+                        self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
                 delay = reconnect_delay(failures, base=0.2)
                 log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
                 self.stopping.wait(delay)
                 continue
-            self._free(free - len(leases), wake=False)
+            self._written(finished, refused)
+            finished = []
+            deadline = sent + self.config.lease_ttl.total_seconds()
             for lease in leases:
-                ctx = JobContext(lease, deadline=sent + self.config.lease_ttl.total_seconds())
+                ctx = JobContext(lease, deadline=deadline)
                 with self._lock:
                     self._held[lease.job_id] = ctx
+                    self._running += 1
                 self.stats.claimed += 1
-                pool.submit(self._run_job, ctx)
+                if self.config.concurrency == 1:
+                    self._run_job(ctx)  # inline: its result rides on the next trip
+                else:
+                    self._jobs.put(ctx)
             if not leases and queue_index % len(self.config.queues) == 0:
-                self._wake.wait(self.config.poll_interval.total_seconds())
+                with self._lock:
+                    idle = not self._finished
+                if idle:
+                    self._wake.wait(self.config.poll_interval.total_seconds())
 
-    def _free(self, n: int, *, wake: bool = True) -> None:
-        if n <= 0:
-            return
+    def _drop_lost(self, finished: list[JobContext]) -> list[JobContext]:
+        """Finished jobs whose lease is known lost are not written; the rest are."""
+        live = []
+        for ctx in finished:
+            if ctx.lost or ctx.cancelled.is_set():
+                self._mark_lost(ctx, "lease lost before the result could be written")
+                self._forget(ctx)
+            else:
+                live.append(ctx)
+        return live
+
+    def _written(self, finished: list[JobContext], refused: set[int]) -> None:
+        for ctx in finished:
+            if ctx.job.id in refused:
+                self._mark_lost(ctx, "the database refused the result: lease taken over")
+            else:
+                self.stats.completed += 1
+            self._forget(ctx)
+
+    def _forget(self, ctx: JobContext) -> None:
         with self._lock:
-            self._busy -= n
-        if wake:
-            self._wake.set()
+            self._held.pop(ctx.job.id, None)
 
     # -- one job ----------------------------------------------------------------------------
+
+    def _handler_loop(self) -> None:
+        while (ctx := self._jobs.get()) is not None:
+            self._run_job(ctx)
 
     def _run_job(self, ctx: JobContext) -> None:
         error: BaseException | None = None
@@ -291,71 +350,41 @@ class Worker:
             error = exc
         ctx.finishing = True
         if error is None and not (ctx.lost or ctx.cancelled.is_set()):
-            self._done.put(ctx)  # completions are written in batches by the completer
+            with self._lock:
+                self._running -= 1
+                self._finished.append(ctx)  # written by the dispatcher's next trip
+            self._wake.set()
             return
         try:
             self._finish_failed(ctx, error)
         except Exception:
             log.exception("worker %s: job %d: unexpected error", self.worker_id, ctx.job.id)
         finally:
-            self._forget(ctx)
+            with self._lock:
+                self._held.pop(ctx.job.id, None)
+                self._running -= 1
+            self._wake.set()
 
-    def _forget(self, ctx: JobContext) -> None:
-        with self._lock:
-            self._held.pop(ctx.job.id, None)
-        self._free(1)
-
-    def _complete_loop(self) -> None:
-        """Write completions: whatever finished meanwhile goes in one fenced statement."""
-        while True:
-            first = self._done.get()
-            batch = [first] if first is not None else []
-            closing = first is None
-            while len(batch) < 500:
-                try:
-                    more = self._done.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    closing = True
-                else:
-                    batch.append(more)
-            if batch:
-                self._complete(batch)
-            if closing:
+    def _write_finished(self, finished: list[JobContext], deadline: float) -> None:
+        """Write results outside the dispatch loop (shutdown): retry until written or lost."""
+        while finished:
+            finished = self._drop_lost(finished)
+            if not finished:
                 return
-
-    def _complete(self, batch: list[JobContext]) -> None:
-        pending = list(batch)
-        try:
-            while pending:
-                live = [c for c in pending if not (c.lost or c.cancelled.is_set())]
-                for ctx in pending:
-                    if ctx not in live:
-                        self._mark_lost(ctx, "lease lost before the result could be written")
-                if not live:
-                    return
-                try:
-                    accepted = self.store.complete([c.lease for c in live])
-                except ConnectionFailed as exc:
-                    # Safe to retry: completion is fenced, a second try cannot apply twice.
-                    now = time.monotonic()
-                    for ctx in live:
-                        if now >= ctx.deadline:
-                            self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
-                    pending = [c for c in live if not c.lost]
-                    if pending:
-                        time.sleep(0.5)
-                    continue
-                for ctx in live:
-                    if ctx.job.id in accepted:
-                        self.stats.completed += 1
-                    else:
-                        self._mark_lost(ctx, "the database refused the result: lease taken over")
-                return
-        finally:
-            for ctx in batch:
-                self._forget(ctx)
+            try:
+                done = [c.lease for c in finished]
+                _, refused = self.store.complete_and_claim(
+                    done, "", self.worker_id, self.config.lease_ttl, 0
+                )
+            except ConnectionFailed as exc:
+                now = time.monotonic()
+                for ctx in finished:
+                    if now >= min(ctx.deadline, deadline):
+                        self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                self.closed.wait(0.5)
+                continue
+            self._written(finished, refused)
+            return
 
     def _finish_failed(self, ctx: JobContext, error: BaseException | None) -> None:
         """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
@@ -464,13 +493,23 @@ class Worker:
 
     # -- shutdown ---------------------------------------------------------------------------
 
-    def _shutdown(self, pool: ThreadPoolExecutor) -> None:
-        """Let running handlers finish within the grace period, then release what is left."""
+    def _shutdown(self, unwritten: list[JobContext]) -> None:
+        """Let running handlers finish within the grace period, writing their results, then
+        release what is left."""
         deadline = time.monotonic() + self.config.grace.total_seconds()
-        while self.held() and time.monotonic() < deadline:
+        finished = unwritten
+        while True:
             self._wake.clear()
-            if self.held():
-                self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            with self._lock:
+                finished += self._finished
+                self._finished.clear()
+                running = self._running
+            if finished:
+                self._write_finished(finished, deadline)
+                finished = []
+            if running == 0 or time.monotonic() >= deadline:
+                break
+            self._wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
         leftover = [c for c in self.held() if not c.lost]
         for ctx in leftover:
             ctx.lost = True  # never write a result for a job we hand back
@@ -482,7 +521,6 @@ class Worker:
                 log.info("worker %s: released %d unfinished jobs", self.worker_id, len(released))
             except LeasectlError as exc:
                 log.warning("worker %s: could not release: %s", self.worker_id, exc)
-        pool.shutdown(wait=False, cancel_futures=True)
         try:
             self.store.worker_stopped(self.worker_id)
         except LeasectlError as exc:

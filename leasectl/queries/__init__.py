@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
-from psycopg import sql
+from psycopg import ClientCursor, Connection, sql
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _SCHEMA_TOKEN = "{schema}"
@@ -103,3 +104,37 @@ def migrations() -> tuple[Migration, ...]:
     if versions != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations must be numbered 1..n without gaps, found {versions}")
     return tuple(found)
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str, Any]) -> str:
+    """The generic plan (the one made once for any parameters) that PostgreSQL would use for
+    ``query``, as the worker runs it with ``plan_cache_mode = force_generic_plan``.
+
+    Runs ``EXPLAIN ANALYZE EXECUTE`` inside a transaction that is rolled back.
+    """
+    text = query.as_string(conn)
+    names = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
+    numbered = _PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
+    conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(numbered))
+    try:
+        row = conn.execute(
+            "SELECT parameter_types::text[] FROM pg_prepared_statements "
+            "WHERE name = 'leasectl_explained'"
+        ).fetchone()
+        types = row[0] if row else []
+        args = sql.SQL(", ").join(
+            sql.SQL("{}::{}").format(sql.Placeholder(n), sql.SQL(t))
+            for n, t in zip(names, types, strict=True)
+        )
+        explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE leasectl_explained ({})")
+        with conn.transaction(force_rollback=True):
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            # Values as literals: EXPLAIN EXECUTE takes no bound parameters.
+            cur = ClientCursor(conn)
+            rows = cur.execute(explain.format(args), params).fetchall()
+    finally:
+        conn.execute("DEALLOCATE leasectl_explained")
+    return "\n".join(line for (line,) in rows)

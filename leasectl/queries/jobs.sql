@@ -11,28 +11,60 @@ WITH inserted AS (
 )
 SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 
--- name: jobs_claim
--- Lease up to %(limit)s claimable jobs of one queue (due Pending, or expired), priority order.
-WITH pending AS (
-    SELECT id, priority, run_at, heartbeat_at
-    FROM {schema}.jobs
-    WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
-    ORDER BY priority, run_at, id
+-- name: jobs_complete_and_claim
+-- One round trip of a worker: complete its finished leases (fenced by id, owner, attempt and
+-- status; their attempts closed 'completed'), then lease up to `limit` claimable jobs of one
+-- queue (due Pending, or expired) in priority order, in the same transaction. Every row carries
+-- `refused_ids`, the finished leases the database no longer let this owner complete (lost);
+-- when nothing is claimed one row of NULLs carries them.
+WITH done AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
+        last_error = NULL
+    FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS f(id, attempt)
+    -- (`IS NOT DISTINCT FROM`: the same test as `=` here, lease_owner being set on every
+    -- Processing row, but no index can serve it, so every plan finds the rows by primary key
+    -- rather than by walking all Processing rows for this owner.)
+    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+      AND j.status = 'Processing'
+    RETURNING j.id, j.attempts, j.heartbeat_at
+), done_closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
+    FROM done AS d
+    WHERE a.job_id = d.id AND a.attempt = d.attempts
+), refused AS (
+    SELECT array(
+        SELECT f.id FROM unnest(%(done_ids)s::bigint[]) AS f(id)
+        EXCEPT SELECT id FROM done
+    ) AS ids
+), pending AS (
+    -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
+    -- so that a plan made once for all parameters still walks the claim index in order; the
+    -- outer one stops that walk after `limit` rows, so only those are locked.
+    SELECT * FROM (
+        SELECT id, priority, run_at, heartbeat_at, false AS took_over
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
+        ORDER BY priority, run_at, id
+        LIMIT 1000
+        FOR UPDATE SKIP LOCKED
+    ) AS due
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 ), expired AS (
     -- Taking over lapsed leases is the watcher's job; a claim only looks when Pending work
     -- did not fill the batch (a LIMIT of 0 reads nothing), so many expired leases elsewhere
-    -- never slow down the claims of healthy workers.
-    SELECT id, priority, run_at, heartbeat_at
+    -- never slow down the claims of healthy workers. Leases being completed above are not
+    -- taken (one statement must not update a row twice).
+    SELECT id, priority, run_at, heartbeat_at, true AS took_over
     FROM {schema}.jobs
     WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
-      AND attempts < max_attempts
+      AND attempts < max_attempts AND id <> ALL(%(done_ids)s::bigint[])
     ORDER BY priority, run_at, id
     LIMIT greatest(%(limit)s - (SELECT count(*) FROM pending), 0)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id, heartbeat_at FROM (
+    SELECT id, heartbeat_at, took_over FROM (
         SELECT * FROM pending UNION ALL SELECT * FROM expired
     ) AS c
     ORDER BY priority, run_at, id
@@ -44,18 +76,22 @@ WITH pending AS (
     FROM picked AS p
     WHERE j.id = p.id
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
-    RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
+    RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at, p.took_over
 ), closed AS (
+    -- The lapsed lease's attempt, looked up by primary key (a plan that holds for any size).
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'expired', ended_at = now(), heartbeat_at = c.previous_heartbeat_at,
         error = 'lease expired; taken over by ' || c.lease_owner
     FROM claimed AS c
-    WHERE a.job_id = c.id AND a.attempt < c.attempts AND a.outcome = 'running'
+    WHERE c.took_over AND a.job_id = c.id AND a.attempt = c.attempts - 1
+      AND a.outcome = 'running'
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
 )
-SELECT * FROM claimed ORDER BY priority, run_at, id;
+SELECT c.*, r.ids AS refused_ids
+FROM refused AS r LEFT JOIN claimed AS c ON true
+ORDER BY c.priority, c.run_at, c.id;
 
 -- name: job_claim_by_id
 -- Lease one named job with the one atomic condition: Pending, or Processing with a lapsed lease.
@@ -85,27 +121,9 @@ SELECT *, NULL::timestamptz AS previous_heartbeat_at FROM claimed;
 UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now()
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
-WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
-  AND j.status = 'Processing'
+WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+  AND j.status = 'Processing'  -- (not `=`: found by primary key, as in jobs_complete_and_claim)
 RETURNING j.id, j.lease_until;
-
--- name: jobs_complete
--- Mark fenced leases Completed and close their attempts; returns the ids that were still held.
-WITH done AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
-        last_error = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
-    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
-      AND j.status = 'Processing'
-    RETURNING j.id, j.attempts, j.heartbeat_at
-), closed AS (
-    UPDATE {schema}.job_attempts AS a
-    SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
-    FROM done AS d
-    WHERE a.job_id = d.id AND a.attempt = d.attempts
-)
-SELECT id FROM done;
 
 -- name: job_fail
 -- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed.
@@ -135,8 +153,8 @@ WITH released AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Pending', lease_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
-    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner = %(owner)s
-      AND j.status = 'Processing'
+    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+      AND j.status = 'Processing'  -- (not `=`: by primary key, as in jobs_complete_and_claim)
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a

@@ -71,7 +71,12 @@ def test_freshness_of_unregistered_and_stopped_owners() -> None:
 
 def test_every_query_has_a_description_and_entity_verb_name() -> None:
     found = queries.all_queries()
-    assert {"jobs_claim", "job_claim_by_id", "jobs_heartbeat", "jobs_requeue_expired"} <= set(found)
+    assert {
+        "jobs_complete_and_claim",
+        "job_claim_by_id",
+        "jobs_heartbeat",
+        "jobs_requeue_expired",
+    } <= set(found)
     for name, query in found.items():
         assert query.description, name
         assert "_" in name, name
