@@ -547,24 +547,11 @@ class Store:
         if db_now is None:
             db_now = self.server_info()["db_now"]
         rows = self._rows("status_owners", {"window": window, "limit": limit})
-        return self._owner_health(
-            rows, db_now, lambda ids: self._rows("workers_lookup", {"ids": ids})
-        )
+        return self._owner_health(rows, db_now)
 
     @staticmethod
-    def _owner_health(
-        rows: list[dict[str, Any]],
-        db_now: Any,
-        lookup: Callable[[list[str]], list[dict[str, Any]]],
-    ) -> list[OwnerHealth]:
-        """OwnerHealth from status_owners rows; ``lookup`` runs workers_lookup when needed."""
-        unregistered = [r["owner"] for r in rows if r["last_seen_at"] is None]
-        if unregistered:
-            # Leases held by workers that fell out of the recent window: fetch their intervals.
-            known = {w["worker_id"]: w for w in lookup(unregistered)}
-            rows = [
-                {**r, **known.get(r["owner"], {})} if r["last_seen_at"] is None else r for r in rows
-            ]
+    def _owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
+        """OwnerHealth from status_owners rows, judged at the database time ``db_now``."""
         result = []
         for r in rows:
             last = max(
@@ -661,8 +648,7 @@ class Store:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
         every count, every panel row, the owners and the database clock describe the same instant.
 
-        Panels hold at most ``limit`` rows each; finished history is only ever estimated. The
-        statements go out in one pipeline: one round trip, the server runs them back to back.
+        Panels hold at most ``limit`` rows each; finished history is only ever estimated.
         """
         params: dict[str, Any] = {
             "queue": queue,
@@ -676,38 +662,28 @@ class Store:
         }
         owner_params = {"window": owner_window, "limit": owner_limit}
         with self._errors(), self.pool.connection() as conn:
-
-            def run(name: str, args: dict[str, Any] = params) -> psycopg.Cursor[dict[str, Any]]:
-                cur = conn.cursor(row_factory=dict_row)
-                cur.execute(queries.get(name).render(self.schema), args)
-                return cur
-
-            with conn.transaction():
-                with conn.pipeline():
-                    run("console_snapshot_begin")
-                    run("console_statement_timeout")
-                    results = [
-                        run(name)
-                        for name in (
-                            "console_counts",
-                            "console_throughput",
-                            "console_pending",
-                            "console_processing",
-                            "console_stuck",
-                            "status_finished_estimate",
-                        )
-                    ]
-                    owners_cur = run("status_owners", owner_params)
-                counts, per_minute, pending, processing, stuck, estimated = (
-                    c.fetchall() for c in results
-                )
-                counts_row = counts[0]
-                db_now = counts_row["db_now"]
-                owner_health = self._owner_health(
-                    owners_cur.fetchall(),
-                    db_now,
-                    lambda ids: run("workers_lookup", {"ids": ids}).fetchall(),
-                )
+            # BEGIN, every statement and COMMIT go out together: one round trip.
+            with conn.pipeline(), conn.transaction():
+                cursors = []
+                for name, args in (
+                    ("console_snapshot_begin", params),
+                    ("console_statement_timeout", params),
+                    ("console_counts", params),
+                    ("console_throughput", params),
+                    ("console_pending", params),
+                    ("console_processing", params),
+                    ("console_stuck", params),
+                    ("status_finished_estimate", params),
+                    ("status_owners", owner_params),
+                ):
+                    cur = conn.cursor(row_factory=dict_row)
+                    cur.execute(queries.get(name).render(self.schema), args)
+                    cursors.append(cur)
+            counts, per_minute, pending, processing, stuck, estimated, owner_rows = (
+                c.fetchall() for c in cursors[2:]
+            )
+        counts_row = counts[0]
+        db_now = counts_row["db_now"]
         completed = [0] * minutes
         failed = 0
         for r in per_minute:
@@ -715,6 +691,7 @@ class Store:
                 completed[minutes - 1 - r["minutes_ago"]] += r["completed"]
                 failed += r["failed"]
         estimate = {r["status"]: int(r["jobs"]) for r in estimated}
+        owner_health = self._owner_health(owner_rows, db_now)
         processing_jobs = tuple(PanelJob.from_row(r) for r in processing)
         stuck_jobs = tuple(PanelJob.from_row(r) for r in stuck)
         holds = {j.lease_owner for j in (*processing_jobs, *stuck_jobs)}

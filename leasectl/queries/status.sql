@@ -40,6 +40,7 @@ WHERE n.nspname = %(schema)s AND c.relname = 'jobs' AND c.reltuples > 0
 
 -- name: status_owners
 -- One row per lease owner or recently seen worker: leases held, freshness inputs, nearest expiry.
+-- An owner that holds leases but fell out of the recent window still gets its declared intervals.
 WITH held AS (
     SELECT lease_owner, count(*) AS held,
            count(*) FILTER (WHERE lease_until < now()) AS expired,
@@ -51,15 +52,17 @@ WITH held AS (
     SELECT * FROM {schema}.workers
     WHERE last_seen_at > now() - %(window)s
 )
-SELECT coalesce(w.worker_id, h.lease_owner) AS owner, w.hostname, w.pid, w.queues,
-       w.lease_ttl, w.heartbeat_every, w.started_at, w.last_seen_at, w.stopped_at,
+SELECT coalesce(w.worker_id, h.lease_owner) AS owner,
+       coalesce(w.hostname, o.hostname) AS hostname, coalesce(w.pid, o.pid) AS pid,
+       coalesce(w.queues, o.queues) AS queues, coalesce(w.lease_ttl, o.lease_ttl) AS lease_ttl,
+       coalesce(w.heartbeat_every, o.heartbeat_every) AS heartbeat_every,
+       coalesce(w.started_at, o.started_at) AS started_at,
+       coalesce(w.last_seen_at, o.last_seen_at) AS last_seen_at,
+       coalesce(w.stopped_at, o.stopped_at) AS stopped_at,
        coalesce(h.held, 0) AS held, coalesce(h.expired, 0) AS expired,
        h.last_job_heartbeat_at, h.next_expiry_at
 FROM seen AS w
 FULL JOIN held AS h ON h.lease_owner = w.worker_id
+LEFT JOIN {schema}.workers AS o ON w.worker_id IS NULL AND o.worker_id = h.lease_owner
 ORDER BY coalesce(h.expired, 0) DESC, h.next_expiry_at NULLS LAST, owner
 LIMIT %(limit)s;
-
--- name: workers_lookup
--- Declared intervals of the given workers, for owners that fell out of the recent window.
-SELECT * FROM {schema}.workers WHERE worker_id = ANY(%(ids)s::text[]);

@@ -128,3 +128,29 @@ def test_refresh_queries_use_indexes_on_a_big_history(
     snap = store.console_snapshot(None, 100)
     assert 595 <= sum(snap.throughput) <= 600  # 30 minutes at one every 3 s
     assert snap.counts.processing == 5 and snap.pending[0].status == JobStatus.PENDING
+
+
+def test_an_owner_that_fell_out_of_the_window_keeps_its_intervals(
+    store: Store, sql_conn: psycopg.Connection
+) -> None:
+    """A worker last seen before the owners window that still holds a lease is listed with the
+    intervals it declared (status_owners joins its workers row)."""
+    store.worker_register(
+        "old-host:1:aa",
+        hostname="old-host",
+        pid=1,
+        queues=["slow"],
+        lease_ttl=timedelta(minutes=5),
+        heartbeat_every=timedelta(seconds=7),
+    )
+    store.enqueue([{}], queue="slow")
+    assert store.claim("slow", "old-host:1:aa", timedelta(minutes=5))
+    sql_conn.execute(
+        "UPDATE leasectl.workers SET last_seen_at = now() - interval '2 hours' "
+        "WHERE worker_id = 'old-host:1:aa'"
+    )
+    for owners in (store.console_snapshot(None, 10).owners, tuple(store.owners())):
+        [old] = [o for o in owners if o.owner == "old-host:1:aa"]
+        assert (old.hostname, old.held) == ("old-host", 1)
+        assert old.heartbeat_every == timedelta(seconds=7)
+        assert old.last_seen_at is not None
