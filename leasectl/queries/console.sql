@@ -64,7 +64,8 @@ WHERE c.completed + c.failed > 0;
 -- The Pending panel: longest claimable first, then delayed retries by run_at; bounded.
 -- The claim index is ordered by (queue, priority, run_at, id), not by run_at: rather than sort
 -- every Pending row, walk its (queue, priority) groups (a loose index scan), take the first
--- %(limit)s of each in run_at order and merge those. Past 64 groups, sort every Pending row.
+-- %(limit)s of each in run_at order and merge those. Past 64 groups, or filtered by owner or job
+-- (which reads every row anyway), sort the Pending rows.
 WITH RECURSIVE grp AS (
     (SELECT 1 AS n, queue, priority
      FROM {schema}.jobs
@@ -90,12 +91,11 @@ WITH RECURSIVE grp AS (
          SELECT id, run_at
          FROM {schema}.jobs
          WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
-           AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
-           AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
          ORDER BY run_at, id
          LIMIT %(limit)s
      ) AS p
-     WHERE (SELECT count(*) FROM grp) <= 64
+     WHERE %(owner)s::text IS NULL AND %(job_id)s::bigint IS NULL
+       AND (SELECT count(*) FROM grp) <= 64
      ORDER BY p.run_at, p.id
      LIMIT %(limit)s)
     UNION ALL
@@ -105,7 +105,8 @@ WITH RECURSIVE grp AS (
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
        AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
        AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-       AND (SELECT count(*) FROM grp) > 64
+       AND (%(owner)s::text IS NOT NULL OR %(job_id)s::bigint IS NOT NULL
+            OR (SELECT count(*) FROM grp) > 64)
      ORDER BY run_at, id
      LIMIT %(limit)s)
 )
