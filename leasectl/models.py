@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Sequence
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Self
 
@@ -273,17 +274,26 @@ class PanelJob:
     lapsed_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Self:
-        # A refresh builds up to three panels of these: skip _from_row's per-call fields().
-        values = {k: v for k, v in row.items() if k in PANEL_JOB_FIELDS}
-        values["status"] = JobStatus(row["status"])
-        return cls(**values)
+    def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
+        """Tuple rows of a panel query (columns ``names``) -> PanelJobs, without a dict per row:
+        a refresh builds up to three panels of them. A column may be missing only for a field
+        with a default."""
+        columns = fields(cls)
+        at = [
+            names.index(f.name) if f.name in names or f.default is MISSING else None
+            for f in columns
+        ]
+        defaults: list[Any] = [f.default for f in columns]
+        status = [f.name for f in columns].index("status")
+        jobs = []
+        for row in rows:
+            values = [row[i] if i is not None else d for i, d in zip(at, defaults, strict=True)]
+            values[status] = JobStatus(values[status])
+            jobs.append(cls(*values))
+        return tuple(jobs)
 
     def seen(self) -> SeenState:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
-
-
-PANEL_JOB_FIELDS = frozenset(f.name for f in fields(PanelJob))
 
 
 @dataclass(frozen=True)

@@ -661,26 +661,37 @@ class Store:
             "schema": self.schema,
         }
         owner_params = {"window": owner_window, "limit": owner_limit}
+        panels = ("console_pending", "console_processing", "console_stuck")
         with self._errors(), self.pool.connection() as conn:
             # BEGIN, every statement and COMMIT go out together: one round trip.
             with conn.pipeline(), conn.transaction():
-                cursors = []
+                results: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for name, args in (
                     ("console_snapshot_begin", params),
                     ("console_statement_timeout", params),
                     ("console_counts", params),
                     ("console_throughput", params),
-                    ("console_pending", params),
-                    ("console_processing", params),
-                    ("console_stuck", params),
                     ("status_finished_estimate", params),
                     ("status_owners", owner_params),
                 ):
-                    cur = conn.cursor(row_factory=dict_row)
-                    cur.execute(queries.get(name).render(self.schema), args)
-                    cursors.append(cur)
-            counts, per_minute, pending, processing, stuck, estimated, owner_rows = (
-                c.fetchall() for c in cursors[2:]
+                    results[name] = conn.cursor(row_factory=dict_row)
+                    results[name].execute(queries.get(name).render(self.schema), args)
+                # The panels' rows come as tuples, for PanelJob.from_rows.
+                panel_cursors = [conn.cursor() for _ in panels]
+                for name, cur in zip(panels, panel_cursors, strict=True):
+                    cur.execute(queries.get(name).render(self.schema), params)
+            counts, per_minute, estimated, owner_rows = (
+                results[name].fetchall()
+                for name in (
+                    "console_counts",
+                    "console_throughput",
+                    "status_finished_estimate",
+                    "status_owners",
+                )
+            )
+            pending, processing, stuck = (
+                PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
+                for cur in panel_cursors
             )
         counts_row = counts[0]
         db_now = counts_row["db_now"]
@@ -692,9 +703,7 @@ class Store:
                 failed += r["failed"]
         estimate = {r["status"]: int(r["jobs"]) for r in estimated}
         owner_health = self._owner_health(owner_rows, db_now)
-        processing_jobs = tuple(PanelJob.from_row(r) for r in processing)
-        stuck_jobs = tuple(PanelJob.from_row(r) for r in stuck)
-        holds = {j.lease_owner for j in (*processing_jobs, *stuck_jobs)}
+        holds = {j.lease_owner for j in (*processing, *stuck)}
         owners = [
             o for o in owner_health if self._console_owner_matches(o, queue, owner, job_id, holds)
         ]
@@ -715,9 +724,9 @@ class Store:
             ),
             throughput=tuple(completed),
             failed_recent=failed,
-            pending=tuple(PanelJob.from_row(r) for r in pending),
-            processing=processing_jobs,
-            stuck=stuck_jobs,
+            pending=pending,
+            processing=processing,
+            stuck=stuck,
             owners=tuple(owners),
             queue=queue,
             owner=owner or None,
