@@ -58,6 +58,11 @@ class Job:
     def seen(self) -> SeenState:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
 
+    @property
+    def claim_order(self) -> tuple[int, datetime, int]:
+        """Claims take jobs in this order: priority (smaller first), run_at, id."""
+        return (self.priority, self.run_at, self.id)
+
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
 
@@ -294,6 +299,11 @@ class PanelJob:
 
     def seen(self) -> SeenState:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
+
+    @property
+    def claim_order(self) -> tuple[int, datetime, int]:
+        """Claims take jobs in this order: priority (smaller first), run_at, id."""
+        return (self.priority, self.run_at, self.id)
 
 
 @dataclass(frozen=True)

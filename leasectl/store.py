@@ -54,6 +54,7 @@ NOTIFY_QUEUE_CHARS = 128
 
 
 _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
+CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
 
 
 def _job_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
@@ -71,6 +72,19 @@ def _job_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
 
 def _generic_plans(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
+def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
+    """Rows of a claim (``jobs.*`` columns) -> the leases they grant."""
+    if not rows:
+        return []
+    make = _job_maker(names)
+    leases = []
+    for row in rows:
+        job = make(row)
+        assert job.lease_owner is not None and job.lease_until is not None
+        leases.append(Lease(job, job.lease_owner, job.attempts, job.lease_until))
+    return leases
 
 
 def quote_ident(name: str) -> str:
@@ -311,7 +325,8 @@ class Store:
     # -- lease holder -----------------------------------------------------------------------
 
     def claim(self, queue: str, owner: str, ttl: timedelta, limit: int = 1) -> list[Lease]:
-        """Lease up to ``limit`` claimable jobs of ``queue``."""
+        """Lease up to ``limit`` (at most CLAIM_MAX) claimable jobs of ``queue``: due Pending
+        ones first, then lapsed leases (taken over) when Pending ones do not fill the batch."""
         return self.complete_and_claim((), queue, owner, ttl, limit)[0]
 
     def complete_and_claim(
@@ -321,38 +336,45 @@ class Store:
         owner: str,
         ttl: timedelta,
         limit: int,
+        *,
+        take_expired: bool = True,
     ) -> tuple[list[Lease], set[int]]:
-        """Complete the finished leases ``done`` (fenced) and lease up to ``limit`` jobs of
-        ``queue``, in one statement: a worker's whole round trip.
+        """Complete the finished leases ``done`` (fenced) and lease up to ``limit`` (at most
+        CLAIM_MAX) due Pending jobs of ``queue`` in one statement: a worker's round trip.
 
-        Returns the new leases and the ids of ``done`` whose completion was refused (lost).
+        With ``take_expired``, when Pending jobs do not fill the batch a second statement
+        takes over lapsed leases of the queue for the rest. Returns the new leases and the ids
+        of ``done`` whose completion was refused (their lease was lost).
         """
         if any(lease.owner != owner for lease in done):
             raise ValueError("one call completes the leases of its own owner only")
-        params = {
-            "done_ids": [lease.job_id for lease in done],
-            "done_attempts": [lease.attempt for lease in done],
-            "owner": owner,
-            "queue": queue,
-            "ttl": ttl,
-            "limit": max(0, limit),
-        }
+        limit = max(0, min(limit, CLAIM_MAX))
+        sent = [lease.job_id for lease in done]
+        rows, names = self._hot(
+            "jobs_complete_and_claim",
+            {
+                "done_ids": sent,
+                "done_attempts": [lease.attempt for lease in done],
+                "owner": owner,
+                "queue": queue,
+                "ttl": ttl,
+                "limit": limit,
+            },
+        )
+        accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()
+        leases = _leases(rows, names) if rows and rows[0][0] is not None else []
+        if take_expired and len(leases) < limit:
+            params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
+            taken_over = _leases(*self._hot("jobs_claim_expired", params))
+            if taken_over:  # one batch, in priority order
+                leases = sorted(leases + taken_over, key=lambda x: x.job.claim_order)
+        return leases, set(sent) - accepted
+
+    def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Run a statement of the worker's hot path: tuple rows and their column names."""
         with self._errors(), self.pool.connection() as conn:
-            cur = conn.execute(self._statement("jobs_complete_and_claim", conn), params)
-            rows = cur.fetchall()
-            names = [column.name for column in cur.description or ()]
-        if not rows:
-            return [], set()
-        refused = set(rows[0][names.index("refused_ids")] or ())
-        if rows[0][0] is None:  # nothing claimed: one row of NULLs that carries `refused_ids`
-            return [], refused
-        make = _job_maker(names)
-        leases = []
-        for row in rows:
-            job = make(row)
-            assert job.lease_owner is not None and job.lease_until is not None
-            leases.append(Lease(job, job.lease_owner, job.attempts, job.lease_until))
-        return leases, refused
+            cur = conn.execute(self._statement(name, conn), params)
+            return cur.fetchall(), [column.name for column in cur.description or ()]
 
     def _statement(self, name: str, conn: psycopg.Connection[Any]) -> bytes:
         """A named query rendered for this schema, as bytes, once per Store (hot paths)."""
@@ -393,7 +415,8 @@ class Store:
         """Complete fenced leases; returns the ids accepted (the others were lost)."""
         if not leases:
             return set()
-        _, refused = self.complete_and_claim(leases, "", self._fence(leases)["owner"], _NO_TTL, 0)
+        owner = self._fence(leases)["owner"]
+        _, refused = self.complete_and_claim(leases, "", owner, _NO_TTL, 0, take_expired=False)
         return {lease.job_id for lease in leases} - refused
 
     def fail(

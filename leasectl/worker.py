@@ -125,6 +125,7 @@ class WorkerStats:
     failed: int = 0
     lost: int = 0
     released: int = 0
+    trips: int = 0  # statements that completed and/or claimed (the dispatcher's round trips)
 
 
 BATCH_WAIT = 0.01  # seconds a busy worker may wait to claim a fuller batch
@@ -251,6 +252,8 @@ class Worker:
         min_batch = max(1, self.config.concurrency // 4)
         short_since: float | None = None
         finished: list[JobContext] = []
+        poll_s = self.config.poll_interval.total_seconds()
+        expired_checked: dict[str, float] = {}  # queue -> when lapsed leases were looked for
         while True:
             self._wake.clear()  # cleared before looking, so no wake-up between is lost
             with self._lock:
@@ -273,6 +276,9 @@ class Worker:
             queue_index += 1
             finished = self._drop_lost(finished)
             sent = time.monotonic()  # the lease runs from the server's now(): after this
+            # Lapsed leases are the watcher's to requeue; a worker that found too little Pending
+            # work looks for them too, at most once per poll interval and queue.
+            take_expired = sent - expired_checked.get(name, 0.0) >= poll_s
             try:
                 leases, refused = self.store.complete_and_claim(
                     [c.lease for c in finished],
@@ -280,8 +286,10 @@ class Worker:
                     self.worker_id,
                     self.config.lease_ttl,
                     free,
+                    take_expired=take_expired,
                 )
                 failures = 0
+                self.stats.trips += 1
             except ConnectionFailed as exc:
                 # Safe to retry the completions: they are fenced, a second try cannot apply
                 # twice. Those whose lease ran out meanwhile are given up.
@@ -294,6 +302,8 @@ class Worker:
                 log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
                 self.stopping.wait(delay)
                 continue
+            if take_expired and len(leases) < free:
+                expired_checked[name] = sent
             self._written(finished, refused)
             finished = []
             deadline = sent + self.config.lease_ttl.total_seconds()
@@ -311,7 +321,7 @@ class Worker:
                 with self._lock:
                     idle = not self._finished
                 if idle:
-                    self._wake.wait(self.config.poll_interval.total_seconds())
+                    self._wake.wait(poll_s)
 
     def _drop_lost(self, finished: list[JobContext]) -> list[JobContext]:
         """Finished jobs whose lease is known lost are not written; the rest are."""

@@ -12,11 +12,13 @@ WITH inserted AS (
 SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 
 -- name: jobs_complete_and_claim
--- One round trip of a worker: complete its finished leases (fenced by id, owner, attempt and
--- status; their attempts closed 'completed'), then lease up to `limit` claimable jobs of one
--- queue (due Pending, or expired) in priority order, in the same transaction. Every row carries
--- `refused_ids`, the finished leases the database no longer let this owner complete (lost);
--- when nothing is claimed one row of NULLs carries them.
+-- A worker's round trip: complete its finished leases (fenced), then lease due Pending jobs.
+-- The finished leases are fenced by id, owner, attempt and status and their attempts closed
+-- 'completed'; then up to `limit` due Pending jobs of one queue are leased in priority order
+-- and their attempts opened, all in one transaction. Every row carries `completed_ids`, the
+-- finished leases that were accepted (the others were lost); when nothing is claimed one row
+-- of NULLs carries them. Lapsed leases are taken over by jobs_claim_expired, not here: the
+-- statement every busy worker repeats stays as small as the leased pattern itself.
 WITH done AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
@@ -33,17 +35,12 @@ WITH done AS (
     SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
     FROM done AS d
     WHERE a.job_id = d.id AND a.attempt = d.attempts
-), refused AS (
-    SELECT array(
-        SELECT f.id FROM unnest(%(done_ids)s::bigint[]) AS f(id)
-        EXCEPT SELECT id FROM done
-    ) AS ids
-), pending AS (
+), picked AS (
     -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
     -- so that a plan made once for all parameters still walks the claim index in order; the
     -- outer one stops that walk after `limit` rows, so only those are locked.
-    SELECT * FROM (
-        SELECT id, priority, run_at, heartbeat_at, false AS took_over
+    SELECT id FROM (
+        SELECT id
         FROM {schema}.jobs
         WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
         ORDER BY priority, run_at, id
@@ -51,47 +48,52 @@ WITH done AS (
         FOR UPDATE SKIP LOCKED
     ) AS due
     LIMIT %(limit)s
-), expired AS (
-    -- Taking over lapsed leases is the watcher's job; a claim only looks when Pending work
-    -- did not fill the batch (a LIMIT of 0 reads nothing), so many expired leases elsewhere
-    -- never slow down the claims of healthy workers. Leases being completed above are not
-    -- taken (one statement must not update a row twice).
-    SELECT id, priority, run_at, heartbeat_at, true AS took_over
-    FROM {schema}.jobs
-    WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
-      AND attempts < max_attempts AND id <> ALL(%(done_ids)s::bigint[])
-    ORDER BY priority, run_at, id
-    LIMIT greatest(%(limit)s - (SELECT count(*) FROM pending), 0)
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, heartbeat_at, took_over FROM (
-        SELECT * FROM pending UNION ALL SELECT * FROM expired
-    ) AS c
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     FROM picked AS p
     WHERE j.id = p.id
-      AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
-    RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at, p.took_over
+    RETURNING j.*
+), opened AS (
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
+    SELECT id, attempts, lease_owner, now(), now() FROM claimed
+)
+SELECT c.*, d.ids AS completed_ids
+FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true
+ORDER BY c.priority, c.run_at, c.id;
+
+-- name: jobs_claim_expired
+-- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
+-- The condition of every lease is re-checked in the UPDATE (a heartbeat may have renewed it);
+-- the lapsed attempt is closed 'expired' and a new one opened, in the same statement.
+WITH picked AS (
+    SELECT id, heartbeat_at
+    FROM {schema}.jobs
+    WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
+      AND attempts < max_attempts
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
+        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
+    FROM picked AS p
+    WHERE j.id = p.id AND j.status = 'Processing' AND j.lease_until < now()
+    RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
 ), closed AS (
     -- The lapsed lease's attempt, looked up by primary key (a plan that holds for any size).
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'expired', ended_at = now(), heartbeat_at = c.previous_heartbeat_at,
         error = 'lease expired; taken over by ' || c.lease_owner
     FROM claimed AS c
-    WHERE c.took_over AND a.job_id = c.id AND a.attempt = c.attempts - 1
-      AND a.outcome = 'running'
+    WHERE a.job_id = c.id AND a.attempt = c.attempts - 1 AND a.outcome = 'running'
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
 )
-SELECT c.*, r.ids AS refused_ids
-FROM refused AS r LEFT JOIN claimed AS c ON true
-ORDER BY c.priority, c.run_at, c.id;
+SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_claim_by_id
 -- Lease one named job with the one atomic condition: Pending, or Processing with a lapsed lease.

@@ -88,28 +88,21 @@ def test_complete_and_claim_walks_the_claim_index_in_its_generic_plan(
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_claimable_idx on jobs" in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the completions, by id
-    assert f"rows={limit} " in plan.split("CTE pending")[1].split("CTE expired")[0], plan
+    assert f"rows={limit} " in plan.split("CTE picked")[1].split("CTE claimed")[0], plan
 
 
 def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
     seeded: psycopg.Connection[Any],
 ) -> None:
-    seeded.execute("UPDATE leasectl.jobs SET status = 'Completed' WHERE status = 'Pending'")
-    seeded.execute("ANALYZE leasectl.jobs")
     plan = queries.explain_generic(
         seeded,
-        queries.get("jobs_complete_and_claim").render(SCHEMA),
-        {
-            "done_ids": [],
-            "done_attempts": [],
-            "owner": "w-x",
-            "queue": "q",
-            "ttl": TTL,
-            "limit": 10,
-        },
+        queries.get("jobs_claim_expired").render(SCHEMA),
+        {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
     )
     assert scans_of_big_tables(plan) == [], plan
+    assert "jobs_processing_idx" in plan, plan
     assert "Index Scan using job_attempts_pkey on job_attempts" in plan, plan
+    assert "rows=10 " in plan.split("CTE claimed")[1].split("CTE closed")[0], plan
 
 
 def test_heartbeat_finds_leases_by_primary_key_in_its_generic_plan(

@@ -73,6 +73,7 @@ def test_every_query_has_a_description_and_entity_verb_name() -> None:
     found = queries.all_queries()
     assert {
         "jobs_complete_and_claim",
+        "jobs_claim_expired",
         "job_claim_by_id",
         "jobs_heartbeat",
         "jobs_requeue_expired",
