@@ -170,9 +170,12 @@ def drain_once(
         deadline = spawned + ctx.sizes.drain_timeout
         first: tuple[float, int] | None = None
         last: tuple[float, int] = (spawned, jobs)
+        poll_times: list[float] = []
         while True:
+            asked = time.perf_counter()
             row = poll.execute(system.remaining_sql).fetchone()
             now = time.perf_counter()
+            poll_times.append(now - asked)
             remaining = int(row[0]) if row else 0
             if first is None and remaining < jobs:
                 first = (last[0], last[1])  # the poll before progress: the clock starts there
@@ -201,6 +204,7 @@ def drain_once(
             "partial": remaining > 0,
             "worker_cpu_s": round(worker_cpu, 2),
             "server_cpu_s": server_cpu,
+            "poll_ms_median": round(median(poll_times) * 1000, 2),
         }
         dead = [p for p in procs if not p.alive()]
         if dead and remaining > 0:

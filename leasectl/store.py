@@ -71,7 +71,9 @@ def _job_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
 
 
 def _generic_plans(conn: psycopg.Connection[Any]) -> None:
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    """The worker's session settings (queries.WORKER_SETTINGS: plans made once, index paths)."""
+    for name, value in queries.WORKER_SETTINGS.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
@@ -124,8 +126,9 @@ class Store:
         """Connect once directly (for a precise error), then open the pool.
 
         ``generic_plans``: statements run often (psycopg prepares them after a few runs) are
-        planned once per connection instead of on every execution; for the worker, whose
-        statements are planned to hold for any parameters and any table size.
+        planned once per connection instead of on every execution, on index paths only; for
+        the worker, whose statements are written so that such plans hold for any parameters
+        and any table size.
         """
         kwargs: dict[str, Any] = {
             "autocommit": True,

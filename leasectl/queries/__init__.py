@@ -7,7 +7,9 @@ A block starts with ``-- name: entity_verb`` followed by a one-line ``--`` descr
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -109,12 +111,26 @@ def migrations() -> tuple[Migration, ...]:
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
-def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str, Any]) -> str:
-    """The generic plan (the one made once for any parameters) that PostgreSQL would use for
-    ``query``, as the worker runs it with ``plan_cache_mode = force_generic_plan``.
+# The worker's sessions: each prepared statement is planned once, for any parameters, and only
+# with index access paths. A plan made while a table was small, or freshly analyzed empty (a
+# new install, the start of a drain), stays cached for the life of the connection, and a
+# sequential or bitmap scan chosen then would make every later call cost in proportion to the
+# table. The worker's statements all have an index path (tests/integration/test_plans.py).
+WORKER_SETTINGS = {
+    "plan_cache_mode": "force_generic_plan",
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
+}
 
-    Runs ``EXPLAIN ANALYZE EXECUTE`` inside a transaction that is rolled back.
-    """
+
+@contextlib.contextmanager
+def generic_plan(
+    conn: Connection[Any], query: sql.Composed
+) -> Iterator[Callable[[dict[str, Any]], str]]:
+    """``query`` prepared as the worker's sessions run it (WORKER_SETTINGS); yields a function
+    that runs ``EXPLAIN ANALYZE EXECUTE`` with given parameters (in a transaction rolled back)
+    and returns the plan. The plan is made at the first call and reused by the later ones, as
+    in a worker's session."""
     text = query.as_string(conn)
     names = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
     numbered = _PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
@@ -130,11 +146,21 @@ def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str
             for n, t in zip(names, types, strict=True)
         )
         explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE leasectl_explained ({})")
-        with conn.transaction(force_rollback=True):
-            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-            # Values as literals: EXPLAIN EXECUTE takes no bound parameters.
-            cur = ClientCursor(conn)
-            rows = cur.execute(explain.format(args), params).fetchall()
+
+        def run(params: dict[str, Any]) -> str:
+            with conn.transaction(force_rollback=True):
+                for name, value in WORKER_SETTINGS.items():
+                    conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+                # Values as literals: EXPLAIN EXECUTE takes no bound parameters.
+                rows = ClientCursor(conn).execute(explain.format(args), params).fetchall()
+            return "\n".join(line for (line,) in rows)
+
+        yield run
     finally:
         conn.execute("DEALLOCATE leasectl_explained")
-    return "\n".join(line for (line,) in rows)
+
+
+def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str, Any]) -> str:
+    """The plan the worker's sessions (WORKER_SETTINGS) make for ``query``, made now."""
+    with generic_plan(conn, query) as explain:
+        return explain(params)

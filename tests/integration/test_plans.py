@@ -1,12 +1,15 @@
-"""The worker's statements are planned once per connection (``force_generic_plan``): the plan
-made without the parameter values must still be the index plan, whatever the table holds.
+"""The worker's statements are planned once per connection (queries.WORKER_SETTINGS): the
+plan made without the parameter values, and possibly while the tables were still empty, must
+be the index plan, whatever the tables hold later.
 
-A generic plan that fell back to a sequential or bitmap scan of ``jobs`` would make every
-claim cost in proportion to the table; these tests look at the plan PostgreSQL really uses.
+A cached plan with a sequential or bitmap scan of ``jobs`` or ``job_attempts`` would make
+every claim cost in proportion to the table (a drain that started on freshly analyzed empty
+tables ran at half speed that way); these tests look at the plan PostgreSQL really uses.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -17,41 +20,71 @@ from leasectl import queries
 from tests.conftest import SCHEMA
 
 TTL = timedelta(seconds=30)
+Params = Callable[[psycopg.Connection[Any]], dict[str, Any]]
 
 
-@pytest.fixture
-def seeded(sql_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """Finished history much larger than the live set, as in production; statistics fresh."""
-    sql_conn.execute(
+def seed(conn: psycopg.Connection[Any]) -> None:
+    """Finished history much larger than the live set, as in production."""
+    conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, finished_at) "
         "SELECT 'q', 'Completed', 1, 'old', now() FROM generate_series(1, 40000)"
     )
-    sql_conn.execute(
+    conn.execute(
         "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, outcome) "
         "SELECT id, 1, 'old', 'completed' FROM leasectl.jobs"
     )
-    sql_conn.execute(
+    conn.execute(
         "INSERT INTO leasectl.jobs (queue, priority, run_at) "
         "SELECT (ARRAY['q', 'other'])[1 + i % 2], i % 3, now() - interval '1 ms' * i "
         "FROM generate_series(1, 60000) AS i"
     )
-    sql_conn.execute(
+    conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
         "SELECT 'q', 'Processing', 1, 'w-' || (i % 20), "
         "now() + CASE WHEN i <= 50 THEN interval '-1 minute' ELSE interval '1 minute' END "
         "FROM generate_series(1, 600) AS i"
     )
-    sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
-    sql_conn.execute("VACUUM ANALYZE leasectl.job_attempts")
-    return sql_conn
+    conn.execute(
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner) "
+        "SELECT id, 1, lease_owner FROM leasectl.jobs WHERE status = 'Processing'"
+    )
 
 
-def held(conn: psycopg.Connection[Any], owner: str) -> tuple[list[int], list[int]]:
+def analyze(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("VACUUM ANALYZE leasectl.jobs")
+    conn.execute("VACUUM ANALYZE leasectl.job_attempts")
+
+
+@pytest.fixture(params=["planned with history", "planned on empty tables"])
+def plan_of(
+    request: pytest.FixtureRequest, sql_conn: psycopg.Connection[Any]
+) -> Callable[[str, Params], str]:
+    """query name, parameters -> the plan a worker's session uses for it on a table with
+    history. "planned on empty tables": the plan was made on the empty tables of a new install
+    (just analyzed), then the rows arrived; the session keeps using that plan."""
+    on_empty = request.param == "planned on empty tables"
+
+    def plan(name: str, params: Params) -> str:
+        query = queries.get(name).render(SCHEMA)
+        with queries.generic_plan(sql_conn, query) as explain:
+            if on_empty:
+                analyze(sql_conn)
+                explain(params(sql_conn))  # the plan is made here and kept
+                seed(sql_conn)
+            else:
+                seed(sql_conn)
+                analyze(sql_conn)
+            return explain(params(sql_conn))
+
+    return plan
+
+
+def held(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[int]]:
     rows = conn.execute(
         "SELECT id, attempts FROM leasectl.jobs WHERE status = 'Processing' AND lease_owner = %s",
         (owner,),
     ).fetchall()
-    return [r[0] for r in rows], [r[1] for r in rows]
+    return {"ids": [r[0] for r in rows], "attempts": [r[1] for r in rows]}
 
 
 def scans_of_big_tables(plan: str) -> list[str]:
@@ -69,35 +102,35 @@ def scans_of_big_tables(plan: str) -> list[str]:
 
 
 @pytest.mark.parametrize("limit", [1, 25, 500])
-def test_complete_and_claim_walks_the_claim_index_in_its_generic_plan(
-    seeded: psycopg.Connection[Any], limit: int
+def test_complete_and_claim_walks_the_claim_index(
+    plan_of: Callable[[str, Params], str], limit: int
 ) -> None:
-    ids, attempts = held(seeded, "w-1")
-    plan = queries.explain_generic(
-        seeded,
-        queries.get("jobs_complete_and_claim").render(SCHEMA),
-        {
-            "done_ids": ids,
-            "done_attempts": attempts,
+    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        done = held(conn, "w-1")
+        return {
+            "done_ids": done["ids"],
+            "done_attempts": done["attempts"],
             "owner": "w-1",
             "queue": "q",
             "ttl": TTL,
             "limit": limit,
-        },
-    )
+        }
+
+    plan = plan_of("jobs_complete_and_claim", params)
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_claimable_idx on jobs" in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the completions, by id
+    assert "Index Scan using job_attempts_pkey on job_attempts" in plan, plan
+    assert "rows=30 " in plan.split("CTE done_closed")[1].split("CTE picked")[0], plan
     assert f"rows={limit} " in plan.split("CTE picked")[1].split("CTE claimed")[0], plan
 
 
 def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
-    seeded: psycopg.Connection[Any],
+    plan_of: Callable[[str, Params], str],
 ) -> None:
-    plan = queries.explain_generic(
-        seeded,
-        queries.get("jobs_claim_expired").render(SCHEMA),
-        {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
+    plan = plan_of(
+        "jobs_claim_expired",
+        lambda conn: {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
     )
     assert scans_of_big_tables(plan) == [], plan
     assert "jobs_processing_idx" in plan, plan
@@ -105,14 +138,8 @@ def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
     assert "rows=10 " in plan.split("CTE claimed")[1].split("CTE closed")[0], plan
 
 
-def test_heartbeat_finds_leases_by_primary_key_in_its_generic_plan(
-    seeded: psycopg.Connection[Any],
-) -> None:
-    ids, attempts = held(seeded, "w-2")
-    plan = queries.explain_generic(
-        seeded,
-        queries.get("jobs_heartbeat").render(SCHEMA),
-        {"ids": ids, "attempts": attempts, "owner": "w-2", "ttl": TTL},
-    )
+def test_heartbeat_finds_leases_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
+    plan = plan_of("jobs_heartbeat", lambda conn: {**held(conn, "w-2"), "owner": "w-2", "ttl": TTL})
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
+    assert "rows=30 " in plan, plan
