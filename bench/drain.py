@@ -145,6 +145,7 @@ def drain_once(
     *,
     hold_xact: bool = False,
     keep_db: bool = False,
+    processes: int | None = None,
 ) -> dict[str, Any]:
     """One measurement in a fresh database; with hold_xact, another session keeps a transaction
     (with an xid) open and idle in the same database for the whole drain."""
@@ -154,7 +155,7 @@ def drain_once(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     prepare_s = time.perf_counter() - started
-    nproc, per = split(concurrency)
+    nproc, per = (processes, 1) if processes else split(concurrency)
     holder = None
     if hold_xact:
         holder = psycopg.connect(dsn)
@@ -269,7 +270,22 @@ def run(ctx: Ctx) -> dict[str, Any]:
         entry["config"] = system.config
         figures["systems"][system.name] = entry
     figures["skipped"] = skipped
+    figures["single"] = single_mode(ctx, found[0])
     return figures
+
+
+def single_mode(ctx: Ctx, leasectl: System) -> dict[str, Any]:
+    """leasectl in single-job mode, the pattern of the raw single-row bound (`limit`): N worker
+    processes at concurrency 1, each claiming one job and completing it per round trip, for
+    N = the client counts of `limit`. One run each (median of one)."""
+    out: dict[str, Any] = {}
+    for n in ctx.sizes.limit_clients:
+        log(f"drain: leasectl single-job mode, {n} processes x 1")
+        r = drain_once(ctx, leasectl, n, ctx.sizes.drain_jobs, processes=n)
+        r["loadavg"] = loadavg()
+        log(f"  -> {r['jobs_per_s']} jobs/s{' (partial)' if r['partial'] else ''}")
+        out[str(n)] = r
+    return out
 
 
 def render(fig: dict[str, Any]) -> str:
@@ -295,4 +311,14 @@ def render(fig: dict[str, Any]) -> str:
         )
     for name, why in fig.get("skipped", {}).items():
         text += f"\nskipped {name}: {why}\n"
+    single = fig.get("single") or {}
+    if single:
+        text += "\n" + table(
+            "single-job mode: leasectl, N processes x concurrency 1 (jobs/s)",
+            ["processes", "jobs/s"],
+            [
+                [n, f"{r['jobs_per_s']:,.0f}{'*' if r['partial'] else ''}"]
+                for n, r in single.items()
+            ],
+        )
     return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import threading
@@ -58,7 +59,8 @@ _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
 CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
 
 
-def _job_maker(names: Sequence[str]) -> Callable[[Sequence[Any]], Job]:
+@functools.lru_cache(maxsize=32)
+def _job_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
     """Rows of a ``jobs.*`` select (columns ``names``) -> Job, without building a dict per row."""
     positions = [names.index(name) for name in JOB_FIELDS]
     status_at = JOB_FIELDS.index("status")
@@ -77,11 +79,18 @@ def _generic_plans(conn: psycopg.Connection[Any]) -> None:
         conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
+def _int_array(values: Sequence[int]) -> str:
+    """An integer array as its text literal: cheaper to pass than a list, which psycopg
+    inspects element by element on every call to choose a type (and whose changing element
+    type, int2/int4/int8 by magnitude, would prepare the statement again)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
     """Rows of a claim (``jobs.*`` columns) -> the leases they grant."""
     if not rows:
         return []
-    make = _job_maker(names)
+    make = _job_maker(tuple(names))
     leases = []
     for row in rows:
         job = make(row)
@@ -110,6 +119,7 @@ class Store:
         self.where = safe_dsn(dsn)
         self._rendered: dict[str, bytes] = {}
         self._kept: dict[int, psycopg.Connection[Any]] = {}  # thread id -> its hot connection
+        self._names: dict[str, list[str]] = {}  # hot statement -> its result's column names
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -361,8 +371,8 @@ class Store:
         rows, names = self._hot(
             "jobs_complete_and_claim",
             {
-                "done_ids": sent,
-                "done_attempts": [lease.attempt for lease in done],
+                "done_ids": _int_array(sent),
+                "done_attempts": _int_array([lease.attempt for lease in done]),
                 "owner": owner,
                 "queue": queue,
                 "ttl": ttl,
@@ -382,7 +392,13 @@ class Store:
         """Run a statement of the worker's hot path: tuple rows and their column names."""
         with self._errors(), self._kept_connection() as conn:
             cur = conn.execute(self._statement(name, conn), params)
-            return cur.fetchall(), [column.name for column in cur.description or ()]
+            rows = cur.fetchall()
+            result = cur.pgresult
+            nfields = result.nfields if result is not None else 0
+            names = self._names.get(name)
+            if names is None or len(names) != nfields:  # (cursor.description costs more)
+                names = self._names[name] = [column.name for column in cur.description or ()]
+            return rows, names
 
     @contextlib.contextmanager
     def _kept_connection(self) -> Iterator[psycopg.Connection[Any]]:
