@@ -24,11 +24,12 @@ WITH done AS (
     SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
         last_error = NULL
     FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS f(id, attempt)
-    -- (`IS NOT DISTINCT FROM`: the same test as `=` here, lease_owner being set on every
-    -- Processing row, but no index can serve it, so every plan finds the rows by primary key
-    -- rather than by walking all Processing rows for this owner.)
+    -- (`IS NOT DISTINCT FROM` and `status::text`: the same tests as `=` on the owner (set on
+    -- every Processing row) and the status, but no index on them can serve these forms, so a
+    -- plan made once always finds the rows by primary key, never by walking every Processing
+    -- row through jobs_processing_idx.)
     WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-      AND j.status = 'Processing'
+      AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), done_closed AS (
     UPDATE {schema}.job_attempts AS a
@@ -123,8 +124,9 @@ SELECT *, NULL::timestamptz AS previous_heartbeat_at FROM claimed;
 UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now()
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+-- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
 WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-  AND j.status = 'Processing'  -- (not `=`: found by primary key, as in jobs_complete_and_claim)
+  AND j.status::text = 'Processing'
 RETURNING j.id, j.lease_until;
 
 -- name: job_fail
@@ -155,8 +157,9 @@ WITH released AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Pending', lease_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+    -- (These forms of `=`: by primary key, as in jobs_complete_and_claim.)
     WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-      AND j.status = 'Processing'  -- (not `=`: by primary key, as in jobs_complete_and_claim)
+      AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a

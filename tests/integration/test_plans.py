@@ -24,7 +24,7 @@ Params = Callable[[psycopg.Connection[Any]], dict[str, Any]]
 
 
 def seed(conn: psycopg.Connection[Any]) -> None:
-    """Finished history much larger than the live set, as in production."""
+    """Finished history much larger than the live set, as in production; Pending work."""
     conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, finished_at) "
         "SELECT 'q', 'Completed', 1, 'old', now() FROM generate_series(1, 40000)"
@@ -38,6 +38,10 @@ def seed(conn: psycopg.Connection[Any]) -> None:
         "SELECT (ARRAY['q', 'other'])[1 + i % 2], i % 3, now() - interval '1 ms' * i "
         "FROM generate_series(1, 60000) AS i"
     )
+
+
+def seed_leases(conn: psycopg.Connection[Any]) -> None:
+    """600 held leases of 20 owners, 50 of them lapsed, each with its open attempt."""
     conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
         "SELECT 'q', 'Processing', 1, 'w-' || (i % 20), "
@@ -55,24 +59,32 @@ def analyze(conn: psycopg.Connection[Any]) -> None:
     conn.execute("VACUUM ANALYZE leasectl.job_attempts")
 
 
-@pytest.fixture(params=["planned with history", "planned on empty tables"])
+@pytest.fixture(params=["planned with history", "planned on empty tables", "planned idle"])
 def plan_of(
     request: pytest.FixtureRequest, sql_conn: psycopg.Connection[Any]
 ) -> Callable[[str, Params], str]:
     """query name, parameters -> the plan a worker's session uses for it on a table with
-    history. "planned on empty tables": the plan was made on the empty tables of a new install
-    (just analyzed), then the rows arrived; the session keeps using that plan."""
-    on_empty = request.param == "planned on empty tables"
+    history, Pending work and held leases. The session made that plan (and keeps it) at one of
+    three moments: with all of that there and analyzed; on the empty tables of a new install
+    (just analyzed), before any row arrived; or while no lease was held yet (analyzed)."""
+    mode = request.param
 
     def plan(name: str, params: Params) -> str:
         query = queries.get(name).render(SCHEMA)
         with queries.generic_plan(sql_conn, query) as explain:
-            if on_empty:
+            if mode == "planned on empty tables":
                 analyze(sql_conn)
                 explain(params(sql_conn))  # the plan is made here and kept
                 seed(sql_conn)
+                seed_leases(sql_conn)
+            elif mode == "planned idle":
+                seed(sql_conn)
+                analyze(sql_conn)
+                explain(params(sql_conn))
+                seed_leases(sql_conn)
             else:
                 seed(sql_conn)
+                seed_leases(sql_conn)
                 analyze(sql_conn)
             return explain(params(sql_conn))
 
