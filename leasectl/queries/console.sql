@@ -17,23 +17,33 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true);
 -- Exact live counts (each from its partial index), oldest due Pending, at-risk and expired leases,
 -- and the server's clock and version.
 -- At risk: the lease ends within the owner's heartbeat interval (%(risk_window)s when unknown).
+-- One aggregate fewer per Pending row: the oldest due is the oldest Pending when that one is
+-- due. The owner's interval is looked up only for the leases ending within the longest interval
+-- any worker declared, not joined to every Processing row.
 SELECT now() AS db_now, current_setting('server_version') AS server_version,
-       current_database() AS database, p.pending, p.due, p.oldest_due_at,
+       current_database() AS database, p.pending, p.due,
+       CASE WHEN p.oldest <= now() THEN p.oldest END AS oldest_due_at,
        r.processing, r.expired, r.at_risk, s.stuck
 FROM (
     SELECT count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
-           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due_at
+           min(run_at) AS oldest
     FROM {schema}.jobs
     WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ) AS p
 CROSS JOIN (
     SELECT count(*) AS processing,
            count(*) FILTER (WHERE j.lease_until < now()) AS expired,
-           count(*) FILTER (WHERE j.lease_until >= now() AND j.lease_until
-                            < now() + coalesce(w.heartbeat_every, %(risk_window)s::interval))
-               AS at_risk
+           count(*) FILTER (
+               WHERE j.lease_until >= now()
+                 AND j.lease_until < now() + (
+                     SELECT greatest(max(heartbeat_every), %(risk_window)s::interval)
+                     FROM {schema}.workers)
+                 AND j.lease_until < now() + coalesce(
+                     (SELECT w.heartbeat_every FROM {schema}.workers AS w
+                      WHERE w.worker_id = j.lease_owner),
+                     %(risk_window)s::interval)
+           ) AS at_risk
     FROM {schema}.jobs AS j
-    LEFT JOIN {schema}.workers AS w ON w.worker_id = j.lease_owner
     WHERE j.status = 'Processing' AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
 ) AS r
 CROSS JOIN (
