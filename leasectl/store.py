@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -755,12 +756,21 @@ class Store:
                     "status_owners",
                 )
             )
-            pending, processing, stuck = (
+            pending, processing, stuck_only = (
                 PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
                 for cur in panel_cursors
             )
         counts_row = counts[0]
         db_now = counts_row["db_now"]
+        # The Stuck panel: Stuck jobs and expired leases, longest lapsed first. The Processing
+        # rows, soonest expiry first, begin with every expired lease (or the first ``limit``),
+        # so the expired leases need no second pass over the Processing set.
+        expired = [
+            dataclasses.replace(j, risk_window=None)
+            for j in processing
+            if j.lease_until is not None and j.lease_until < db_now
+        ]
+        stuck = tuple(sorted((*expired, *stuck_only), key=self._lapsed_order)[: params["limit"]])
         completed = [0] * minutes
         failed = 0
         for r in per_minute:
@@ -800,6 +810,12 @@ class Store:
             limit=params["limit"],
             risk_window=risk_window,
         )
+
+    @staticmethod
+    def _lapsed_order(job: PanelJob) -> tuple[datetime, int]:
+        """The Stuck panel's order, longest lapsed first (each of its rows has a lapse time)."""
+        assert job.lapsed_at is not None
+        return (job.lapsed_at, job.id)
 
     @staticmethod
     def _console_owner_matches(

@@ -130,7 +130,9 @@ ORDER BY p.run_at, p.id;
 -- name: console_processing
 -- The Processing panel: soonest lease expiry first (expired first of all), with the owner's
 -- heartbeat interval that decides "at risk"; bounded. The order is picked on narrow rows and
--- only the rows shown are read whole and joined to their owner.
+-- only the rows shown are read whole and joined to their owner. Its expired rows (lease_until
+-- before now()) are also the Stuck panel's expired leases: in this order they come first, so
+-- these rows hold all of them or %(limit)s of them, the first ones.
 WITH picked AS (
     SELECT id, lease_until
     FROM {schema}.jobs
@@ -152,30 +154,18 @@ LEFT JOIN {schema}.workers AS w ON w.worker_id = j.lease_owner
 ORDER BY p.lease_until, p.id;
 
 -- name: console_stuck
--- The Stuck panel: expired Processing leases and Stuck jobs, longest lapsed first; bounded.
--- A Stuck job keeps lease_until when it lapsed; one quarantined from Pending has none, so its
--- quarantine time (updated_at) stands in. Picked on narrow rows, then the shown rows read whole.
+-- The Stuck panel's Stuck jobs, longest lapsed first; bounded. (Its expired Processing leases
+-- are the expired rows of console_processing, merged in by lapsed_at, id.) A Stuck job keeps
+-- lease_until when it lapsed; one quarantined from Pending has none, so its quarantine time
+-- (updated_at) stands in. Picked on narrow rows, then the shown rows read whole.
 WITH picked AS (
-    SELECT * FROM (
-        (SELECT id, lease_until AS lapsed_at
-         FROM {schema}.jobs
-         WHERE status = 'Processing' AND lease_until < now()
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-           AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
-           AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-         ORDER BY lease_until, id
-         LIMIT %(limit)s)
-        UNION ALL
-        (SELECT id, coalesce(lease_until, updated_at)
-         FROM {schema}.jobs
-         WHERE status = 'Stuck'
-           AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-           AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
-           AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-         ORDER BY coalesce(lease_until, updated_at), id
-         LIMIT %(limit)s)
-    ) AS both_kinds
-    ORDER BY lapsed_at, id
+    SELECT id, coalesce(lease_until, updated_at) AS lapsed_at
+    FROM {schema}.jobs
+    WHERE status = 'Stuck'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+    ORDER BY coalesce(lease_until, updated_at), id
     LIMIT %(limit)s
 )
 SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
