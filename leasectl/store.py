@@ -742,11 +742,11 @@ class Store:
                     ("status_owners", owner_params),
                 ):
                     results[name] = conn.cursor(row_factory=dict_row)
-                    results[name].execute(queries.get(name).render(self.schema), args)
+                    results[name].execute(queries.get(name).render(self.schema), args, binary=True)
                 # The panels' rows come as tuples, for PanelJob.from_rows.
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
-                    cur.execute(queries.get(name).render(self.schema), params)
+                    cur.execute(queries.get(name).render(self.schema), params, binary=True)
             counts, per_minute, estimated, owner_rows = (
                 results[name].fetchall()
                 for name in (
