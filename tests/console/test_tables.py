@@ -8,9 +8,28 @@ from dataclasses import replace
 
 from textual.app import App, ComposeResult
 
-from leasectl.console.widgets.tables import RISK_STYLE, ProcessingTable, RowContext
+from leasectl.console.app import ConsoleApp
+from leasectl.console.screens.detail import DetailScreen
+from leasectl.console.source import StaticSource
+from leasectl.console.widgets.tables import (
+    RISK_STYLE,
+    OwnersTable,
+    ProcessingTable,
+    RowContext,
+)
 from leasectl.models import JobStatus, PanelJob
-from tests.console.sample import HB, NOW, W1, job, s
+from tests.console.conftest import wait_until
+from tests.console.sample import (
+    HB,
+    NOW,
+    OWNERS,
+    PROCESSING,
+    W1,
+    job,
+    s,
+    sample_detail,
+    sample_snapshot,
+)
 
 
 def ctx(now_offset: float = 0) -> RowContext:
@@ -53,8 +72,9 @@ def with_table(check: Callable[[ProcessingTable, dict[str, int]], None]) -> None
     asyncio.run(run())
 
 
-def keys(table: ProcessingTable) -> list[str | None]:
-    return [row.key.value for row in table.ordered_rows]
+def keys(table: ProcessingTable) -> list[str]:
+    """The job ids the table shows, top to bottom (rows are keyed by position)."""
+    return [table.get_row_at(i)[1].plain.strip() for i in range(table.row_count)]
 
 
 def test_same_rows_unchanged_leave_the_table_alone() -> None:
@@ -76,18 +96,20 @@ def test_same_rows_update_only_changed_cells_even_a_colour_change() -> None:
         # text and only changes colour (rich's Text == would call it unchanged).
         table.show([running(1, 5), running(2, 90)], ctx())
         assert calls["clear"] == 0 and calls["update_cell"] > 0
-        assert table.get_cell("1", "queue").style == RISK_STYLE
-        assert table.get_cell("2", "queue").style == ""
+        assert table.get_row_at(0)[2].style == RISK_STYLE  # job 1's queue
+        assert table.get_row_at(1)[2].style == ""
         assert keys(table) == ["1", "2"]
 
     with_table(check)
 
 
-def test_changed_rows_are_replaced_and_the_cursor_stays_on_its_job() -> None:
+def test_changed_rows_are_updated_in_place_and_the_cursor_stays_on_its_job() -> None:
     def check(table: ProcessingTable, calls: dict[str, int]) -> None:
         table.show([running(1, 60), running(2, 90), running(3, 120)], ctx())
         table.move_cursor(row=1, animate=False)  # job 2
+        calls.update(clear=0, update_cell=0)
         table.show([running(4, 30), running(2, 90), running(3, 120)], ctx())
+        assert calls["clear"] == 0 and calls["update_cell"] > 0
         assert keys(table) == ["4", "2", "3"]
         assert table.highlighted_key() == "2"
         table.show([running(3, 120), running(2, 90)], ctx())
@@ -95,3 +117,55 @@ def test_changed_rows_are_replaced_and_the_cursor_stays_on_its_job() -> None:
         assert table.highlighted_key() == "2"
 
     with_table(check)
+
+
+def test_rows_replaced_by_another_set_keep_the_job_under_the_cursor() -> None:
+    def check(table: ProcessingTable, calls: dict[str, int]) -> None:
+        table.show([running(i, 30 + i) for i in range(1, 6)], ctx())
+        table.move_cursor(row=3, animate=False)  # job 4
+        table.show([running(9, 10), running(4, 34), running(8, 50)], ctx())
+        assert keys(table) == ["9", "4", "8"]
+        assert table.cursor_row == 1 and table.highlighted() == running(4, 34)
+        table.show([running(7, 20), running(6, 25)], ctx())  # job 4 gone: the same position
+        assert keys(table) == ["7", "6"] and table.highlighted_key() == "6"
+        table.show([], ctx())
+        assert table.row_count == 0 and table.highlighted() is None
+        table.show([running(5, 40)], ctx())
+        assert keys(table) == ["5"] and table.highlighted_key() == "5"
+
+    with_table(check)
+
+
+def test_after_a_poll_lists_other_rows_enter_opens_the_job_under_the_cursor() -> None:
+    """Rows are keyed by position: what a selected row stands for comes from the table's items."""
+
+    async def run() -> None:
+        source = StaticSource(sample_snapshot(), details={1042: sample_detail()})
+        app = ConsoleApp(source, clock=lambda: 1000.0)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
+            table = app.main.query_one(ProcessingTable)
+            await pilot.press("2", "down", "down")
+            assert table.highlighted_key() == "1042"
+            others = tuple(running(2000 + i, 30 + i) for i in range(4))
+            source.data = replace(source.data, processing=(*others[:3], PROCESSING[2], others[3]))
+            app.poll_now()
+            await wait_until(pilot, lambda: app.polls >= 2, "the second refresh")
+            assert keys(table) == ["2000", "2001", "2002", "1042", "2003"]
+            assert table.cursor_row == 3 and table.highlighted_key() == "1042"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail")
+            assert isinstance(app.screen, DetailScreen) and app.screen.job_id == 1042
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is app.main, "the main screen")
+
+            owners = app.main.query_one(OwnersTable)
+            await pilot.press("4", "down")
+            source.data = replace(source.data, owners=OWNERS[::-1])
+            app.poll_now()
+            await wait_until(pilot, lambda: app.polls >= 3, "the third refresh")
+            assert owners.cursor_row == len(OWNERS) - 2
+            await pilot.press("enter")
+            assert app.filter.owner == OWNERS[1].owner
+
+    asyncio.run(run())

@@ -269,12 +269,14 @@ class MainScreen(Screen[None]):
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
-        if key is None:
-            return
-        if isinstance(event.data_table, OwnersTable):
-            self.console.apply_filter(
-                view.ConsoleFilter(queue=self.console.filter.queue, owner=key)
-            )
-            return
-        self.console.open_detail(int(key))
+        table = event.data_table  # rows are keyed by position: the table's items say what is there
+        if isinstance(table, OwnersTable):
+            owner = table.item_at(event.cursor_row)
+            if owner is not None:
+                self.console.apply_filter(
+                    view.ConsoleFilter(queue=self.console.filter.queue, owner=owner.owner)
+                )
+        elif isinstance(table, JobTable):
+            job = table.item_at(event.cursor_row)
+            if job is not None:
+                self.console.open_detail(job.id)

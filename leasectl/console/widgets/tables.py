@@ -1,15 +1,17 @@
-"""The four panels' tables. Rows are keyed by job id (owner id for Owners) and every time-bound
-cell is re-rendered each second from the estimated database clock, between polls."""
+"""The four panels' tables. Rows are keyed by position: a poll updates the cells that changed in
+place (any change to a DataTable re-renders its visible lines, but clearing it and adding every
+row again also re-measures every cell and lays the table out anew). Every time-bound cell is
+re-rendered each second from the estimated database clock, between polls."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, Generic, Self, TypeVar
 
 from rich.text import Text
-from textual.coordinate import Coordinate
+from textual.geometry import Region
 from textual.widgets import DataTable
 
 from leasectl.config import format_duration
@@ -44,6 +46,10 @@ class PanelTable(DataTable[Text], Generic[Row]):
     COLUMNS: ClassVar[tuple[Column, ...]] = ()
     # Columns that give up width, down to a minimum, when the panel is too narrow for all.
     FLEX: ClassVar[dict[str, int]] = {}
+    # Within a tick the cell updates' repaints are made one, at the end. (Class defaults: the
+    # base class's __init__ already repaints.)
+    _deferring = False
+    _repaint_deferred = False
 
     def __init__(self, *, id: str) -> None:
         super().__init__(
@@ -53,10 +59,22 @@ class PanelTable(DataTable[Text], Generic[Row]):
             cursor_foreground_priority="renderable",
         )
         self.items: list[Row] = []
-        self._keys: list[str] | None = None  # the rows' keys in table order; None: no rows yet
-        self._shown: dict[str, tuple[Text, ...]] = {}
+        self._shown: list[tuple[Text, ...]] = []  # each table row's cells, by position
         self._widths: tuple[int | None, ...] = ()
         self._ctx: RowContext | None = None
+
+    def refresh(
+        self,
+        *regions: Region,
+        repaint: bool = True,
+        layout: bool = False,
+        recompose: bool = False,
+    ) -> Self:
+        """Every ``update_cell`` repaints the table; a tick's updates need it once."""
+        if self._deferring and not (regions or layout or recompose):
+            self._repaint_deferred = self._repaint_deferred or repaint
+            return self
+        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
 
     def on_mount(self) -> None:
         self._fit(self.size.width)
@@ -88,7 +106,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
             return False
         self._widths = widths or tuple(w for _, _, w in self.COLUMNS)
         self.clear(columns=True)
-        self._keys = None
+        self._shown = []
         for (key, label, _), width in zip(self.COLUMNS, self._widths, strict=True):
             self.add_column(label, key=key, width=width)
         return True
@@ -100,62 +118,66 @@ class PanelTable(DataTable[Text], Generic[Row]):
         raise NotImplementedError
 
     def show(self, items: Sequence[Row], ctx: RowContext) -> None:
-        """Show these rows, keeping the cursor on the same item when it is still listed.
-
-        Any change to a DataTable drops all its rendered lines, and every added row is measured
-        again: so when the poll lists the same rows in the same order, only the cells that
-        changed are updated (often none: then nothing is redrawn); otherwise the rows are
-        replaced.
-        """
-        self._ctx = ctx
-        keys = [self.key_of(item) for item in items]
-        if keys == self._keys:
-            self.items = list(items)
-            self.tick(ctx)
-            return
+        """Show these rows, keeping the cursor on the same item when it is still listed (else on
+        the same position)."""
+        before = [self.key_of(item) for item in self.items]
         keep = self.highlighted_key()
         index = self.cursor_row
-        self.clear()
         self.items = list(items)
-        self._keys = keys
-        self._shown = {}
-        for key, item in zip(keys, self.items, strict=True):
-            cells = self.cells(item, ctx)
-            self._shown[key] = cells
-            self.add_row(*cells, key=key)
-        if self.items:
+        self.tick(ctx)
+        keys = [self.key_of(item) for item in self.items]
+        if keys != before and keys:
             target = keys.index(keep) if keep in keys else min(max(index, 0), len(keys) - 1)
-            self.move_cursor(row=target, animate=False)
+            if target != self.cursor_row:
+                self.move_cursor(row=target, animate=False)
 
     def tick(self, ctx: RowContext) -> None:
-        """Re-render the cells that changed (countdowns, ages, markers, selection)."""
+        """Bring the table's rows in line with ``items``: update only the cells whose text or
+        style changed (often none: then nothing is redrawn), add rows for extra positions and
+        remove surplus rows from the end."""
         self._ctx = ctx
-        for item in self.items:
-            key = self.key_of(item)
-            cells = self.cells(item, ctx)
-            old = self._shown.get(key)
-            if old is not None and same_cells(old, cells):
-                continue
-            for (column, _, _), before, after in zip(
-                self.COLUMNS, old or (None,) * len(cells), cells, strict=True
-            ):
-                if before is None or not same_text(before, after):
-                    self.update_cell(key, column, after)
-            self._shown[key] = cells
+        self._deferring = True
+        try:
+            self._sync(ctx)
+        finally:
+            self._deferring = False
+        if self._repaint_deferred:
+            self._repaint_deferred = False
+            self.refresh()
 
-    def highlighted_key(self) -> str | None:
-        if self.row_count == 0:
-            return None
-        row = min(max(self.cursor_row, 0), self.row_count - 1)
-        value = self.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
-        return str(value) if value is not None else None
+    def _sync(self, ctx: RowContext) -> None:
+        shown = self._shown
+        for row, item in enumerate(self.items):
+            cells = self.cells(item, ctx)
+            if row >= len(shown):
+                self.add_row(*cells, key=str(row))
+                shown.append(cells)
+                continue
+            old = shown[row]
+            if same_cells(old, cells):
+                continue
+            for (column, _, _), before, after in zip(self.COLUMNS, old, cells, strict=True):
+                if not same_text(before, after):
+                    self.update_cell(str(row), column, after)
+            shown[row] = cells
+        if not self.items and shown:
+            self.clear()
+            shown.clear()
+        while len(shown) > len(self.items):
+            shown.pop()
+            self.remove_row(str(len(shown)))
+
+    def item_at(self, row: int) -> Row | None:
+        return self.items[row] if 0 <= row < len(self.items) else None
 
     def highlighted(self) -> Row | None:
-        key = self.highlighted_key()
-        for item in self.items:
-            if self.key_of(item) == key:
-                return item
-        return None
+        if not self.items:
+            return None
+        return self.items[min(max(self.cursor_row, 0), len(self.items) - 1)]
+
+    def highlighted_key(self) -> str | None:
+        item = self.highlighted()
+        return self.key_of(item) if item is not None else None
 
 
 class JobTable(PanelTable[PanelJob]):
