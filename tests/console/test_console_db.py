@@ -55,8 +55,8 @@ async def highlight(app: ConsoleApp, pilot: Pilot[None], panel: str, job_id: int
     key = {"pending": "1", "processing": "2", "stuck": "3"}[panel]
     await pilot.press(key)
     table = app.main.query_one(f"#{panel}", PanelTable)
-    await wait_until(pilot, lambda: str(job_id) in {str(k.value) for k in table.rows}, "the row")
-    table.move_cursor(row=table.get_row_index(str(job_id)))
+    await wait_until(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
+    table.move_cursor(row=[table.key_of(item) for item in table.items].index(str(job_id)))
     await pilot.pause()
 
 
@@ -107,7 +107,8 @@ def test_panels_fill_from_seeded_jobs(
         assert first == ["✖ expired", "✖ expired", "⚠ at risk"]
         assert {j.id for j in processing.items[:2]} == {le.job_id for le in seeded.expired}
         assert {j.id for j in stuck.items} == {seeded.stuck, *(le.job_id for le in seeded.expired)}
-        diagnoses = {str(stuck.get_row(str(le.job_id))[5]) for le in seeded.expired}
+        rows = {job.id: i for i, job in enumerate(stuck.items)}
+        diagnoses = {str(stuck.get_row_at(rows[le.job_id])[5]) for le in seeded.expired}
         assert diagnoses == {"○ owner silent"}
         assert {o.owner for o in owners.items} == {ALIVE, SILENT}
         counts = str(main.query_one("#counts").render())
