@@ -5,8 +5,8 @@ The refresh is ``Store.console_snapshot(None, limit)`` (all the console's querie
 transaction) when the store has it, else ``Store.status()`` (said so in the results). The render
 is the console app's own ``MainScreen.refresh_view(full=True)`` plus one idle cycle of a headless
 160x50 Textual app fed that snapshot, when the console package is importable: "render" when the
-poll brings the same rows again (the panels redraw only changed cells), "rows changed" when
-every panel's rows changed (alternating with the rows reversed: every table is rebuilt).
+poll brings the same rows again (the panels update only changed cells), "rows changed" when
+every panel's rows changed (alternating with the rows reversed: every visible cell changes).
 """
 
 from __future__ import annotations
