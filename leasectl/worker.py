@@ -262,8 +262,8 @@ class Worker:
                 free = self.config.concurrency - self._running
             if self.stopping.is_set():
                 return finished
-            if free < min_batch and not finished:
-                self._wake.wait(1.0)  # every slot busy: a returning handler wakes us
+            if free <= 0:  # every slot busy (finished jobs free theirs): a handler wakes us
+                self._wake.wait(1.0)
                 continue
             if free < min_batch:
                 now = time.monotonic()

@@ -12,7 +12,7 @@ import pytest
 
 from leasectl.models import JobStatus
 from leasectl.store import Store
-from leasectl.worker import JobContext, Worker, WorkerConfig
+from leasectl.worker import JobContext, PermanentError, Worker, WorkerConfig
 from tests.util import wait_until
 
 
@@ -131,3 +131,31 @@ def test_heartbeats_continue_while_running_handlers_finish_after_stop(
     wait_until(finished, timeout=15)
     job = store.get_job(job_id)
     assert (job.status, job.attempts, moved) == (JobStatus.COMPLETED, 1, 0)
+
+
+def test_a_slot_freed_by_a_failure_is_used_while_the_others_stay_busy(
+    store: Store, run_worker: Any
+) -> None:
+    """Slots come free by failures too, not only by completions: with 7 of 8 handlers busy for
+    as long as the test likes, a job enqueued after another one failed still starts."""
+    release = threading.Event()
+    started: list[int] = []
+
+    def handler(ctx: JobContext) -> None:
+        started.append(ctx.job.id)
+        if ctx.payload.get("fail"):
+            raise PermanentError("no")
+        if ctx.payload.get("block"):
+            release.wait(30)
+
+    blocked = store.enqueue([{"block": True}] * 7, queue="s")
+    run_worker(handler, queues=("s",), concurrency=8, poll_interval=timedelta(milliseconds=50))
+    wait_until(lambda: len(started) == 7, timeout=10)
+    [failing] = store.enqueue([{"fail": True}], queue="s")
+    wait_until(lambda: store.get_job(failing).status == JobStatus.FAILED, timeout=10)
+    [later] = store.enqueue([{}], queue="s")
+    try:
+        wait_until(lambda: store.get_job(later).status == JobStatus.COMPLETED, timeout=5)
+    finally:
+        release.set()
+    assert all(store.get_job(j).status != JobStatus.FAILED for j in blocked)
