@@ -384,7 +384,13 @@ class Store:
         leases = _leases(rows, names) if rows and rows[0][0] is not None else []
         if take_expired and len(leases) < limit:
             params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
-            taken_over = _leases(*self._hot("jobs_claim_expired", params))
+            try:
+                taken_over = _leases(*self._hot("jobs_claim_expired", params))
+            except ConnectionFailed as exc:
+                # The completions above are committed: report them, not a failed round trip
+                # (the caller would retry them and take the refusal for lost leases).
+                log.warning("taking over lapsed leases failed: %s", exc)
+                taken_over = []
             if taken_over:  # one batch, in priority order
                 leases = sorted(leases + taken_over, key=lambda x: x.job.claim_order)
         return leases, set(sent) - accepted

@@ -438,3 +438,25 @@ def test_a_worker_that_finishes_its_own_jobs_never_reports_a_lease_lost(dsn: str
         ).fetchall()
     assert outcomes == [("completed", 300)]
     assert (worker.stats.completed, worker.stats.lost) == (300, 0), worker.stats
+
+
+def test_completions_are_reported_when_taking_over_lapsed_leases_fails(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round trip is two statements when Pending work runs short; if the second (taking over
+    lapsed leases) loses the connection, the completions the first committed are still reported
+    as accepted, not raised as a failed round trip (whose retry would be refused and the jobs
+    reported lost)."""
+    a, b = store.enqueue([{}, {}], queue="q")
+    held = store.claim("q", "w", timedelta(minutes=5), 2)
+    hot = store._hot
+
+    def connection_lost_on_takeover(name: str, params: dict[str, Any]) -> Any:
+        if name == "jobs_claim_expired":
+            raise ConnectionFailed("lost the database (test)")
+        return hot(name, params)
+
+    monkeypatch.setattr(store, "_hot", connection_lost_on_takeover)
+    claimed, refused = store.complete_and_claim(held, "q", "w", timedelta(minutes=5), 5)
+    assert (claimed, refused) == ([], set())
+    assert {store.get_job(a).status, store.get_job(b).status} == {JobStatus.COMPLETED}
