@@ -92,12 +92,13 @@ def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
     if not rows:
         return []
     make = _job_maker(tuple(names))
-    leases = []
-    for row in rows:
-        job = make(row)
-        assert job.lease_owner is not None and job.lease_until is not None
-        leases.append(Lease(job, job.lease_owner, job.attempts, job.lease_until))
-    return leases
+    return [_lease_of(make(row)) for row in rows]
+
+
+def _lease_of(job: Job) -> Lease:
+    """The lease a claim just granted on ``job`` (its owner, attempt and lease end)."""
+    assert job.lease_owner is not None and job.lease_until is not None
+    return Lease(job=job, owner=job.lease_owner, attempt=job.attempts, until=job.lease_until)
 
 
 def quote_ident(name: str) -> str:
@@ -365,15 +366,13 @@ class Store:
         takes over lapsed leases of the queue for the rest. Returns the new leases and the ids
         of ``done`` whose completion was refused (their lease was lost).
         """
-        if any(lease.owner != owner for lease in done):
-            raise ValueError("one call completes the leases of its own owner only")
+        fence = self._fence(done, owner)
         limit = max(0, min(limit, CLAIM_MAX))
-        sent = [lease.job_id for lease in done]
         rows, names = self._hot(
             "jobs_complete_and_claim",
             {
-                "done_ids": _int_array(sent),
-                "done_attempts": _int_array([lease.attempt for lease in done]),
+                "done_ids": fence["ids"],
+                "done_attempts": fence["attempts"],
                 "owner": owner,
                 "queue": queue,
                 "ttl": ttl,
@@ -393,7 +392,7 @@ class Store:
                 taken_over = []
             if taken_over:  # one batch, in priority order
                 leases = sorted(leases + taken_over, key=lambda x: x.job.claim_order)
-        return leases, set(sent) - accepted
+        return leases, {lease.job_id for lease in done} - accepted
 
     def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
         """Run a statement of the worker's hot path: tuple rows and their column names."""
@@ -435,23 +434,19 @@ class Store:
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self._one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
-        return self._lease(row) if row else None
+        return _lease_of(Job.from_row(row)) if row else None
 
     @staticmethod
-    def _lease(row: dict[str, Any]) -> Lease:
-        job = Job.from_row(row)
-        assert job.lease_owner is not None and job.lease_until is not None
-        return Lease(job=job, owner=job.lease_owner, attempt=job.attempts, until=job.lease_until)
-
-    @staticmethod
-    def _fence(leases: Sequence[Lease]) -> dict[str, Any]:
-        owners = {lease.owner for lease in leases}
-        if len(owners) > 1:
+    def _fence(leases: Sequence[Lease], owner: str | None = None) -> dict[str, Any]:
+        """The fencing parameters of leases of one owner (``owner``, when given, must be it):
+        ids and attempts as array literals, and the owner."""
+        owners = {lease.owner for lease in leases} | ({owner} if owner is not None else set())
+        if len(owners) != 1:
             raise ValueError("one call fences the leases of one owner")
         return {
-            "ids": [lease.job_id for lease in leases],
-            "attempts": [lease.attempt for lease in leases],
-            "owner": leases[0].owner,
+            "ids": _int_array([lease.job_id for lease in leases]),
+            "attempts": _int_array([lease.attempt for lease in leases]),
+            "owner": owners.pop(),
         }
 
     def heartbeat(self, leases: Sequence[Lease], ttl: timedelta) -> dict[int, Any]:
@@ -465,7 +460,7 @@ class Store:
         """Complete fenced leases; returns the ids accepted (the others were lost)."""
         if not leases:
             return set()
-        owner = self._fence(leases)["owner"]
+        owner = leases[0].owner  # (complete_and_claim checks that all leases are its)
         _, refused = self.complete_and_claim(leases, "", owner, _NO_TTL, 0, take_expired=False)
         return {lease.job_id for lease in leases} - refused
 

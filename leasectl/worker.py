@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import os
 import queue
 import signal
@@ -294,10 +295,7 @@ class Worker:
                 # Safe to retry the completions: they are fenced, a second try cannot apply
                 # twice. Those whose lease ran out meanwhile are given up.
                 failures += 1
-                now = time.monotonic()
-                for ctx in finished:
-                    if now >= ctx.deadline:
-                        self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                self._lost_past_deadline(finished, exc)
                 delay = reconnect_delay(failures, base=0.2)
                 log.warning("worker %s: %s; retrying in %.1fs", self.worker_id, exc, delay)
                 self.stopping.wait(delay)
@@ -382,19 +380,22 @@ class Worker:
             if not finished:
                 return
             try:
-                done = [c.lease for c in finished]
-                _, refused = self.store.complete_and_claim(
-                    done, "", self.worker_id, self.config.lease_ttl, 0
-                )
+                accepted = self.store.complete([c.lease for c in finished])
             except ConnectionFailed as exc:
-                now = time.monotonic()
-                for ctx in finished:
-                    if now >= min(ctx.deadline, deadline):
-                        self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                self._lost_past_deadline(finished, exc, grace_end=deadline)
                 self.closed.wait(0.5)
                 continue
-            self._written(finished, refused)
+            self._written(finished, {c.job.id for c in finished} - accepted)
             return
+
+    def _lost_past_deadline(
+        self, finished: list[JobContext], exc: ConnectionFailed, *, grace_end: float = math.inf
+    ) -> None:
+        """The database is unreachable: give up the results whose lease (or grace) ran out."""
+        now = time.monotonic()
+        for ctx in finished:
+            if now >= min(ctx.deadline, grace_end):
+                self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
 
     def _finish_failed(self, ctx: JobContext, error: BaseException | None) -> None:
         """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
