@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 
 class JobStatus(enum.StrEnum):
@@ -27,9 +27,39 @@ class Freshness(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+T = TypeVar("T")
+
+
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    return names
+
+
 def _from_row(cls: type[Any], row: dict[str, Any]) -> Any:
-    names = {f.name for f in fields(cls)}
+    names = _field_names(cls)
     return cls(**{k: v for k, v in row.items() if k in names})
+
+
+def _from_tuples(
+    cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]
+) -> tuple[T, ...]:
+    """Tuple rows (columns ``names``) -> instances of the dataclass ``cls``, positionally and
+    without a dict per row, its ``status`` field made a JobStatus. A column may be missing only
+    for a field with a default."""
+    columns = fields(cls)  # type: ignore[arg-type]
+    at = [names.index(f.name) if f.name in names or f.default is MISSING else None for f in columns]
+    defaults: list[Any] = [f.default for f in columns]
+    status = [f.name for f in columns].index("status")
+    made = []
+    for row in rows:
+        values = [row[i] if i is not None else d for i, d in zip(at, defaults, strict=True)]
+        values[status] = JobStatus(values[status])
+        made.append(cls(*values))
+    return tuple(made)
 
 
 @dataclass(frozen=True)
@@ -171,9 +201,9 @@ class ExpiredJob:
     heartbeat_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Self:
-        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
-        return job
+    def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
+        """Tuple rows -> ExpiredJobs: a watcher pass may move 100,000 of them."""
+        return _from_tuples(cls, names, rows)
 
 
 @dataclass(frozen=True)
@@ -283,19 +313,7 @@ class PanelJob:
         """Tuple rows of a panel query (columns ``names``) -> PanelJobs, without a dict per row:
         a refresh builds up to three panels of them. A column may be missing only for a field
         with a default."""
-        columns = fields(cls)
-        at = [
-            names.index(f.name) if f.name in names or f.default is MISSING else None
-            for f in columns
-        ]
-        defaults: list[Any] = [f.default for f in columns]
-        status = [f.name for f in columns].index("status")
-        jobs = []
-        for row in rows:
-            values = [row[i] if i is not None else d for i, d in zip(at, defaults, strict=True)]
-            values[status] = JobStatus(values[status])
-            jobs.append(cls(*values))
-        return tuple(jobs)
+        return _from_tuples(cls, names, rows)
 
     def seen(self) -> SeenState:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)

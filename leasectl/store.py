@@ -227,6 +227,17 @@ class Store:
             cur.execute(query, params)
             return cur.fetchall() if cur.description is not None else []
 
+    def _tuples(
+        self, name: str, params: dict[str, Any] | None = None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A query's column names and its rows as tuples (for many rows: no dict per row)."""
+        query = queries.get(name).render(self.schema)
+        with self._errors(), self.pool.connection() as conn:
+            cur = conn.execute(query, params)
+            if cur.description is None:
+                return [], []
+            return [c.name for c in cur.description], cur.fetchall()
+
     def _one(self, name: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         rows = self._rows(name, params)
         return rows[0] if rows else None
@@ -491,15 +502,15 @@ class Store:
     def requeue_expired(
         self, *, limit: int, queue: str | None, mark: bool, actor: str, reason: str
     ) -> list[ExpiredJob]:
-        rows = self._rows(
+        names, rows = self._tuples(
             "jobs_requeue_expired",
             {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason},
         )
-        return [ExpiredJob.from_row(r) for r in rows]
+        return list(ExpiredJob.from_rows(names, rows))
 
     def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
-        rows = self._rows("jobs_expired_list", {"limit": limit, "queue": queue})
-        return [ExpiredJob.from_row(r) for r in rows]
+        names, rows = self._tuples("jobs_expired_list", {"limit": limit, "queue": queue})
+        return list(ExpiredJob.from_rows(names, rows))
 
     # -- operator ---------------------------------------------------------------------------
 
