@@ -16,6 +16,7 @@ from psycopg import conninfo, sql
 
 from leasectl import queries
 from leasectl.store import Store
+from leasectl.throughput import GRACE
 
 SCHEMA = "leasectl"
 
@@ -104,6 +105,8 @@ def main() -> None:
         "job_id": None,
         "limit": 50,
         "minutes": 30,
+        "since": None,  # console_throughput's first count: the whole window
+        "grace": GRACE,
         "risk_window": timedelta(seconds=10),
         "timeout_ms": "5000",
         "schema": SCHEMA,

@@ -347,6 +347,7 @@ class Snapshot:
     server_version: str
     database: str
     counts: ConsoleCounts
+    # Completed jobs per clock minute, oldest first; the last is the current minute so far.
     throughput: tuple[int, ...]
     failed_recent: int
     pending: tuple[PanelJob, ...]

@@ -48,6 +48,7 @@ from leasectl.models import (
     Snapshot,
     StatusReport,
 )
+from leasectl.throughput import GRACE, ThroughputCounts
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class Store:
         self._rendered: dict[str, bytes] = {}
         self._kept: dict[int, psycopg.Connection[Any]] = {}  # thread id -> its hot connection
         self._names: dict[str, list[str]] = {}  # hot statement -> its result's column names
+        self._throughput = ThroughputCounts()  # the console's settled minutes, counted once
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -736,6 +738,8 @@ class Store:
             "limit": max(1, limit),
             "risk_window": risk_window,
             "minutes": minutes,
+            "since": self._throughput.since(queue),
+            "grace": GRACE,
             "timeout_ms": str(max(1, int(timeout.total_seconds() * 1000))),
             "schema": self.schema,
         }
@@ -783,12 +787,7 @@ class Store:
             if j.lease_until is not None and j.lease_until < db_now
         ]
         stuck = tuple(sorted((*expired, *stuck_only), key=self._lapsed_order)[: params["limit"]])
-        completed = [0] * minutes
-        failed = 0
-        for r in per_minute:
-            if 0 <= r["minutes_ago"] < minutes:
-                completed[minutes - 1 - r["minutes_ago"]] += r["completed"]
-                failed += r["failed"]
+        throughput = self._throughput.merge(queue, params["since"], per_minute, db_now, minutes)
         estimate = {r["status"]: int(r["jobs"]) for r in estimated}
         owner_health = self._owner_health(owner_rows, db_now)
         holds = {j.lease_owner for j in (*processing, *stuck)}
@@ -810,8 +809,8 @@ class Store:
                 completed_estimate=estimate.get("Completed"),
                 failed_estimate=estimate.get("Failed"),
             ),
-            throughput=tuple(completed),
-            failed_recent=failed,
+            throughput=throughput.completed,
+            failed_recent=throughput.failed,
             pending=pending,
             processing=processing,
             stuck=stuck,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from leasectl import queries
 from leasectl.models import Freshness, JobStatus
 from leasectl.store import Store
+from leasectl.throughput import GRACE, minute_of
 from tests.console.seed import ALIVE, SILENT, seed
 
 
@@ -64,17 +65,63 @@ def test_filters(store: Store, sql_conn: psycopg.Connection) -> None:
     assert one.pending == () and one.processing == ()
 
 
-def test_throughput_per_minute(store: Store, sql_conn: psycopg.Connection) -> None:
+def window_of(db_now: datetime, minutes: int = 30) -> list[datetime]:
+    first = minute_of(db_now) - timedelta(minutes=minutes - 1)
+    return [first + timedelta(minutes=i) for i in range(minutes)]
+
+
+def test_throughput_per_clock_minute(store: Store, sql_conn: psycopg.Connection) -> None:
+    t = sql_conn.execute("SELECT date_trunc('minute', now())").fetchone()[0]
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (status, finished_at) "
-        "SELECT 'Completed'::leasectl.job_status, now() - make_interval(secs => m * 60 + 5) "
+        "SELECT 'Completed'::leasectl.job_status, %(t)s - make_interval(mins => m) "
         "FROM generate_series(0, 29) AS m, generate_series(1, 3) "
         "UNION ALL SELECT 'Completed', now() - interval '2 hours' "
-        "UNION ALL SELECT 'Failed', now() - interval '10 seconds'"
+        "UNION ALL SELECT 'Failed', now() - interval '10 seconds'",
+        {"t": t},
     )
     snap = store.console_snapshot(None, 10)
-    assert snap.throughput == (3,) * 30
+    # The rows sit in the 30 minutes ending with t; the snapshot's window ends with its own
+    # minute (t, or the next one if the clock turned a minute meanwhile).
+    expected = tuple(
+        3 if t - timedelta(minutes=29) <= m <= t else 0 for m in window_of(snap.db_now)
+    )
+    assert snap.throughput == expected
     assert snap.failed_recent == 1
+
+
+def test_throughput_counts_each_settled_minute_once(
+    store: Store, sql_conn: psycopg.Connection
+) -> None:
+    """Later refreshes count only what finished since the last one: a row given a finished_at
+    before the last refresh's settled point is not counted again (the proof that the window is
+    not recounted); rows that finish after it are, also each refresh in between."""
+    finish = (
+        "INSERT INTO leasectl.jobs (queue, status, finished_at) "
+        "SELECT %s, 'Completed'::leasectl.job_status, now() - %s::interval "
+        "FROM generate_series(1, %s)"
+    )
+    sql_conn.execute(finish, ("a", "1 second", 4))
+    first = store.console_snapshot(None, 10)
+    assert sum(first.throughput) == 4
+    sql_conn.execute(finish, ("a", "1 hour", 1))  # outside the window
+    sql_conn.execute(finish, ("a", "0 seconds", 2))
+    second = store.console_snapshot(None, 10)
+    assert sum(second.throughput) == 6
+    # Behind the settled point of the second refresh (its now() - GRACE): not counted again.
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (status, finished_at) SELECT 'Completed', %s",
+        (second.db_now - GRACE - timedelta(seconds=1),),
+    )
+    sql_conn.execute(finish, ("b", "0 seconds", 3))
+    third = store.console_snapshot(None, 10)
+    assert sum(third.throughput) == 9
+    # Another queue filter has its own count, made whole the first time.
+    assert sum(store.console_snapshot("a", 10).throughput) == 6
+    assert sum(store.console_snapshot("b", 10).throughput) == 3
+    # A new store (a console started afresh) counts the window: all 10 rows in it.
+    with Store.connect(store.dsn, "leasectl", max_size=1) as fresh:
+        assert sum(fresh.console_snapshot(None, 10).throughput) == 10
 
 
 def test_finished_history_is_an_estimate(store: Store, sql_conn: psycopg.Connection) -> None:
@@ -117,6 +164,8 @@ def test_refresh_queries_use_indexes_on_a_big_history(
         "limit": 100,
         "risk_window": timedelta(seconds=10),
         "minutes": 30,
+        "since": None,
+        "grace": GRACE,
     }
     for name in CONSOLE_QUERIES:
         for extra in ({}, {"queue": "payments"}):
@@ -126,7 +175,8 @@ def test_refresh_queries_use_indexes_on_a_big_history(
             )
             assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
     snap = store.console_snapshot(None, 100)
-    assert 595 <= sum(snap.throughput) <= 600  # 30 minutes at one every 3 s
+    # 29 whole minutes and the current one so far, at one every 3 s
+    assert 29 * 20 - 1 <= sum(snap.throughput) <= 30 * 20
     assert snap.counts.processing == 5 and snap.pending[0].status == JobStatus.PENDING
 
 
