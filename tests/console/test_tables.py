@@ -6,7 +6,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+from rich.console import Console
+from rich.padding import Padding
+from rich.style import Style
+from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.renderables.styled import Styled
+from textual.strip import Strip
+from textual.widgets import DataTable
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.detail import DetailScreen
@@ -16,6 +23,7 @@ from leasectl.console.widgets.tables import (
     OwnersTable,
     ProcessingTable,
     RowContext,
+    cell_segments,
 )
 from leasectl.models import JobStatus, PanelJob
 from tests.console.conftest import wait_until
@@ -169,3 +177,76 @@ def test_after_a_poll_lists_other_rows_enter_opens_the_job_under_the_cursor() ->
             assert app.filter.owner == OWNERS[1].owner
 
     asyncio.run(run())
+
+
+def drawn(strip: Strip) -> list[tuple[str, Style | None]]:
+    """A line's text runs by style (how the segments are split does not show)."""
+    runs: list[tuple[str, Style | None]] = []
+    for segment in strip:
+        if runs and runs[-1][1] == segment.style:
+            runs[-1] = (runs[-1][0] + segment.text, segment.style)
+        elif segment.text:
+            runs.append((segment.text, segment.style))
+    return runs
+
+
+def test_tables_draw_their_lines_as_datatable_does() -> None:
+    """The panels draw their own lines (cheaper): text, styles and the row/column meta that
+    mouse handling reads must be what DataTable would draw, with the cursor, a selection mark,
+    the mouse over a row, and scrolled down and sideways."""
+
+    def lines_differ(app: ConsoleApp) -> list[str]:
+        differ = []
+        for table in app.main.tables:
+            table._pseudo_class_state = table.get_pseudo_class_state()  # as render_lines does
+            for y in range(table.size.height):
+                if drawn(table.render_line(y)) != drawn(DataTable.render_line(table, y)):
+                    differ.append(f"{table.id}:{y}")
+        return differ
+
+    async def run(size: tuple[int, int]) -> None:
+        snap = sample_snapshot()
+        many = tuple(running(3000 + i, 5 + i) for i in range(60))
+        app = ConsoleApp(StaticSource(replace(snap, processing=many)), clock=lambda: 1000.0)
+        async with app.run_test(size=size) as pilot:
+            await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
+            assert lines_differ(app) == []
+            await pilot.press("2", "down", "down", "space")
+            await pilot.hover("#processing", offset=(4, 5))
+            await pilot.pause()
+            assert lines_differ(app) == []
+            app.main.query_one(ProcessingTable).scroll_to(x=3, y=20, animate=False)
+            await pilot.pause()
+            assert lines_differ(app) == []
+
+    asyncio.run(run((160, 48)))
+    asyncio.run(run((60, 30)))
+
+
+def test_a_cell_is_drawn_as_rich_draws_it() -> None:
+    """The quick way to draw a cell against Rich's: justified, cut short, with spans, and the
+    cells that take Rich's own way (centred, several lines)."""
+    console = Console(width=80)
+    pre = Style(bgcolor="grey11") + Style.from_meta({"row": 1, "column": 2})
+    marked = Text.assemble(("● ", "bold magenta"), ("1042", "red"))
+    cells = [
+        Text("payments"),
+        Text("dim", style="dim"),
+        Text("12s", justify="right", style="bold"),
+        Text("1/5  ", justify="right"),
+        Text("left", justify="left", style="cyan"),
+        Text("a very long owner name that does not fit", style="dim"),
+        Text("lease expired at 09:15 owner w3", overflow="ellipsis", no_wrap=True),
+        Text("too long to fit, cropped", overflow="crop", justify="right"),
+        marked,
+        Text(""),
+        Text("mid", justify="center"),
+        Text("two\nlines"),
+    ]
+    for cell in cells:
+        for post in (Style(), Style(bgcolor="blue")):
+            for width in (14, 6, 2):
+                options = console.options.update_dimensions(width, 1).update(no_wrap=True)
+                rich = console.render_lines(Styled(Padding(cell, (0, 1)), pre, post), options)[0]
+                quick = cell_segments(console, cell, width, 1, pre, post)
+                assert drawn(Strip(quick)) == drawn(Strip(rich)), (cell, width, post)

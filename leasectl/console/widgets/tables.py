@@ -1,17 +1,33 @@
 """The four panels' tables. Rows are keyed by position: a poll updates the cells that changed in
-place (any change to a DataTable re-renders its visible lines, but clearing it and adding every
-row again also re-measures every cell and lays the table out anew). Every time-bound cell is
-re-rendered each second from the estimated database clock, between polls."""
+place (clearing a DataTable and adding every row again re-measures every cell and lays the table
+out anew). Every time-bound cell is re-rendered each second from the estimated database clock,
+between polls.
+
+The tables draw their own lines. DataTable throws away every rendered cell of a table whenever
+any one cell changes and renders each visible cell again through Rich's layout machinery: when a
+poll changes the rows of all four panels, that was most of a refresh. A ``PanelTable`` keeps each
+row's rendered line until that row's cells, its stripe, the cursor or the hover change, and
+renders a one-line cell with a few Text operations. DataTable still owns the rows, the cursor,
+scrolling, keys and mouse: the lines look as DataTable draws them, with the same segment meta
+(``row``, ``column``) that its mouse handling reads."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Generic, Self, TypeVar
 
+from rich.cells import cell_len
+from rich.console import Console
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
+from textual.renderables.styled import Styled
+from textual.strip import Strip
 from textual.widgets import DataTable
 
 from leasectl.config import format_duration
@@ -40,6 +56,88 @@ class RowContext:
 Column = tuple[str, str, int | None]  # key, label, width (None: fit the content)
 
 
+@dataclass(frozen=True)
+class Paint:
+    """The styles one render pass of a table uses, looked up once per pass, not once per line."""
+
+    base: Style
+    header: Style
+    even: Style
+    odd: Style
+    cursor: Style
+    hover: Style
+    header_cursor: Style
+    header_hover: Style
+    show_cursor: bool
+    show_hover: bool
+    cursor_row: int
+    hover_row: int
+
+    def row_style(self, row: int) -> Style:
+        if row == -1:
+            return self.header
+        return self.odd if row % 2 else self.even
+
+    def component(self, row: int) -> Style:
+        """What the hover and the cursor add to a row (DataTable's cell styles, row cursor)."""
+        style = Style()
+        if row == self.hover_row and self.show_cursor and self.show_hover:
+            style += self.hover
+            if row == -1:
+                style += self.header_hover
+        if row == self.cursor_row and self.show_cursor:
+            style += self.cursor
+            if row == -1:
+                style += self.header_cursor
+        return style
+
+
+@functools.lru_cache(maxsize=4096)
+def cell_meta(row: int, column: int) -> Style:
+    """The meta DataTable's mouse handling reads from a cell's segments (made once: costly)."""
+    return Style.from_meta({"row": row, "column": column})
+
+
+def cell_segments(
+    console: Console, cell: Text, width: int, padding: int, pre: Style, post: Style
+) -> list[Segment]:
+    """One line of a cell ``width`` wide, as DataTable renders it (``Styled(Padding(cell))``
+    through ``Console.render_lines``, no wrapping) at a fraction of the cost. A cell that is not
+    a single line of left-, right- or default-justified text takes Rich's own way."""
+    inner = width - 2 * padding
+    plain = cell.plain
+    justify = cell.justify
+    if inner <= 0 or "\n" in plain or "\t" in plain or justify in ("center", "full"):
+        options = console.options.update_dimensions(width, 1).update(no_wrap=True)
+        styled = Styled(Padding(cell, (0, padding)), pre_style=pre, post_style=post)
+        return console.render_lines(styled, options)[0]
+    text = cell
+    if cell_len(plain) > inner or (justify == "right" and plain[-1:].isspace()):
+        text = cell.copy()
+        if justify == "right":
+            text.rstrip()
+        text.truncate(inner, overflow=text.overflow or "fold")
+    # Rich pads right-justified text on the left and left-justified text on the right with
+    # spaces in the text's own style; other text is padded with unstyled spaces.
+    base = console.get_style(text.style) if text.style else None
+    fill = inner - text.cell_len
+    pad = " " * padding
+    segments = [Segment(pad)]
+    if justify == "right" and fill > 0:
+        segments.append(Segment(" " * fill, base))
+        fill = 0
+    if text.spans:
+        segments.extend(Text("\n").join([text]).render(console))
+    elif text.plain:
+        segments.append(Segment(text.plain, base))
+    if fill > 0:
+        segments.append(Segment(" " * fill, base if justify == "left" else None))
+    segments.append(Segment(pad))
+    if post:
+        return [Segment(t, pre + s + post) for t, s, _ in segments if t]
+    return [Segment(t, pre + s) for t, s, _ in segments if t]
+
+
 class PanelTable(DataTable[Text], Generic[Row]):
     """A table whose rows are replaced on every poll and whose cells are refreshed every tick."""
 
@@ -62,6 +160,9 @@ class PanelTable(DataTable[Text], Generic[Row]):
         self._shown: list[tuple[Text, ...]] = []  # each table row's cells, by position
         self._widths: tuple[int | None, ...] = ()
         self._ctx: RowContext | None = None
+        self._paint: Paint | None = None
+        # Each row's rendered line: the cells it shows, how it was painted, and the line.
+        self._lines: dict[int, tuple[tuple[Text, ...], tuple[object, ...], Strip]] = {}
 
     def refresh(
         self,
@@ -75,6 +176,69 @@ class PanelTable(DataTable[Text], Generic[Row]):
             self._repaint_deferred = self._repaint_deferred or repaint
             return self
         return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._paint = self._paint_styles()
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint = None
+
+    def _paint_styles(self) -> Paint:
+        component = self.get_component_rich_style
+        row_style = self.get_component_styles
+        return Paint(
+            base=self.rich_style,
+            header=row_style("datatable--header").rich_style,
+            even=row_style("datatable--even-row").rich_style,
+            odd=row_style("datatable--odd-row").rich_style,
+            cursor=component("datatable--cursor"),
+            hover=component("datatable--hover"),
+            header_cursor=component("datatable--header-cursor"),
+            header_hover=component("datatable--header-hover"),
+            show_cursor=self.show_cursor,
+            # DataTable shows the hover row only after the mouse moved, not after a key.
+            show_hover=bool(getattr(self, "_show_hover_cursor", False)),
+            cursor_row=self.cursor_coordinate.row,
+            hover_row=self.hover_coordinate.row,
+        )
+
+    def render_line(self, y: int) -> Strip:
+        paint = self._paint or self._paint_styles()
+        width = self.size.width
+        scroll_x, scroll_y = self.scroll_offset
+        row = y - 1 + scroll_y if y >= 1 else -1  # the header stays on top
+        if row >= len(self._shown) or not self.columns:
+            return Strip.blank(width, paint.base)
+        columns = self.ordered_columns
+        cells = tuple(c.label for c in columns) if row == -1 else self._shown[row]
+        widths = tuple(column.get_render_width(self) for column in columns)
+        row_style = paint.row_style(row)
+        component = paint.component(row)
+        how = (row_style, component, widths, width, scroll_x, paint.base)
+        cached = self._lines.get(row)
+        if (
+            cached is not None
+            and (cached[0] is cells or (row == -1 and cached[0] == cells))
+            and cached[1] == how
+        ):
+            return cached[2]
+        post = Style.from_color(bgcolor=component.bgcolor)
+        console = self.app.console
+        segments: list[Segment] = []
+        for index, (cell, cell_width) in enumerate(zip(cells, widths, strict=False)):
+            pre = row_style + cell_meta(row, index) + component
+            segments.extend(cell_segments(console, cell, cell_width, self.cell_padding, pre, post))
+        rest = width - sum(widths)
+        if rest > 0:  # the row's stripe, cursor and hover reach the right edge
+            meta = Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+            segments.append(Segment(" " * rest, row_style + component + meta))
+        strip = Strip(segments)
+        if scroll_x:
+            strip = strip.crop(scroll_x, scroll_x + width)
+        strip = strip.adjust_cell_length(width, paint.base).simplify()
+        self._lines[row] = (cells, how, strip)
+        return strip
 
     def on_mount(self) -> None:
         self._fit(self.size.width)
@@ -107,6 +271,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
         self._widths = widths or tuple(w for _, _, w in self.COLUMNS)
         self.clear(columns=True)
         self._shown = []
+        self._lines.clear()
         for (key, label, _), width in zip(self.COLUMNS, self._widths, strict=True):
             self.add_column(label, key=key, width=width)
         return True
@@ -166,6 +331,8 @@ class PanelTable(DataTable[Text], Generic[Row]):
         while len(shown) > len(self.items):
             shown.pop()
             self.remove_row(str(len(shown)))
+        for row in [row for row in self._lines if row >= len(shown)]:
+            del self._lines[row]
 
     def item_at(self, row: int) -> Row | None:
         return self.items[row] if 0 <= row < len(self.items) else None
