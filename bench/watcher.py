@@ -3,20 +3,21 @@
 
 Figures: the pass's wall time, its batches and the longest single batch statement (each
 ``store.requeue_expired`` call is timed; one call is one statement, so that is also the longest
-time any row lock of the pass is held), and the workers' claim throughput during the pass
-against the same workers' throughput just before it.
+time any row lock of the pass is held), and the workers' throughput during the pass against the
+same workers' throughput in the 10 s just before it (jobs completed in each interval, counted
+afterwards from finished_at: nothing polls the server meanwhile). Then the same with
+``--pace 1.0``: the watcher waits as long as each batch took before the next one.
 """
 
 from __future__ import annotations
 
-import math
-import threading
 import time
+from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from bench.common import Ctx, Proc, leasectl_init, log, seed_pending, stop, table
+from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, seed_pending, stop, table
 from bench.drain import leasectl_system, split
 from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
@@ -68,41 +69,57 @@ def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
 
 
 class Completions:
-    """Samples the completed count every 100 ms in a thread: (time, count) pairs."""
+    """The workers' completions, counted afterwards from their ``finished_at`` (the database
+    clock): nothing polls the server while it is measured."""
 
     def __init__(self, dsn: str) -> None:
         self.conn = psycopg.connect(dsn, autocommit=True)
-        self.samples: list[tuple[float, int]] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
 
-    def _loop(self) -> None:
-        while not self.stopping.is_set():
-            row = self.conn.execute(
-                "SELECT count(*) FROM leasectl.jobs WHERE queue = 'default' "
-                "AND status IN ('Pending', 'Processing')"
-            ).fetchone()
-            self.samples.append((time.perf_counter(), -int(row[0]) if row else 0))
-            self.stopping.wait(0.1)
+    def now(self) -> datetime:
+        row = self.conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None and isinstance(row[0], datetime)
+        return row[0]
 
-    def rate(self, start: float, end: float) -> float:
-        inside = [s for s in self.samples if start <= s[0] <= end]
-        if len(inside) < 2:
-            return float("nan")
-        (t0, c0), (t1, c1) = inside[0], inside[-1]
-        return (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
+    def started(self) -> bool:
+        row = self.conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM leasectl.jobs WHERE status = 'Completed')"
+        ).fetchone()
+        return bool(row and row[0])
+
+    def rate(self, start: datetime, end: datetime) -> float:
+        """Jobs of the workers' queue completed per second in [start, end)."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM leasectl.jobs WHERE status = 'Completed' AND queue = %s "
+            "AND finished_at >= %s AND finished_at < %s",
+            (QUEUE, start, end),
+        ).fetchone()
+        seconds = (end - start).total_seconds()
+        return int(row[0]) / seconds if row and seconds > 0 else float("nan")
+
+    def pending(self) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM leasectl.jobs WHERE status = 'Pending' AND queue = %s", (QUEUE,)
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def __enter__(self) -> Completions:
-        self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join()
         self.conn.close()
 
 
+PACED = 1.0  # the second pass's --pace: at most half its time in statements
+
+
 def run(ctx: Ctx) -> dict[str, Any]:
+    """The pass with the default config (batches back to back), then one with --pace PACED."""
+    fig = measure(ctx, 0.0)
+    fig["paced"] = measure(ctx, PACED)
+    return fig
+
+
+def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
     n = ctx.sizes.watcher_jobs
     quick = n < 50_000
     baseline_s = 3.0 if quick else 10.0
@@ -119,12 +136,15 @@ def run(ctx: Ctx) -> dict[str, Any]:
         system = leasectl_system()
         with Store.connect(dsn, "leasectl", max_size=2) as store, Completions(dsn) as done:
             procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
-            while len(done.samples) < 2 or done.samples[-1][1] == done.samples[0][1]:
-                time.sleep(0.1)  # workers are up and completing
+            deadline = time.monotonic() + 60
+            while not done.started():  # workers are up and completing
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the workers completed nothing within 60 s")
+                time.sleep(0.1)
             time.sleep(1.0)
-            base_start = time.perf_counter()
+            base_start = done.now()
             time.sleep(baseline_s)
-            base_end = time.perf_counter()
+            base_end = done.now()
 
             statements: list[float] = []
             original = store.requeue_expired
@@ -137,31 +157,30 @@ def run(ctx: Ctx) -> dict[str, Any]:
                     statements.append((time.perf_counter() - start) * 1000)
 
             store.requeue_expired = timed_requeue  # type: ignore[method-assign]
-            config = WatcherConfig()
-            log(f"watcher: run_pass (batch {config.batch_size}) with workers running")
-            pass_start = time.perf_counter()
+            config = WatcherConfig(pace=pace)
+            log(f"watcher: run_pass (batch {config.batch_size}, pace {pace}) with workers running")
+            pass_start = done.now()
             result = run_pass(store, config)
-            pass_end = time.perf_counter()
-            time.sleep(0.3)
-            left = -done.samples[-1][1]
-        baseline = done.rate(base_start, base_end)
-        during = done.rate(pass_start, pass_end)  # NaN when the pass is shorter than 2 samples
-        if math.isnan(during):
-            during = None
+            pass_end = done.now()
+            stop(procs)
+            left = done.pending()
+            baseline = done.rate(base_start, base_end)
+            during = done.rate(pass_start, pass_end)
         fig: dict[str, Any] = {
             "expired": n,
             "moved": result.total,
             "batches": result.batches,
             "batch_size": config.batch_size,
-            "pass_s": round(pass_end - pass_start, 2),
+            "pace": pace,
+            "pass_s": round((pass_end - pass_start).total_seconds(), 2),
             "longest_statement_ms": round(max(statements), 1) if statements else None,
             "median_statement_ms": round(sorted(statements)[len(statements) // 2], 1)
             if statements
             else None,
             "workers": f"{nproc} x {per}",
             "claims_per_s_before": round(baseline, 1),
-            "claims_per_s_during": round(during, 1) if during is not None else None,
-            "kept": round(during / baseline, 3) if baseline and during is not None else None,
+            "claims_per_s_during": round(during, 1),
+            "kept": round(during / baseline, 3) if baseline else None,
             "pending_left": left,
             "claim_ms_with_expired_present": plan["ms"],
             "claim_seq_scans_jobs": plan["seq_scan_of_jobs"],
@@ -175,19 +194,30 @@ def run(ctx: Ctx) -> dict[str, Any]:
 
 
 def render(fig: dict[str, Any]) -> str:
-    rows = [
-        ["expired leases requeued", f"{fig['moved']:,} of {fig['expired']:,}"],
-        ["run_pass wall time (s)", fig["pass_s"]],
-        ["batches (size)", f"{fig['batches']} ({fig['batch_size']})"],
-        ["longest batch statement (ms)", fig["longest_statement_ms"]],
-        ["median batch statement (ms)", fig["median_statement_ms"]],
-        [f"worker throughput before ({fig['workers']}, jobs/s)", fig["claims_per_s_before"]],
-        ["worker throughput during the pass (jobs/s)", fig["claims_per_s_during"]],
-        ["kept", f"{fig['kept']:.0%}" if fig["kept"] is not None else "-"],
-        [
+    figs = [fig, *([fig["paced"]] if "paced" in fig else [])]
+
+    def kept(f: dict[str, Any]) -> str:
+        return f"{f['kept']:.0%}" if f["kept"] is not None else "-"
+
+    lines: list[tuple[str, Any]] = [
+        ("--pace", lambda f: f.get("pace", 0.0)),
+        ("expired leases requeued", lambda f: f"{f['moved']:,} of {f['expired']:,}"),
+        ("run_pass wall time (s)", lambda f: f["pass_s"]),
+        ("batches (size)", lambda f: f"{f['batches']} ({f['batch_size']})"),
+        ("longest batch statement (ms)", lambda f: f["longest_statement_ms"]),
+        ("median batch statement (ms)", lambda f: f["median_statement_ms"]),
+        (
+            f"worker throughput before ({fig['workers']}, jobs/s)",
+            lambda f: f["claims_per_s_before"],
+        ),
+        ("worker throughput during the pass (jobs/s)", lambda f: f["claims_per_s_during"]),
+        ("kept", kept),
+        (
             "claim statement beside the expired leases (ms)",
-            fig.get("claim_ms_with_expired_present"),
-        ],
-        ["claim reads the whole jobs table", fig.get("claim_seq_scans_jobs")],
+            lambda f: f.get("claim_ms_with_expired_present"),
+        ),
+        ("claim reads the whole jobs table", lambda f: f.get("claim_seq_scans_jobs")),
     ]
-    return table("watcher: one requeue-stuck pass with workers running", ["", "value"], rows)
+    rows = [[label, *(value(f) for f in figs)] for label, value in lines]
+    heads = ["", "default", *([f"--pace {fig['paced'].get('pace')}"] if "paced" in fig else [])]
+    return table("watcher: one requeue-stuck pass with workers running", heads, rows)

@@ -288,12 +288,14 @@ def _watcher_config(
     queue: str | None,
     reason: str | None,
     batch_size: int,
+    pace: float = 0.0,
     interval: timedelta = timedelta(seconds=30),
 ) -> WatcherConfig:
     return WatcherConfig(
         interval=interval,
         mode="mark" if mode == Mode.MARK else "requeue",
         batch_size=batch_size,
+        pace=pace,
         queue=queue,
         reason=reason or DEFAULT_REASON,
     )
@@ -312,6 +314,15 @@ def watch(
         str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    pace: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=100.0,
+            help="After each batch, wait this many times its duration (leaves the workers CPU "
+            "during a large backlog; 1 = at most half the time in statements).",
+        ),
+    ] = 0.0,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
@@ -321,6 +332,7 @@ def watch(
         queue=queue,
         reason=reason,
         batch_size=batch_size,
+        pace=pace,
         interval=_duration(interval, "--interval"),
     )
     _setup_logging(log_level)
@@ -365,10 +377,21 @@ def requeue_stuck(
         Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
     ] = Mode.REQUEUE,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    pace: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=100.0,
+            help="After each batch, wait this many times its duration (leaves the workers CPU "
+            "during a large backlog; 1 = at most half the time in statements).",
+        ),
+    ] = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One watcher pass over expired leases (for cron)."""
-    watcher_config = _watcher_config(mode=mode, queue=queue, reason=reason, batch_size=batch_size)
+    watcher_config = _watcher_config(
+        mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
+    )
     with _store(ctx) as store:
         result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run)
         if as_json:

@@ -143,6 +143,8 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["requeue-stuck", "--limit", "0"], 2, ["'--limit'"]),
     (["requeue-stuck", "--batch-size", "0"], 2, ["'--batch-size'"]),
     (["watch", "--batch-size", "100001"], 2, ["'--batch-size'"]),
+    (["requeue-stuck", "--pace", "-1"], 2, ["'--pace'"]),
+    (["watch", "--pace", "fast"], 2, ["'--pace'"]),
     (["prune", "--older-than", "1d", "--batch", "0"], 2, ["'--batch'"]),
     (["requeue-stuck", "--mode", SQLI], 2, ["'--mode'"]),
     (["watch", "--mode", "nuke"], 2, ["'--mode'"]),

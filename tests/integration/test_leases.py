@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -286,6 +288,30 @@ def test_watcher_requeues_expired_and_writes_audit(
     )
     assert attempts_of(sql_conn, ids[0]) == [(1, "dead-worker", "expired")]
     assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
+
+
+def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ids = store.enqueue([{}] * 5, queue="q")
+    store.claim("q", "w", TTL, limit=5)
+    for job_id in ids:
+        expire(sql_conn, job_id)
+    calls: list[tuple[float, float]] = []
+    requeue = store.requeue_expired
+
+    def timed(**kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return requeue(**kwargs)
+        finally:
+            calls.append((start, time.perf_counter()))
+
+    store.requeue_expired = timed  # type: ignore[method-assign]
+    result = run_pass(store, WatcherConfig(batch_size=2, pace=3.0))
+    assert (result.requeued, result.batches) == (5, 3)
+    for (start, end), (next_start, _) in itertools.pairwise(calls):
+        assert next_start - end >= 3.0 * (end - start)
 
 
 def test_watcher_mark_mode_quarantines(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
