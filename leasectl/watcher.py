@@ -46,9 +46,15 @@ class WatcherConfig:
 
 
 def run_pass(
-    store: Store, config: WatcherConfig, *, limit: int | None = None, dry_run: bool = False
+    store: Store,
+    config: WatcherConfig,
+    *,
+    limit: int | None = None,
+    dry_run: bool = False,
+    stopping: threading.Event | None = None,
 ) -> WatcherResult:
-    """One watcher pass in batches of ``batch_size`` until no expired lease is left (or ``limit``).
+    """One watcher pass in batches of ``batch_size`` until no expired lease is left (or ``limit``,
+    or ``stopping`` is set: the pass ends between two batches).
 
     Each batch is one statement, so row locks are held only for one batch.
     """
@@ -60,10 +66,12 @@ def run_pass(
     moved: list[ExpiredJob] = []
     batches = 0
     took = 0.0  # the last batch's time
-    while limit is None or len(moved) < limit:
+    stopping = stopping or threading.Event()
+    while (limit is None or len(moved) < limit) and not stopping.is_set():
         size = config.batch_size if limit is None else min(config.batch_size, limit - len(moved))
-        if took and config.pace:
-            time.sleep(config.pace * took)  # rate limiting, not synchronisation
+        # Rate limiting, not synchronisation: the pace's wait, cut short by a stop request.
+        if took and config.pace and stopping.wait(config.pace * took):
+            break
         started = time.perf_counter()
         batch = store.requeue_expired(
             limit=size,
@@ -103,7 +111,7 @@ class Watcher:
         failures = 0
         while not self.stopping.is_set():
             try:
-                result = run_pass(self.store, self.config)
+                result = run_pass(self.store, self.config, stopping=self.stopping)
             except ConnectionFailed as exc:
                 failures += 1
                 delay = reconnect_delay(failures, base=0.5)

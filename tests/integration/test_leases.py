@@ -314,6 +314,43 @@ def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
         assert next_start - end >= 3.0 * (end - start)
 
 
+def test_a_stop_request_ends_a_paced_pass_during_its_wait(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ids = store.enqueue([{}] * 3, queue="q")
+    store.claim("q", "w", TTL, limit=3)
+    for job_id in ids:
+        expire(sql_conn, job_id)
+    requeue = store.requeue_expired
+
+    def slow(**kwargs: Any) -> Any:
+        time.sleep(0.2)  # a slow batch: with pace 100 the pass would then wait 20 s
+        return requeue(**kwargs)
+
+    store.requeue_expired = slow  # type: ignore[method-assign]
+    stopping = threading.Event()
+    results: list[Any] = []
+    pass_thread = threading.Thread(
+        target=lambda: results.append(
+            run_pass(store, WatcherConfig(batch_size=1, pace=100.0), stopping=stopping)
+        )
+    )
+    pass_thread.start()
+    wait_until(
+        lambda: (
+            sql_conn.execute(
+                "SELECT count(*) FROM leasectl.jobs WHERE status = 'Pending'"
+            ).fetchone()[0]
+            == 1
+        ),
+        timeout=10,
+    )
+    stopping.set()
+    pass_thread.join(timeout=10)
+    assert not pass_thread.is_alive(), "the pace's wait ignored the stop request"
+    assert results[0].requeued == 1 and results[0].batches == 1
+
+
 def test_watcher_mark_mode_quarantines(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
     [job_id] = store.enqueue([{}], queue="q")
     store.claim("q", "w", TTL)
