@@ -5,8 +5,8 @@ Every driver is a script with two commands:
     prepare --dsn DSN --jobs N     install the peer's schema in DSN (a fresh, empty database),
                                    enqueue N no-op jobs, and print one JSON line: the peer's
                                    version, the SQL that counts unfinished jobs, the SQL that
-                                   gives the count, first and last finish time (epoch seconds) of
-                                   the jobs finished by %(cut)s, its configuration
+                                   gives the finish time (column t) of each job finished by
+                                   %(cut)s, its configuration
     work --dsn DSN --concurrency K run one worker process with K concurrent jobs until SIGTERM
 """
 

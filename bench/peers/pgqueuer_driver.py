@@ -40,8 +40,7 @@ def prepare(dsn: str, jobs: int) -> dict[str, Any]:
     return {
         "remaining_sql": "SELECT count(*) FROM pgqueuer WHERE status IN ('queued', 'picked')",
         # Completions are logged by PgQueuer's buffer, stamped when it flushes (default now()).
-        "finished_sql": "SELECT count(*), extract(epoch FROM min(created)), "
-        "extract(epoch FROM max(created)) FROM pgqueuer_log "
+        "finished_sql": "SELECT created AS t FROM pgqueuer_log "
         "WHERE status = 'successful' AND created <= %(cut)s",
         "config": "asyncpg; async no-op; batch_size=K/2, max_concurrent_tasks=K per process "
         "(K=1: batch 1, concurrency_limit=1); optimize_autovacuum; durable tables",
