@@ -174,6 +174,11 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
             "pace": pace,
             "pass_s": round((pass_end - pass_start).total_seconds(), 2),
             "longest_statement_ms": round(max(statements), 1) if statements else None,
+            # (batch number from 1, ms) of the three slowest statements
+            "slowest_statements": [
+                (i + 1, round(ms, 1))
+                for i, ms in sorted(enumerate(statements), key=lambda x: -x[1])[:3]
+            ],
             "median_statement_ms": round(sorted(statements)[len(statements) // 2], 1)
             if statements
             else None,

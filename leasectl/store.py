@@ -504,11 +504,13 @@ class Store:
     def requeue_expired(
         self, *, limit: int, queue: str | None, mark: bool, actor: str, reason: str
     ) -> list[ExpiredJob]:
-        names, rows = self._tuples(
-            "jobs_requeue_expired",
-            {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason},
-        )
-        return list(ExpiredJob.from_rows(names, rows))
+        query = queries.get("jobs_requeue_expired").render(self.schema)
+        params = {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason}
+        with self._errors(), self.pool.connection() as conn, conn.transaction():
+            conn.execute(queries.get("watcher_batch_plan").render(self.schema))
+            cur = conn.execute(query, params)
+            names = [c.name for c in cur.description or ()]
+            return list(ExpiredJob.from_rows(names, cur.fetchall()))
 
     def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
         names, rows = self._tuples("jobs_expired_list", {"limit": limit, "queue": queue})

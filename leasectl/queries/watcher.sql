@@ -1,3 +1,13 @@
+-- name: watcher_batch_plan
+-- Set for the watcher batch's transaction only: index paths and nested loops. The batch must
+-- find expired leases through the Processing index (stopping after one batch of them) and
+-- update them by primary key, whatever the table's size, layout and statistics; left to
+-- itself the planner picked, depending on those, a sequential scan (the pass's last batch then
+-- read the whole table) or a join that read every expired lease for each batch (a backlog of
+-- n leases then cost n squared / batch size row reads).
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true);
+
 -- name: jobs_requeue_expired
 -- One watcher batch: expired leases -> Pending (Failed when attempts are spent) or Stuck in mark mode.
 -- The expiry is re-checked by the locking read and by the UPDATE itself, so a lease renewed a

@@ -161,3 +161,36 @@ def test_heartbeat_finds_leases_by_primary_key(plan_of: Callable[[str, Params], 
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert has_rows(30, plan), plan
+
+
+@pytest.mark.parametrize("expired", [50, 5000])
+def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
+    sql_conn: psycopg.Connection[Any], expired: int
+) -> None:
+    """A watcher batch as the store runs it (watcher_batch_plan, then the batch, in one
+    transaction). Left to the planner, a small table with a backlog of expired leases got a
+    sequential scan (the pass's last batch then read the whole table) or a join that read every
+    expired lease for each batch of 500."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
+        "SELECT 'stuck', 'Processing', 1, 'dead-' || (i %% 20), now() - interval '1 minute' "
+        "FROM generate_series(1, %s) AS i",
+        (expired,),
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner) "
+        "SELECT id, 1, lease_owner FROM leasectl.jobs"
+    )
+    sql_conn.execute("INSERT INTO leasectl.jobs (queue) SELECT 'q' FROM generate_series(1, 20000)")
+    analyze(sql_conn)
+    query = queries.get("jobs_requeue_expired").render(SCHEMA)
+    params = {"queue": None, "limit": 500, "mark": False, "actor": "test", "reason": "plan"}
+    with sql_conn.transaction(force_rollback=True):
+        sql_conn.execute(queries.get("watcher_batch_plan").render(SCHEMA))
+        rows = sql_conn.execute(psycopg.sql.SQL("EXPLAIN ANALYZE ") + query, params).fetchall()
+    plan = "\n".join(r[0] for r in rows)
+    assert scans_of_big_tables(plan) == [], plan
+    assert "Bitmap" not in plan and "Hash Join" not in plan, plan
+    assert "Index Scan using jobs_processing_idx on jobs " in plan, plan
+    assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the update, by key
+    assert has_rows(min(expired, 500), plan.split("CTE moved")[1].split("CTE closed")[0]), plan
