@@ -60,7 +60,9 @@ def test_many_jobs_complete_with_batched_statements(
         ),
         timeout=60,
     )
-    assert worker.stats.completed == 300 and worker.stats.lost == 0
+    # The worker counts a batch once its statement has returned: a moment after the commit.
+    wait_until(lambda: worker.stats.completed == 300, timeout=10)
+    assert worker.stats.lost == 0
     outcomes = sql_conn.execute(
         "SELECT outcome::text, count(*) FROM leasectl.job_attempts GROUP BY 1"
     ).fetchall()
