@@ -192,6 +192,7 @@ def drain_once(
                 break
             time.sleep(POLL_S)
         cut = poll.execute("SELECT clock_timestamp()").fetchone()
+        died = [p for p in procs if not p.alive()]  # before the cut, not stopped by us
         worker_cpu = sum(cpu_seconds([p.pid for p in procs]).values())
         server_cpu = server.stop()
         t_end = time.perf_counter()
@@ -216,9 +217,8 @@ def drain_once(
             "server_cpu_s": server_cpu,
             "poll_ms_median": round(median(poll_times) * 1000, 2),
         }
-        dead = [p for p in procs if not p.alive()]
-        if dead and remaining > 0:
-            result["error"] = dead[0].tail()
+        if died and remaining > 0:
+            result["error"] = died[0].tail()
     finally:
         stop(procs)
         poll.close()
