@@ -128,11 +128,15 @@ def main() -> None:
                     lines = queries.explain_generic(conn, query, params).splitlines()
                 else:
                     with conn.transaction(force_rollback=True):
+                        if qname == "jobs_requeue_expired":  # as the store runs a batch
+                            conn.execute(queries.get("watcher_batch_plan").render(SCHEMA))
                         lines = [r[0] for r in conn.execute(explain, params or None)]
             except psycopg.Error as exc:
                 print(f"== {qname}: cannot explain ({exc})", file=sys.stderr)
                 continue
             generic = " (generic plan)" if qname in WORKER_GENERIC else ""
+            if qname == "jobs_requeue_expired":
+                generic = " (under watcher_batch_plan)"
             print(f"== {qname}{generic}")
             for line in lines:
                 print("   " + line)
