@@ -193,13 +193,13 @@ def pack(groups: Sequence[Text], width: int, gap: int = 3) -> Text:
 
 def throughput_text(snap: Snapshot) -> Text:
     minutes = len(snap.throughput)
-    # Per clock minute; the last one is the current minute so far: "last min" is the one before.
+    # Per clock minute; the last one is the current minute so far: "last" is the one before.
     last = snap.throughput[-2] if len(snap.throughput) > 1 else sum(snap.throughput)
     peak = max(snap.throughput, default=0)
     text = Text.assemble(
         (f"completed/min, {minutes}m: ", "dim"),
         (str(last), "bold"),
-        (" last min, ", "dim"),
+        (" last, ", "dim"),
         (str(peak), "bold"),
         (" peak", "dim"),
     )
