@@ -282,6 +282,17 @@ def worker(
         store.close()
 
 
+PaceOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=100.0,
+        help="After each batch, wait this many times its duration (leaves the workers CPU "
+        "during a large backlog; 1 = at most half the time in statements).",
+    ),
+]
+
+
 def _watcher_config(
     *,
     mode: Mode,
@@ -314,15 +325,7 @@ def watch(
         str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
     ] = None,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
-    pace: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=100.0,
-            help="After each batch, wait this many times its duration (leaves the workers CPU "
-            "during a large backlog; 1 = at most half the time in statements).",
-        ),
-    ] = 0.0,
+    pace: PaceOpt = 0.0,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
@@ -377,15 +380,7 @@ def requeue_stuck(
         Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
     ] = Mode.REQUEUE,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
-    pace: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            max=100.0,
-            help="After each batch, wait this many times its duration (leaves the workers CPU "
-            "during a large backlog; 1 = at most half the time in statements).",
-        ),
-    ] = 0.0,
+    pace: PaceOpt = 0.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One watcher pass over expired leases (for cron)."""

@@ -290,13 +290,19 @@ def test_watcher_requeues_expired_and_writes_audit(
     assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
 
 
+def expired_leases(store: Store, conn: psycopg.Connection[Any], n: int) -> list[int]:
+    """n jobs of queue q leased by w, their leases lapsed."""
+    ids = store.enqueue([{}] * n, queue="q")
+    store.claim("q", "w", TTL, limit=n)
+    for job_id in ids:
+        expire(conn, job_id)
+    return ids
+
+
 def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = store.enqueue([{}] * 5, queue="q")
-    store.claim("q", "w", TTL, limit=5)
-    for job_id in ids:
-        expire(sql_conn, job_id)
+    expired_leases(store, sql_conn, 5)
     calls: list[tuple[float, float]] = []
     requeue = store.requeue_expired
 
@@ -317,10 +323,7 @@ def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
 def test_a_stop_request_ends_a_paced_pass_during_its_wait(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = store.enqueue([{}] * 3, queue="q")
-    store.claim("q", "w", TTL, limit=3)
-    for job_id in ids:
-        expire(sql_conn, job_id)
+    expired_leases(store, sql_conn, 3)
     requeue = store.requeue_expired
 
     def slow(**kwargs: Any) -> Any:
