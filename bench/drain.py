@@ -245,8 +245,13 @@ def finish_times(conn: psycopg.Connection[Any], finished_sql: str, cut: Any) -> 
         {"cut": cut},
     ).fetchone()
     n = int(row[0]) if row else 0
-    out: dict[str, Any] = {"finished": n, "rate": 0.0, "span_s": 0.0}
-    out.update(steady_rate=0.0, steady_s=0.0)
+    out: dict[str, Any] = {
+        "finished": n,
+        "rate": 0.0,
+        "span_s": 0.0,
+        "steady_rate": 0.0,
+        "steady_s": 0.0,
+    }
     if row is None or n < 2 or row[1] is None or row[2] is None:
         return out
     first, last, t_low, t_high = (float(v) for v in row[1:5])

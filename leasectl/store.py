@@ -230,12 +230,19 @@ class Store:
             return cur.fetchall() if cur.description is not None else []
 
     def _tuples(
-        self, name: str, params: dict[str, Any] | None = None
+        self, name: str, params: dict[str, Any] | None = None, *, plan: str | None = None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """A query's column names and its rows as tuples (for many rows: no dict per row)."""
+        """A query's column names and its rows as tuples (for many rows: no dict per row).
+        With ``plan``, that named query (planner settings local to the transaction) runs first,
+        in the same transaction."""
         query = queries.get(name).render(self.schema)
         with self._errors(), self.pool.connection() as conn:
-            cur = conn.execute(query, params)
+            if plan is None:
+                cur = conn.execute(query, params)
+            else:
+                with conn.transaction():
+                    conn.execute(queries.get(plan).render(self.schema))
+                    cur = conn.execute(query, params)
             if cur.description is None:
                 return [], []
             return [c.name for c in cur.description], cur.fetchall()
@@ -504,13 +511,12 @@ class Store:
     def requeue_expired(
         self, *, limit: int, queue: str | None, mark: bool, actor: str, reason: str
     ) -> list[ExpiredJob]:
-        query = queries.get("jobs_requeue_expired").render(self.schema)
-        params = {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason}
-        with self._errors(), self.pool.connection() as conn, conn.transaction():
-            conn.execute(queries.get("watcher_batch_plan").render(self.schema))
-            cur = conn.execute(query, params)
-            names = [c.name for c in cur.description or ()]
-            return list(ExpiredJob.from_rows(names, cur.fetchall()))
+        names, rows = self._tuples(
+            "jobs_requeue_expired",
+            {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason},
+            plan="watcher_batch_plan",
+        )
+        return list(ExpiredJob.from_rows(names, rows))
 
     def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
         names, rows = self._tuples("jobs_expired_list", {"limit": limit, "queue": queue})
