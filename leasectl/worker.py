@@ -40,15 +40,36 @@ class PermanentError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""
 
 
+# Guards the first use of a JobContext's event (made on demand: most jobs never need one).
+_EVENT_LOCK = threading.Lock()
+
+
 @dataclass
 class JobContext:
     """What a handler gets: the job, its lease, and a flag raised when the lease is lost."""
 
     lease: Lease
-    cancelled: threading.Event = field(default_factory=threading.Event)
     lost: bool = False
     deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
     finishing: bool = False  # the handler returned; its result is being written
+    _cancelled: threading.Event | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the lease is lost or the worker shuts down: stop, the result will not be
+        written. (Made on first use, under a lock, so every thread gets the same event.)"""
+        event = self._cancelled
+        if event is None:
+            with _EVENT_LOCK:
+                if self._cancelled is None:
+                    self._cancelled = threading.Event()
+                event = self._cancelled
+        return event
+
+    def is_cancelled(self) -> bool:
+        """``cancelled.is_set()``, without making the event when nobody has asked for it."""
+        event = self._cancelled
+        return event is not None and event.is_set()
 
     @property
     def job(self) -> Job:
@@ -325,7 +346,7 @@ class Worker:
         """Finished jobs whose lease is known lost are not written; the rest are."""
         live = []
         for ctx in finished:
-            if ctx.lost or ctx.cancelled.is_set():
+            if ctx.lost or ctx.is_cancelled():
                 self._mark_lost(ctx, "lease lost before the result could be written")
                 self._forget(ctx)
             else:
@@ -357,7 +378,7 @@ class Worker:
         except Exception as exc:
             error = exc
         ctx.finishing = True
-        if error is None and not (ctx.lost or ctx.cancelled.is_set()):
+        if error is None and not (ctx.lost or ctx.is_cancelled()):
             with self._lock:
                 self._running -= 1
                 self._finished.append(ctx)  # written by the dispatcher's next trip
@@ -400,7 +421,7 @@ class Worker:
     def _finish_failed(self, ctx: JobContext, error: BaseException | None) -> None:
         """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
         while True:
-            if ctx.lost or ctx.cancelled.is_set() or error is None:
+            if ctx.lost or ctx.is_cancelled() or error is None:
                 self._mark_lost(ctx, "lease lost before the result could be written")
                 return
             delay = retry_delay(

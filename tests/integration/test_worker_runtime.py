@@ -162,3 +162,49 @@ def test_a_slot_freed_by_a_failure_is_used_while_the_others_stay_busy(
     finally:
         release.set()
     assert all(store.get_job(j).status != JobStatus.FAILED for j in blocked)
+
+
+PAYLOADS = [
+    {},
+    {"amount": 12345678901234567890, "rate": 0.1, "ok": True, "none": None},
+    {"name": 'Zoë 支払い \u2028 "quoted" \\ back', "nested": {"list": [1, [2, {"x": []}]]}},
+    ["a", 1, -2.5e-7],
+    "just a string",
+    42,
+    None,
+]
+
+
+@pytest.mark.parametrize("generic_plans", [False, True], ids=["store", "worker-store"])
+def test_a_claim_returns_each_payload_as_it_was_enqueued(db_dsn: str, generic_plans: bool) -> None:
+    """The claim's jsonb loader (leasectl's own, on every Store connection) gives back what was
+    enqueued: unicode, escapes, big integers, floats, nesting, and non-object JSON."""
+    with Store.connect(db_dsn, "leasectl", generic_plans=generic_plans) as s:
+        ids = s.enqueue(PAYLOADS, queue="p")
+        leases, _ = s.complete_and_claim([], "p", "w1", timedelta(minutes=1), len(PAYLOADS))
+    assert [lease.job.id for lease in leases] == ids
+    assert [lease.job.payload for lease in leases] == PAYLOADS
+
+
+def test_cancelled_is_one_event_made_on_first_use_by_any_thread(store: Store) -> None:
+    [job_id] = store.enqueue([{}], queue="c")
+    [lease], _ = store.complete_and_claim([], "c", "w1", timedelta(minutes=1), 1)
+    ctx = JobContext(lease)
+    assert not ctx.is_cancelled()
+    start = threading.Barrier(8)
+    seen: list[threading.Event] = []
+
+    def touch() -> None:
+        start.wait(5)
+        seen.append(ctx.cancelled)
+
+    threads = [threading.Thread(target=touch) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert len(seen) == 8 and all(event is seen[0] for event in seen)
+    assert not ctx.is_cancelled()
+    ctx.cancelled.set()
+    assert ctx.is_cancelled() and ctx.cancelled.wait(0)
+    assert job_id == lease.job_id
