@@ -186,9 +186,10 @@ class ServerCpu:
 
     def __init__(self, dsn: str) -> None:
         self.postmaster: psutil.Process | None = None
-        with contextlib.suppress(Exception):
-            pid = scalar(dsn, "SELECT pg_backend_pid()")
-            self.postmaster = psutil.Process(int(pid)).parent()
+        with contextlib.suppress(Exception), psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            # (asked while the backend is alive: once its connection closes it may be gone)
+            self.postmaster = psutil.Process(int(row[0]) if row else 0).parent()
         self.before: dict[int, float] = {}
 
     def _children(self) -> list[int]:
