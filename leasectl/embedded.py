@@ -555,6 +555,11 @@ class EmbeddedServer:
         settings = {
             "listen_addresses": _conf_quote(_HOST),
             "max_connections": "200",
+            # A job queue leaves a dead row version and a dead claim-index entry behind every
+            # claim; claims walk the dead entries until a vacuum removes them. The default
+            # one-minute autovacuum cycle let them pile up (1.5 million at 12,700 jobs/s, p99
+            # start latency 4.9 s); every ten seconds they stay near 200,000 (p99 21 ms).
+            "autovacuum_naptime": "10s",
         }
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

@@ -119,6 +119,8 @@ def test_start_connects_and_is_reused_across_processes(server: EmbeddedServer) -
     assert server.postmaster_pid() == pid
     version = query(server, "SELECT version()")[0][0]
     assert version.startswith("PostgreSQL ")
+    # A queue's dead claim-index entries are vacuumed away every 10 s, not every minute.
+    assert query(server, "SHOW autovacuum_naptime") == [("10s",)]
 
     again = subprocess.run(
         [sys.executable, "-c", START_IN_CHILD, str(server.base_dir)],
