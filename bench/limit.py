@@ -1,6 +1,6 @@
 """The limit: what the server itself can do, measured with pgbench on the same server.
 
-* ``pgbench -N`` (simple-update TPC-B without the branch/teller updates) at 1, 4, 16 clients.
+* ``pgbench -N`` (simple-update TPC-B without the branch/teller updates) at 1, 2, 4, 16 clients.
 * The leased pattern in raw SQL (bench/pgbench/*.sql) on the real leasectl schema (its indexes
   and storage settings): single-row claim + complete, and batch claim of 50 + batch complete,
   each also with the attempt history leasectl keeps. Each run drains a seeded budget of jobs
