@@ -6,7 +6,9 @@ Figures: the pass's wall time, its batches and the longest single batch statemen
 time any row lock of the pass is held), and the workers' throughput during the pass against the
 same workers' throughput in the 10 s just before it (jobs completed in each interval, counted
 afterwards from finished_at: nothing polls the server meanwhile). Then the same with
-``--pace 1.0``: the watcher waits as long as each batch took before the next one.
+``--pace 1.0``: the watcher waits as long as each batch took before the next one. Each setting
+runs ``repeats`` times (3; 1 with --quick), each in a fresh database: the varying figures are
+medians, with every run's value kept beside them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, seed_pending, stop, table
+from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, median, seed_pending, stop, table
 from bench.drain import leasectl_system, split
 from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
@@ -109,13 +111,40 @@ class Completions:
         self.conn.close()
 
 
-PACED = 1.0  # the second pass's --pace: at most half its time in statements
+PACED = 1.0  # the second setting's --pace: at most half its time in statements
+# The figures that vary from run to run (the workers and the pass share two cores): each
+# setting's table shows their median over the repeats, and every run's value beside it.
+VARYING = (
+    "pass_s",
+    "longest_statement_ms",
+    "median_statement_ms",
+    "claims_per_s_before",
+    "claims_per_s_during",
+    "kept",
+)
 
 
 def run(ctx: Ctx) -> dict[str, Any]:
-    """The pass with the default config (batches back to back), then one with --pace PACED."""
-    fig = measure(ctx, 0.0)
-    fig["paced"] = measure(ctx, PACED)
+    """``repeats`` passes with the default config (batches back to back), then as many with
+    --pace PACED, each in a fresh database."""
+    fig = repeated(ctx, 0.0)
+    fig["paced"] = repeated(ctx, PACED)
+    return fig
+
+
+def repeated(ctx: Ctx, pace: float) -> dict[str, Any]:
+    runs = []
+    for i in range(ctx.sizes.repeats):
+        log(f"watcher: --pace {pace} run {i + 1}/{ctx.sizes.repeats}")
+        runs.append(measure(ctx, pace))
+    # The run whose pass time is the median stands for the others in the fixed figures; the
+    # varying ones are medians, with every run's value kept.
+    fig = dict(sorted(runs, key=lambda r: r["pass_s"])[len(runs) // 2])
+    for key in VARYING:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        fig[key] = round(median(values), 3) if values else None
+        fig[f"{key}_runs"] = [r.get(key) for r in runs]
+    fig["runs"] = runs
     return fig
 
 
@@ -202,20 +231,33 @@ def render(fig: dict[str, Any]) -> str:
     figs = [fig, *([fig["paced"]] if "paced" in fig else [])]
 
     def kept(f: dict[str, Any]) -> str:
-        return f"{f['kept']:.0%}" if f["kept"] is not None else "-"
+        if f["kept"] is None:
+            return "-"
+        runs = [r for r in f.get("kept_runs", []) if r is not None]
+        each = f" ({', '.join(f'{r:.0%}' for r in runs)})" if len(runs) > 1 else ""
+        return f"{f['kept']:.0%}{each}"
+
+    def spread(f: dict[str, Any], key: str, form: str = "g") -> str:
+        """The median, and each run's value when there were several."""
+        runs = [r for r in f.get(f"{key}_runs", []) if r is not None]
+        each = f" ({', '.join(format(r, form) for r in runs)})" if len(runs) > 1 else ""
+        return f"{format(f[key], form)}{each}" if f[key] is not None else "-"
 
     lines: list[tuple[str, Any]] = [
         ("--pace", lambda f: f.get("pace", 0.0)),
         ("expired leases requeued", lambda f: f"{f['moved']:,} of {f['expired']:,}"),
-        ("run_pass wall time (s)", lambda f: f["pass_s"]),
+        ("run_pass wall time (s)", lambda f: spread(f, "pass_s")),
         ("batches (size)", lambda f: f"{f['batches']} ({f['batch_size']})"),
-        ("longest batch statement (ms)", lambda f: f["longest_statement_ms"]),
-        ("median batch statement (ms)", lambda f: f["median_statement_ms"]),
+        ("longest batch statement (ms)", lambda f: spread(f, "longest_statement_ms")),
+        ("median batch statement (ms)", lambda f: spread(f, "median_statement_ms")),
         (
             f"worker throughput before ({fig['workers']}, jobs/s)",
-            lambda f: f["claims_per_s_before"],
+            lambda f: spread(f, "claims_per_s_before", ",.0f"),
         ),
-        ("worker throughput during the pass (jobs/s)", lambda f: f["claims_per_s_during"]),
+        (
+            "worker throughput during the pass (jobs/s)",
+            lambda f: spread(f, "claims_per_s_during", ",.0f"),
+        ),
         ("kept", kept),
         (
             "claim statement beside the expired leases (ms)",
@@ -225,4 +267,8 @@ def render(fig: dict[str, Any]) -> str:
     ]
     rows = [[label, *(value(f) for f in figs)] for label, value in lines]
     heads = ["", "default", *([f"--pace {fig['paced'].get('pace')}"] if "paced" in fig else [])]
-    return table("watcher: one requeue-stuck pass with workers running", heads, rows)
+    n = len(fig.get("runs", [])) or 1
+    title = "watcher: one requeue-stuck pass with workers running"
+    if n > 1:
+        title += f" (median of {n} passes per setting, each run in brackets)"
+    return table(title, heads, rows)
