@@ -33,6 +33,7 @@ from leasectl.errors import (
 )
 from leasectl.models import (
     JOB_FIELDS,
+    STATUS_BY_VALUE,
     ActionResult,
     Attempt,
     ConsoleCounts,
@@ -63,9 +64,6 @@ _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
 CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
 
 
-_STATUS = {status.value: status for status in JobStatus}  # (a lookup: cheaper than JobStatus(v))
-
-
 @functools.lru_cache(maxsize=32)
 def _job_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
     """Rows of a ``jobs.*`` select (columns ``names``) -> Job, without building a dict per row."""
@@ -74,7 +72,7 @@ def _job_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
 
     def make(row: Sequence[Any]) -> Job:
         values = [row[i] for i in positions]
-        values[status_at] = _STATUS[values[status_at]]
+        values[status_at] = STATUS_BY_VALUE[values[status_at]]
         return Job(*values)
 
     return make
