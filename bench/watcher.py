@@ -230,13 +230,6 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
 def render(fig: dict[str, Any]) -> str:
     figs = [fig, *([fig["paced"]] if "paced" in fig else [])]
 
-    def kept(f: dict[str, Any]) -> str:
-        if f["kept"] is None:
-            return "-"
-        runs = [r for r in f.get("kept_runs", []) if r is not None]
-        each = f" ({', '.join(f'{r:.0%}' for r in runs)})" if len(runs) > 1 else ""
-        return f"{f['kept']:.0%}{each}"
-
     def spread(f: dict[str, Any], key: str, form: str = "g") -> str:
         """The median, and each run's value when there were several."""
         runs = [r for r in f.get(f"{key}_runs", []) if r is not None]
@@ -258,7 +251,7 @@ def render(fig: dict[str, Any]) -> str:
             "worker throughput during the pass (jobs/s)",
             lambda f: spread(f, "claims_per_s_during", ",.0f"),
         ),
-        ("kept", kept),
+        ("kept", lambda f: spread(f, "kept", ".0%")),
         (
             "claim statement beside the expired leases (ms)",
             lambda f: f.get("claim_ms_with_expired_present"),
