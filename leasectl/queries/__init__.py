@@ -115,7 +115,9 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 # with index access paths. A plan made while a table was small, or freshly analyzed empty (a
 # new install, the start of a drain), stays cached for the life of the connection, and a
 # sequential or bitmap scan chosen then would make every later call cost in proportion to the
-# table. The worker's statements all have an index path (tests/integration/test_plans.py).
+# table; so would a join that reads a whole index first (hence the key joins written as
+# `BETWEEN x AND x` in jobs.sql). The worker's statements all have an index path, probed per
+# row (tests/integration/test_plans.py).
 WORKER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",

@@ -28,14 +28,21 @@ WITH done AS (
     -- every Processing row) and the status, but no index on them can serve these forms, so a
     -- plan made once always finds the rows by primary key, never by walking every Processing
     -- row through jobs_processing_idx.)
-    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-      AND j.status::text = 'Processing'
+    -- (`j.id BETWEEN f.id AND f.id`: `j.id = f.id`, written so that the planner cannot read
+    -- the whole primary key index first and join afterwards. With `=`, a plan made while the
+    -- table had been analysed empty (a new install, a VACUUM ANALYZE, a prune that emptied
+    -- it) does exactly that, on every call, for as long as the plan lives (a worker's
+    -- session): each call then reads every row, and the table grows. A range is no merge
+    -- key, so the index is only ever probed, once per row of the batch. The same for every
+    -- key join of the worker's statements below.)
+    WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+      AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), done_closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
     FROM done AS d
-    WHERE a.job_id = d.id AND a.attempt = d.attempts
+    WHERE a.job_id BETWEEN d.id AND d.id AND a.attempt = d.attempts
 ), picked AS (
     -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
     -- so that a plan made once for all parameters still walks the claim index in order; the
@@ -54,7 +61,7 @@ WITH done AS (
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     FROM picked AS p
-    WHERE j.id = p.id
+    WHERE j.id BETWEEN p.id AND p.id
     RETURNING j.*
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
@@ -81,7 +88,8 @@ WITH picked AS (
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     FROM picked AS p
-    WHERE j.id = p.id AND j.status = 'Processing' AND j.lease_until < now()
+    -- (`status::text`: not through jobs_processing_idx; see jobs_complete_and_claim.)
+    WHERE j.id BETWEEN p.id AND p.id AND j.status::text = 'Processing' AND j.lease_until < now()
     RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
 ), closed AS (
     -- The lapsed lease's attempt, looked up by primary key (a plan that holds for any size).
@@ -89,7 +97,8 @@ WITH picked AS (
     SET outcome = 'expired', ended_at = now(), heartbeat_at = c.previous_heartbeat_at,
         error = 'lease expired; taken over by ' || c.lease_owner
     FROM claimed AS c
-    WHERE a.job_id = c.id AND a.attempt = c.attempts - 1 AND a.outcome = 'running'
+    WHERE a.job_id BETWEEN c.id AND c.id AND a.attempt = c.attempts - 1
+      AND a.outcome = 'running'
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
@@ -113,6 +122,7 @@ WITH previous AS (
         error = 'lease expired; taken over by ' || c.lease_owner
     FROM claimed AS c JOIN previous AS p ON p.id = c.id
     WHERE a.job_id = c.id AND a.attempt < c.attempts AND a.outcome = 'running'
+      AND a.job_id = %(id)s
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
@@ -125,8 +135,8 @@ UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now()
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
 -- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
-WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-  AND j.status::text = 'Processing'
+WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+  AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
 RETURNING j.id, j.lease_until;
 
 -- name: job_fail
@@ -147,7 +157,7 @@ WITH failed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'failed', ended_at = now(), heartbeat_at = f.heartbeat_at, error = %(error)s
     FROM failed AS f
-    WHERE a.job_id = f.id AND a.attempt = f.attempts
+    WHERE a.job_id = f.id AND a.attempt = f.attempts AND a.job_id = %(id)s
 )
 SELECT id, status::text AS status, run_at FROM failed;
 
@@ -158,14 +168,14 @@ WITH released AS (
     SET status = 'Pending', lease_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
     -- (These forms of `=`: by primary key, as in jobs_complete_and_claim.)
-    WHERE j.id = f.id AND j.attempts = f.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
-      AND j.status::text = 'Processing'
+    WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+      AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'released', ended_at = now(), heartbeat_at = r.heartbeat_at
     FROM released AS r
-    WHERE a.job_id = r.id AND a.attempt = r.attempts
+    WHERE a.job_id BETWEEN r.id AND r.id AND a.attempt = r.attempts
 )
 SELECT id FROM released;
 

@@ -106,17 +106,33 @@ def has_rows(n: int, plan: str) -> bool:
 
 
 def scans_of_big_tables(plan: str) -> list[str]:
-    """Scans whose cost grows with the table: sequential scans, and bitmap scans of any index
-    but the one of Processing rows (bounded by the fleet's concurrency)."""
-    return [
-        line.strip()
-        for line in plan.splitlines()
-        if "never executed" not in line
-        and (
-            ("Seq Scan on jobs" in line or "Seq Scan on job_attempts" in line)
-            or ("Bitmap Index Scan" in line and "jobs_processing_idx" not in line)
-        )
-    ]
+    """Scans whose cost grows with the table: sequential scans, bitmap scans of any index but
+    the one of Processing rows (bounded by the fleet's concurrency), and index scans that read
+    a whole index (no index condition: a plan that meant the table to be empty)."""
+    lines = plan.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if "never executed" in line:
+            continue
+        if "Seq Scan on jobs" in line or "Seq Scan on job_attempts" in line:
+            found.append(line.strip())
+        elif "Bitmap Index Scan" in line and "jobs_processing_idx" not in line:
+            found.append(line.strip())
+        elif re.search(r"Index (Only )?Scan using \w+ on (jobs|job_attempts)\b", line) and (
+            "jobs_processing_idx" not in line and "Index Cond:" not in node_details(lines, i)
+        ):
+            found.append(line.strip())
+    return found
+
+
+def node_details(lines: list[str], at: int) -> str:
+    """The detail lines (Index Cond, Filter, ...) of the plan node on line ``at``."""
+    details = []
+    for line in lines[at + 1 :]:
+        if "->" in line or not line.startswith(" "):
+            break
+        details.append(line.strip())
+    return "\n".join(details)
 
 
 @pytest.mark.parametrize("limit", [1, 25, 500])
@@ -161,6 +177,52 @@ def test_heartbeat_finds_leases_by_primary_key(plan_of: Callable[[str, Params], 
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert has_rows(30, plan), plan
+
+
+def test_release_closes_attempts_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
+    plan = plan_of("jobs_release", lambda conn: {**held(conn, "w-3"), "owner": "w-3"})
+    assert scans_of_big_tables(plan) == [], plan
+    assert has_rows(30, plan.split("CTE closed")[1]), plan
+
+
+def one_lease(conn: psycopg.Connection[Any], *, lapsed: bool) -> int:
+    """A held lease's job id (lapsed or live); 0 before any was seeded."""
+    row = conn.execute(
+        "SELECT id FROM leasectl.jobs WHERE status = 'Processing' AND (lease_until < now()) = %s "
+        "ORDER BY id LIMIT 1",
+        (lapsed,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_failure_closes_its_attempt_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
+    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        job_id = one_lease(conn, lapsed=False)
+        owner = conn.execute("SELECT lease_owner FROM leasectl.jobs WHERE id = %s", (job_id,))
+        row = owner.fetchone()
+        return {
+            "id": job_id,
+            "attempt": 1,
+            "owner": row[0] if row else "nobody",
+            "error": "boom",
+            "retry": True,
+            "delay": timedelta(seconds=1),
+        }
+
+    plan = plan_of("job_fail", params)
+    assert scans_of_big_tables(plan) == [], plan
+    assert has_rows(1, plan.split("CTE closed")[1]), plan
+
+
+def test_claim_by_id_closes_the_lapsed_attempt_by_primary_key(
+    plan_of: Callable[[str, Params], str],
+) -> None:
+    plan = plan_of(
+        "job_claim_by_id",
+        lambda conn: {"id": one_lease(conn, lapsed=True), "owner": "w-x", "ttl": TTL},
+    )
+    assert scans_of_big_tables(plan) == [], plan
+    assert has_rows(1, plan.split("CTE closed")[1].split("CTE opened")[0]), plan
 
 
 @pytest.mark.parametrize("expired", [50, 5000])
