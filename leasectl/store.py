@@ -31,6 +31,7 @@ from leasectl.errors import (
     SchemaMissing,
     UsageError,
 )
+from leasectl.hot import HotConnection
 from leasectl.models import (
     JOB_FIELDS,
     STATUS_BY_VALUE,
@@ -141,10 +142,7 @@ class Store:
         self.dsn = dsn
         self.where = safe_dsn(dsn)
         self._rendered: dict[str, bytes] = {}
-        # thread id -> its hot connection and the cursor the hot path reuses on it (a cursor
-        # keeps its result loaders between calls: a new one per call sets them up again)
-        self._kept: dict[int, tuple[psycopg.Connection[Any], psycopg.Cursor[Any]]] = {}
-        self._names: dict[str, list[str]] = {}  # hot statement -> its result's column names
+        self._kept: dict[int, HotConnection] = {}  # thread id -> its hot path connection
         self._throughput = ThroughputCounts()  # the console's settled minutes, counted once
 
     # -- life cycle -------------------------------------------------------------------------
@@ -203,8 +201,8 @@ class Store:
 
     def close(self) -> None:
         while self._kept:
-            _, (conn, _cursor) = self._kept.popitem()
-            self.pool.putconn(conn)
+            _, kept = self._kept.popitem()
+            self.pool.putconn(kept.conn)
         self.pool.close()
 
     def __enter__(self) -> Store:
@@ -438,35 +436,25 @@ class Store:
 
     def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
         """Run a statement of the worker's hot path: tuple rows and their column names."""
-        with self._errors(), self._kept_connection() as (conn, cur):
-            cur.execute(self._statement(name, conn), params)
-            rows = cur.fetchall()
-            result = cur.pgresult
-            nfields = result.nfields if result is not None else 0
-            names = self._names.get(name)
-            if names is None or len(names) != nfields:  # (cursor.description costs more)
-                names = self._names[name] = [column.name for column in cur.description or ()]
-            return rows, names
+        with self._errors(), self._kept_connection() as kept:
+            return kept.run(name, self._statement(name, kept.conn), params)
 
     @contextlib.contextmanager
-    def _kept_connection(
-        self,
-    ) -> Iterator[tuple[psycopg.Connection[Any], psycopg.Cursor[Any]]]:
+    def _kept_connection(self) -> Iterator[HotConnection]:
         """The calling thread's own connection for the hot path, kept out of the pool between
         calls: a worker's dispatcher sends every round trip to the same backend (its caches
         and prepared plans warm) without a pool hand-off. Worth a quarter of the drain rate
         at concurrency 50 on two cores against taking turns between pooled connections."""
         key = threading.get_ident()
         kept = self._kept.pop(key, None)
-        if kept is None or kept[0].broken or kept[0].closed:
+        if kept is None or kept.conn.broken or kept.conn.closed:
             if kept is not None:
-                self.pool.putconn(kept[0])  # the pool discards it and opens a replacement
-            conn = self.pool.getconn()
-            kept = (conn, conn.cursor())
+                self.pool.putconn(kept.conn)  # the pool discards it and opens a replacement
+            kept = HotConnection(self.pool.getconn(), self.schema)
         try:
             yield kept
         except BaseException:
-            self.pool.putconn(kept[0])  # after any failure the pool checks it
+            self.pool.putconn(kept.conn)  # after any failure the pool checks it
             raise
         self._kept[key] = kept
 

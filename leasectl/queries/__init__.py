@@ -111,6 +111,13 @@ def migrations() -> tuple[Migration, ...]:
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
+def numbered(text: str) -> tuple[str, tuple[str, ...]]:
+    """``%(name)s`` placeholders -> ``$n`` (one number per name, in order of first use), for
+    statements prepared on the server; and the names in that order."""
+    names = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
+    return _PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", text), tuple(names)
+
+
 # The worker's sessions: each prepared statement is planned once, for any parameters, and only
 # with index access paths. A plan made while a table was small, or freshly analyzed empty (a
 # new install, the start of a drain), stays cached for the life of the connection, and a
@@ -133,10 +140,8 @@ def generic_plan(
     that runs ``EXPLAIN ANALYZE EXECUTE`` with given parameters (in a transaction rolled back)
     and returns the plan. The plan is made at the first call and reused by the later ones, as
     in a worker's session."""
-    text = query.as_string(conn)
-    names = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
-    numbered = _PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", text)
-    conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(numbered))
+    text, names = numbered(query.as_string(conn))
+    conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(text))
     try:
         row = conn.execute(
             "SELECT parameter_types::text[] FROM pg_prepared_statements "

@@ -32,3 +32,7 @@ SELECT current_setting('server_version') AS server_version, now() AS db_now,
 -- name: jobs_update_privilege
 -- Whether the current role may change jobs (the console turns read-only when it may not).
 SELECT has_table_privilege(%(jobs_table)s, 'UPDATE') AS can_update;
+
+-- name: prepared_parameter_types
+-- The parameter types the server inferred for a statement this session prepared (by name).
+SELECT parameter_types::oid[] FROM pg_prepared_statements WHERE name = %(name)s;

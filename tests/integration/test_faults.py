@@ -348,7 +348,9 @@ def test_a_retried_completion_whose_commit_was_not_acknowledged_applies_once(
 
     def handler(ctx: JobContext) -> None:
         handled.append(ctx.lease.attempt)
-        eater.armed = b"SET status = 'Completed'"  # the worker's completion loses its reply
+        # The worker's next round trip carries the completion: it loses its reply. (The
+        # round trip's statement was prepared on the first one: it goes by name.)
+        eater.armed = b"leasectl_jobs_complete_and_claim"
 
     worker = Worker(eater.dsn(dsn), "leasectl", config(), handler)
     with running(worker):

@@ -1,0 +1,168 @@
+"""The worker's hot statements: prepared once per connection, sent through libpq directly.
+
+A worker repeats one statement (complete what finished, claim the next) thousands of times a
+second, and in single-job mode each run carries one job. Through a psycopg cursor a run costs
+about 100 µs of client CPU on a two-core machine, half of it the cursor's general machinery
+(placeholder conversion, the prepare manager, the non-blocking wait loop), for a statement whose
+text, parameter types and columns never change. Here it is prepared once per connection under
+its own name; each run encodes its parameters as text, by the types the server inferred for
+them, and makes one blocking ``PQexecPrepared`` call (the GIL is released while it waits). The
+rows are loaded by psycopg's own loaders, so they come back as they would from a cursor.
+Single-job mode, two worker processes: 158 -> 97 µs of worker CPU per job.
+
+Used by ``store.py`` only: that module stays the one place that talks to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import pq
+from psycopg.adapt import Transformer
+
+from leasectl import queries
+from leasectl.queries import numbered
+
+_NAME_PREFIX = b"leasectl_"
+
+Encoder = Callable[[Any], bytes]
+
+
+def _int(value: int) -> bytes:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {value!r}")
+    return str(value).encode()
+
+
+def _text(value: str) -> bytes:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {value!r}")
+    return value.encode()
+
+
+def _int_array(value: str | Sequence[int]) -> bytes:
+    """An array literal as given (the store passes them ready made) or a sequence of ints."""
+    if isinstance(value, str):
+        return value.encode()
+    return ("{" + ",".join(str(int(v)) for v in value) + "}").encode()
+
+
+def _interval(value: timedelta) -> bytes:
+    if not isinstance(value, timedelta):
+        raise TypeError(f"expected a timedelta, got {value!r}")
+    # Exact, sign included: timedelta keeps days signed and seconds, microseconds positive.
+    return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds".encode()
+
+
+# By the parameter type the server inferred (its oid): the types the hot statements take.
+ENCODERS: dict[int, Encoder] = {
+    20: _int,  # int8
+    21: _int,  # int2
+    23: _int,  # int4
+    25: _text,  # text
+    1043: _text,  # varchar
+    1007: _int_array,  # int4[]
+    1016: _int_array,  # int8[]
+    1186: _interval,  # interval
+}
+
+
+@dataclass
+class Prepared:
+    """One statement prepared on one connection."""
+
+    key: bytes  # its server-side name
+    params: tuple[str, ...]  # the named parameters, in $1..$n order
+    encoders: tuple[Encoder, ...]
+    columns: list[str] | None = None  # the result's, known from the first result
+
+    def encode(self, values: dict[str, Any]) -> list[bytes]:
+        """The parameters as text (none of the hot statements takes a NULL)."""
+        pairs = zip(self.params, self.encoders, strict=True)
+        return [encode(values[name]) for name, encode in pairs]
+
+
+# connection -> its prepared statements by name. Weak: a statement lives as long as the
+# connection that holds it, and a connection the pool hands out again keeps its statements.
+_PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, Prepared]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+class HotConnection:
+    """A connection one thread keeps for its hot statements (with psycopg's loaders)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+        self.conn = conn
+        self._schema = schema
+        self._pgconn = conn.pgconn
+        self._tx = Transformer(conn)
+        self._statements = _PREPARED.setdefault(conn, {})
+
+    def run(
+        self, name: str, query: bytes, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Run the statement ``name`` (text ``query``, prepared on first use): its rows as
+        tuples and its column names."""
+        statement = self._statements.get(name) or self._prepare(name, query)
+        result = self._pgconn.exec_prepared(statement.key, statement.encode(params))
+        if result.status != pq.ExecStatus.TUPLES_OK:
+            if result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000":
+                # The server no longer has it (DISCARD ALL, a pooler switching backends):
+                # prepare it again, once.
+                self._statements.pop(name, None)
+                statement = self._prepare(name, query)
+                result = self._pgconn.exec_prepared(statement.key, statement.encode(params))
+            if result.status != pq.ExecStatus.TUPLES_OK:
+                raise self._error(result)
+        columns = statement.columns
+        if columns is None:
+            encoding = self.conn.info.encoding
+            columns = statement.columns = [
+                (result.fname(i) or b"").decode(encoding) for i in range(result.nfields)
+            ]
+        tx = self._tx
+        tx.set_pgresult(result)
+        return tx.load_rows(0, result.ntuples, tuple), columns
+
+    def _prepare(self, name: str, query: bytes) -> Prepared:
+        """Prepare ``query`` here and learn its parameters' types from the server.
+
+        (Not with PQdescribePrepared: psycopg holds the GIL through that call, and a blocking
+        call that holds it stops every other thread of the worker, heartbeats included, for as
+        long as the server takes to answer.)
+        """
+        encoding = self.conn.info.encoding
+        text, params = numbered(query.decode(encoding))
+        key = _NAME_PREFIX + name.encode()
+        result = self._pgconn.prepare(key, text.encode(encoding))
+        if result.status != pq.ExecStatus.COMMAND_OK:
+            if result.error_field(pq.DiagnosticField.SQLSTATE) != b"42P05":  # already there
+                raise self._error(result)
+        row = self.conn.execute(
+            queries.get("prepared_parameter_types").render(self._schema),
+            {"name": key.decode()},
+        ).fetchone()
+        oids: list[int] = row[0] if row else []
+        encoders = []
+        for param, oid in zip(params, oids, strict=True):
+            if oid not in ENCODERS:
+                raise TypeError(f"{name}: no encoder for parameter {param!r} (type oid {oid})")
+            encoders.append(ENCODERS[oid])
+        statement = Prepared(key, params, tuple(encoders))
+        self._statements[name] = statement
+        return statement
+
+    def _error(self, result: pq.abc.PGresult) -> psycopg.Error:
+        """The exception psycopg would raise for this result (a connection lost mid-statement
+        is an OperationalError, whatever the result says)."""
+        if self._pgconn.status == pq.ConnStatus.BAD:
+            message = result.error_message or self._pgconn.error_message
+            return psycopg.OperationalError(message.decode(errors="replace").strip())
+        return pg_errors.error_from_result(result, encoding=self.conn.info.encoding)

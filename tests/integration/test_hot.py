@@ -1,0 +1,133 @@
+"""The worker's hot statements go through libpq directly (leasectl/hot.py): their parameters
+are encoded by hand, they are prepared once per connection, and they must behave like any
+other statement for everything around them (errors, lost statements, other threads)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leasectl.errors import SchemaMissing
+from leasectl.hot import ENCODERS
+from leasectl.models import Lease
+from leasectl.store import Store
+from tests.util import wait_until
+
+TTL = timedelta(seconds=30)
+INTERVAL = 1186
+INT8_ARRAY = 1016
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.timedeltas(min_value=-timedelta(days=10_000), max_value=timedelta(days=10_000)))
+def test_an_interval_is_sent_exactly(server_dsn: str, value: timedelta) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT %s::text::interval", (ENCODERS[INTERVAL](value).decode(),))
+        assert row.fetchone() == (value,)
+
+
+def test_an_integer_array_is_sent_as_a_list_or_a_literal(server_dsn: str) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        cases: list[tuple[Any, list[int]]] = [
+            ([], []),
+            ([1, -2, 2**62], [1, -2, 2**62]),
+            ("{3,4}", [3, 4]),  # the store passes its arrays as ready-made literals
+        ]
+        for value, expected in cases:
+            text = ENCODERS[INT8_ARRAY](value).decode()
+            assert conn.execute("SELECT %s::text::bigint[]", (text,)).fetchone() == (expected,)
+
+
+def claim_one(store: Store, done: list[Lease]) -> list[Lease]:
+    leases, refused = store.complete_and_claim(done, "q", "w-1", TTL, 1, take_expired=False)
+    assert refused == set()
+    return leases
+
+
+def test_a_statement_the_server_lost_is_prepared_again(
+    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    store.enqueue([{"n": n} for n in range(3)], queue="q")
+    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+        [first] = claim_one(worker_store, [])
+        pids = [kept.conn.info.backend_pid for kept in worker_store._kept.values()]
+        # Another session cannot drop our statements; our own connection can: as DISCARD ALL
+        # from a pooler in front of the server would.
+        [kept] = worker_store._kept.values()
+        kept.conn.execute("DEALLOCATE ALL")
+        [second] = claim_one(worker_store, [first])
+        assert [k.conn.info.backend_pid for k in worker_store._kept.values()] == pids
+        assert second.job.payload == {"n": 1}
+        claim_one(worker_store, [second])
+    rows = sql_conn.execute("SELECT status::text FROM leasectl.jobs ORDER BY id").fetchall()
+    assert rows == [("Completed",), ("Completed",), ("Processing",)]
+
+
+def test_a_server_error_is_the_same_error_as_through_a_cursor(
+    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    store.enqueue([{}], queue="q")
+    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+        claim_one(worker_store, [])
+        sql_conn.execute("ALTER TABLE leasectl.job_attempts RENAME TO job_attempts_gone")
+        with pytest.raises(SchemaMissing):  # from UndefinedTable, as for any other statement
+            claim_one(worker_store, [])
+
+
+def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running(
+    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The call waits without the GIL: a worker's heartbeats and deadlines go on meanwhile.
+
+    Another process locks the jobs table for a few seconds; the claims (the first one, which
+    prepares the statement, and a later one) wait for it. This thread must see each of them
+    waiting on the lock while it waits: if the call held the GIL, this thread could look only
+    once the lock was gone and the call had returned."""
+    store.enqueue([{}, {}], queue="q")
+    holder = (
+        "import sys, time, psycopg\n"
+        "with psycopg.connect(sys.argv[1]) as conn:\n"
+        "    conn.execute('LOCK TABLE leasectl.jobs IN ACCESS EXCLUSIVE MODE')\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(float(sys.argv[2]))\n"
+    )
+    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+        done: list[Lease] = []
+        for _ in range(2):  # the first call prepares, the second only executes
+            locker = subprocess.Popen(
+                [sys.executable, "-c", holder, db_dsn, "3"], stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
+                result: list[list[Lease]] = []
+                call = threading.Thread(
+                    target=lambda out=result, held=done: out.append(claim_one(worker_store, held))
+                )
+                call.start()
+                wait_until(
+                    lambda: (
+                        sql_conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                        ).fetchone()
+                        == (1,)
+                    ),
+                    what="the claim to wait for the lock",
+                )
+                assert call.is_alive()  # seen waiting while it waits
+                call.join(30)
+                assert not call.is_alive()
+                done = result[0]
+            finally:
+                locker.wait(30)
+                if locker.stdout is not None:
+                    locker.stdout.close()
+        assert len(done) == 1
