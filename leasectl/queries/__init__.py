@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 from psycopg import ClientCursor, Connection, sql
 
@@ -123,23 +123,28 @@ def numbered(text: str) -> tuple[str, tuple[str, ...]]:
 # new install, the start of a drain), stays cached for the life of the connection, and a
 # sequential or bitmap scan chosen then would make every later call cost in proportion to the
 # table; so would a join that reads a whole index first (hence the key joins written as
-# `BETWEEN x AND x` in jobs.sql). The worker's statements all have an index path, probed per
-# row (tests/integration/test_plans.py).
+# `x = ANY (ARRAY[y])` in jobs.sql). The worker's statements all have an index path, probed
+# per row (tests/integration/test_plans.py). JIT compilation never pays for statements of a
+# few rows, and costs tens of milliseconds per execution when a cost estimate crosses
+# jit_above_cost.
 WORKER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",
     "enable_bitmapscan": "off",
+    "jit": "off",
 }
 
 
+class Explain(Protocol):
+    def __call__(self, params: dict[str, Any], *, analyze: bool = True) -> str: ...
+
+
 @contextlib.contextmanager
-def generic_plan(
-    conn: Connection[Any], query: sql.Composed
-) -> Iterator[Callable[[dict[str, Any]], str]]:
+def generic_plan(conn: Connection[Any], query: sql.Composed) -> Iterator[Explain]:
     """``query`` prepared as the worker's sessions run it (WORKER_SETTINGS); yields a function
     that runs ``EXPLAIN ANALYZE EXECUTE`` with given parameters (in a transaction rolled back)
-    and returns the plan. The plan is made at the first call and reused by the later ones, as
-    in a worker's session."""
+    and returns the plan (with ``analyze=False``: ``EXPLAIN``, the planner's estimates). The
+    plan is made at the first call and reused by the later ones, as in a worker's session."""
     text, names = numbered(query.as_string(conn))
     conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(text))
     try:
@@ -152,9 +157,11 @@ def generic_plan(
             sql.SQL("{}::{}").format(sql.Placeholder(n), sql.SQL(t))
             for n, t in zip(names, types, strict=True)
         )
-        explain = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE leasectl_explained ({})")
+        analyzed = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE leasectl_explained ({})")
+        estimated = sql.SQL("EXPLAIN EXECUTE leasectl_explained ({})")
 
-        def run(params: dict[str, Any]) -> str:
+        def run(params: dict[str, Any], *, analyze: bool = True) -> str:
+            explain = analyzed if analyze else estimated
             with conn.transaction(force_rollback=True):
                 for name, value in WORKER_SETTINGS.items():
                     conn.execute("SELECT set_config(%s, %s, true)", (name, value))

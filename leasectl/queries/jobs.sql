@@ -28,21 +28,23 @@ WITH done AS (
     -- every Processing row) and the status, but no index on them can serve these forms, so a
     -- plan made once always finds the rows by primary key, never by walking every Processing
     -- row through jobs_processing_idx.)
-    -- (`j.id BETWEEN f.id AND f.id`: `j.id = f.id`, written so that the planner cannot read
+    -- (`j.id = ANY (ARRAY[f.id])`: `j.id = f.id`, written so that the planner cannot read
     -- the whole primary key index first and join afterwards. With `=`, a plan made while the
     -- table had been analysed empty (a new install, a VACUUM ANALYZE, a prune that emptied
     -- it) does exactly that, on every call, for as long as the plan lives (a worker's
-    -- session): each call then reads every row, and the table grows. A range is no merge
-    -- key, so the index is only ever probed, once per row of the batch. The same for every
-    -- key join of the worker's statements below.)
-    WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+    -- session): each call then reads every row, and the table grows. `= ANY` of a one-element
+    -- array is no merge key, so the index is only ever probed, once per row of the batch, and
+    -- it is still estimated as one row per probe (a range, `= ANY (ARRAY[f.id])`, was
+    -- estimated at 0.5% of the table per probe: JIT compilation on every call at a million
+    -- rows). The same for every key join of the worker's statements below.)
+    WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
       AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), done_closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
     FROM done AS d
-    WHERE a.job_id BETWEEN d.id AND d.id AND a.attempt = d.attempts
+    WHERE a.job_id = ANY (ARRAY[d.id]) AND a.attempt = d.attempts
 ), picked AS (
     -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
     -- so that a plan made once for all parameters still walks the claim index in order; the
@@ -61,7 +63,7 @@ WITH done AS (
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     FROM picked AS p
-    WHERE j.id BETWEEN p.id AND p.id
+    WHERE j.id = ANY (ARRAY[p.id])
     RETURNING j.*
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
@@ -89,7 +91,7 @@ WITH picked AS (
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     FROM picked AS p
     -- (`status::text`: not through jobs_processing_idx; see jobs_complete_and_claim.)
-    WHERE j.id BETWEEN p.id AND p.id AND j.status::text = 'Processing' AND j.lease_until < now()
+    WHERE j.id = ANY (ARRAY[p.id]) AND j.status::text = 'Processing' AND j.lease_until < now()
     RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
 ), closed AS (
     -- The lapsed lease's attempt, looked up by primary key (a plan that holds for any size).
@@ -97,7 +99,7 @@ WITH picked AS (
     SET outcome = 'expired', ended_at = now(), heartbeat_at = c.previous_heartbeat_at,
         error = 'lease expired; taken over by ' || c.lease_owner
     FROM claimed AS c
-    WHERE a.job_id BETWEEN c.id AND c.id AND a.attempt = c.attempts - 1
+    WHERE a.job_id = ANY (ARRAY[c.id]) AND a.attempt = c.attempts - 1
       AND a.outcome = 'running'
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
@@ -135,7 +137,7 @@ UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now()
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
 -- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
-WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
   AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
 RETURNING j.id, j.lease_until;
 
@@ -168,14 +170,14 @@ WITH released AS (
     SET status = 'Pending', lease_until = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
     -- (These forms of `=`: by primary key, as in jobs_complete_and_claim.)
-    WHERE j.id BETWEEN f.id AND f.id AND j.attempts = f.attempt
+    WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
       AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'released', ended_at = now(), heartbeat_at = r.heartbeat_at
     FROM released AS r
-    WHERE a.job_id BETWEEN r.id AND r.id AND a.attempt = r.attempts
+    WHERE a.job_id = ANY (ARRAY[r.id]) AND a.attempt = r.attempts
 )
 SELECT id FROM released;
 

@@ -179,6 +179,39 @@ def test_heartbeat_finds_leases_by_primary_key(plan_of: Callable[[str, Params], 
     assert has_rows(30, plan), plan
 
 
+@pytest.mark.parametrize(
+    "name", ["jobs_complete_and_claim", "jobs_claim_expired", "jobs_heartbeat", "jobs_release"]
+)
+def test_key_lookups_are_estimated_at_one_row_each(
+    sql_conn: psycopg.Connection[Any], name: str
+) -> None:
+    """The planner's estimate of each primary key probe is one row, whatever the table's size.
+    (Written as a range, `id BETWEEN f.id AND f.id`, a probe was estimated at 0.5% of the
+    table: a plan that costs in proportion to the table, and JIT compilation on every call
+    once that crossed jit_above_cost, at about a million rows.)"""
+    seed(sql_conn)
+    seed_leases(sql_conn)
+    analyze(sql_conn)
+    params: dict[str, dict[str, Any]] = {
+        "jobs_complete_and_claim": {
+            **{f"done_{k}": v for k, v in held(sql_conn, "w-1").items()},
+            "owner": "w-1",
+            "queue": "q",
+            "ttl": TTL,
+            "limit": 25,
+        },
+        "jobs_claim_expired": {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
+        "jobs_heartbeat": {**held(sql_conn, "w-2"), "owner": "w-2", "ttl": TTL},
+        "jobs_release": {**held(sql_conn, "w-3"), "owner": "w-3"},
+    }
+    with queries.generic_plan(sql_conn, queries.get(name).render(SCHEMA)) as explain:
+        plan = explain(params[name], analyze=False)
+    probes = [line for line in plan.splitlines() if re.search(r"Index Scan using \w+_pkey", line)]
+    assert probes, plan
+    for line in probes:
+        assert re.search(r" rows=1 ", line), plan
+
+
 def test_release_closes_attempts_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
     plan = plan_of("jobs_release", lambda conn: {**held(conn, "w-3"), "owner": "w-3"})
     assert scans_of_big_tables(plan) == [], plan
