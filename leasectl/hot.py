@@ -15,6 +15,7 @@ Used by ``store.py`` only: that module stays the one place that talks to Postgre
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,10 +41,10 @@ def _int(value: int) -> bytes:
     return str(value).encode()
 
 
-def _text(value: str) -> bytes:
+def _text(value: str, encoding: str) -> bytes:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
-    return value.encode()
+    return value.encode(encoding)  # the connection's: a server need not speak UTF-8
 
 
 def _int_array(value: str | Sequence[int]) -> bytes:
@@ -60,16 +61,17 @@ def _interval(value: timedelta) -> bytes:
     return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds".encode()
 
 
-# By the parameter type the server inferred (its oid): the types the hot statements take.
-ENCODERS: dict[int, Encoder] = {
-    20: _int,  # int8
-    21: _int,  # int2
-    23: _int,  # int4
-    25: _text,  # text
-    1043: _text,  # varchar
-    1007: _int_array,  # int4[]
-    1016: _int_array,  # int8[]
-    1186: _interval,  # interval
+# By the parameter type the server inferred (its oid), for a connection's encoding (a Python
+# codec name): the types the hot statements take. (Numbers are ASCII in every encoding.)
+ENCODERS: dict[int, Callable[[str], Encoder]] = {
+    20: lambda _: _int,  # int8
+    21: lambda _: _int,  # int2
+    23: lambda _: _int,  # int4
+    25: lambda encoding: functools.partial(_text, encoding=encoding),  # text
+    1043: lambda encoding: functools.partial(_text, encoding=encoding),  # varchar
+    1007: lambda _: _int_array,  # int4[]
+    1016: lambda _: _int_array,  # int8[]
+    1186: lambda _: _interval,  # interval
 }
 
 
@@ -154,7 +156,7 @@ class HotConnection:
         for param, oid in zip(params, oids, strict=True):
             if oid not in ENCODERS:
                 raise TypeError(f"{name}: no encoder for parameter {param!r} (type oid {oid})")
-            encoders.append(ENCODERS[oid])
+            encoders.append(ENCODERS[oid](encoding))
         statement = Prepared(key, params, tuple(encoders))
         self._statements[name] = statement
         return statement

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from psycopg import conninfo
 
 from leasectl.errors import SchemaMissing
 from leasectl.hot import ENCODERS
@@ -30,8 +31,8 @@ INT8_ARRAY = 1016
 @given(st.timedeltas(min_value=-timedelta(days=10_000), max_value=timedelta(days=10_000)))
 def test_an_interval_is_sent_exactly(server_dsn: str, value: timedelta) -> None:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT %s::text::interval", (ENCODERS[INTERVAL](value).decode(),))
-        assert row.fetchone() == (value,)
+        text = ENCODERS[INTERVAL]("utf-8")(value).decode()
+        assert conn.execute("SELECT %s::text::interval", (text,)).fetchone() == (value,)
 
 
 def test_an_integer_array_is_sent_as_a_list_or_a_literal(server_dsn: str) -> None:
@@ -42,8 +43,33 @@ def test_an_integer_array_is_sent_as_a_list_or_a_literal(server_dsn: str) -> Non
             ("{3,4}", [3, 4]),  # the store passes its arrays as ready-made literals
         ]
         for value, expected in cases:
-            text = ENCODERS[INT8_ARRAY](value).decode()
+            text = ENCODERS[INT8_ARRAY]("utf-8")(value).decode()
             assert conn.execute("SELECT %s::text::bigint[]", (text,)).fetchone() == (expected,)
+
+
+def test_text_is_sent_in_the_connection_encoding(server_dsn: str) -> None:
+    """A database in LATIN1: a queue named with a non-ASCII letter is claimed from all the same."""
+    name = "leasectl_hot_latin1"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(
+            f"CREATE DATABASE {name} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+            "TEMPLATE template0"
+        )
+    dsn = conninfo.make_conninfo(server_dsn, dbname=name)
+    try:
+        with Store.connect(dsn, "leasectl", check_schema=False) as setup:
+            setup.migrate()
+            [job_id] = setup.enqueue([{"city": "Zürich"}], queue="café")
+        with Store.connect(dsn, "leasectl", generic_plans=True) as worker_store:
+            leases, _ = worker_store.complete_and_claim([], "café", "wörker", TTL, 1)
+        assert [(lease.job_id, lease.job.queue, lease.owner) for lease in leases] == [
+            (job_id, "café", "wörker")
+        ]
+        assert leases[0].job.payload == {"city": "Zürich"}
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def claim_one(store: Store, done: list[Lease]) -> list[Lease]:
