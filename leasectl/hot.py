@@ -28,7 +28,6 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 
 from leasectl import queries
-from leasectl.queries import numbered
 
 _NAME_PREFIX = b"leasectl_"
 
@@ -141,7 +140,7 @@ class HotConnection:
         long as the server takes to answer.)
         """
         encoding = self.conn.info.encoding
-        text, params = numbered(query.decode(encoding))
+        text, params = queries.numbered(query.decode(encoding))
         key = _NAME_PREFIX + name.encode()
         result = self._pgconn.prepare(key, text.encode(encoding))
         if result.status != pq.ExecStatus.COMMAND_OK:
