@@ -106,19 +106,17 @@ class HotConnection:
         self._tx = Transformer(conn)
         self._statements = _PREPARED.setdefault(conn, {})
 
-    def run(
-        self, name: str, query: bytes, params: dict[str, Any]
-    ) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """Run the statement ``name`` (text ``query``, prepared on first use): its rows as
-        tuples and its column names."""
-        statement = self._statements.get(name) or self._prepare(name, query)
+    def run(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
+        """Run the named query ``name`` (prepared on first use): its rows as tuples and its
+        column names."""
+        statement = self._statements.get(name) or self._prepare(name)
         result = self._pgconn.exec_prepared(statement.key, statement.encode(params))
         if result.status != pq.ExecStatus.TUPLES_OK:
             if result.error_field(pq.DiagnosticField.SQLSTATE) == b"26000":
                 # The server no longer has it (DISCARD ALL, a pooler switching backends):
                 # prepare it again, once.
                 self._statements.pop(name, None)
-                statement = self._prepare(name, query)
+                statement = self._prepare(name)
                 result = self._pgconn.exec_prepared(statement.key, statement.encode(params))
             if result.status != pq.ExecStatus.TUPLES_OK:
                 raise self._error(result)
@@ -132,15 +130,16 @@ class HotConnection:
         tx.set_pgresult(result)
         return tx.load_rows(0, result.ntuples, tuple), columns
 
-    def _prepare(self, name: str, query: bytes) -> Prepared:
-        """Prepare ``query`` here and learn its parameters' types from the server.
+    def _prepare(self, name: str) -> Prepared:
+        """Prepare the named query here and learn its parameters' types from the server.
 
         (Not with PQdescribePrepared: psycopg holds the GIL through that call, and a blocking
         call that holds it stops every other thread of the worker, heartbeats included, for as
         long as the server takes to answer.)
         """
         encoding = self.conn.info.encoding
-        text, params = queries.numbered(query.decode(encoding))
+        query = queries.get(name).render(self._schema).as_string(self.conn)
+        text, params = queries.numbered(query)
         key = _NAME_PREFIX + name.encode()
         result = self._pgconn.prepare(key, text.encode(encoding))
         if result.status != pq.ExecStatus.COMMAND_OK:

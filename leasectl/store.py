@@ -147,7 +147,6 @@ class Store:
         self.schema = schema
         self.dsn = dsn
         self.where = safe_dsn(dsn)
-        self._rendered: dict[str, bytes] = {}
         self._kept: dict[int, HotConnection] = {}  # thread id -> its hot path connection
         self._throughput = ThroughputCounts()  # the console's settled minutes, counted once
 
@@ -443,7 +442,7 @@ class Store:
     def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
         """Run a statement of the worker's hot path: tuple rows and their column names."""
         with self._errors(), self._kept_connection() as kept:
-            return kept.run(name, self._statement(name, kept.conn), params)
+            return kept.run(name, params)
 
     @contextlib.contextmanager
     def _kept_connection(self) -> Iterator[HotConnection]:
@@ -463,13 +462,6 @@ class Store:
             self.pool.putconn(kept.conn)  # after any failure the pool checks it
             raise
         self._kept[key] = kept
-
-    def _statement(self, name: str, conn: psycopg.Connection[Any]) -> bytes:
-        """A named query rendered for this schema, as bytes, once per Store (hot paths)."""
-        text = self._rendered.get(name)
-        if text is None:
-            text = self._rendered[name] = queries.get(name).render(self.schema).as_bytes(conn)
-        return text
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self._one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
