@@ -421,9 +421,15 @@ class Chaos:
         i = self.rng.choices(range(len(names)), weights=weights)[0]
         fns[i]()
 
-    def _pick(self, *, ready: bool = True) -> Slot | None:
+    def _pick(self, *, ready: bool = True, ending: bool = True) -> Slot | None:
+        """A live worker to act on; ``ending=False`` leaves out those already told to stop."""
         live = [
-            s for s in self.slots if s.alive and s.stopped_at is None and (s.ready or not ready)
+            s
+            for s in self.slots
+            if s.alive
+            and s.stopped_at is None
+            and (s.ready or not ready)
+            and (ending or s.expect_exit is None)
         ]
         return self.rng.choice(live) if live else None
 
@@ -438,7 +444,10 @@ class Chaos:
         self.say(f"SIGKILL {slot.worker_id}")
 
     def term_one(self) -> None:
-        slot = self._pick()
+        # Not one already stopping: a second SIGTERM can land while the exiting interpreter
+        # has put the default handler back (Python does so at finalization), and kill it with
+        # -15. A supervisor sends SIGTERM once, then SIGKILL (kill_one still picks those).
+        slot = self._pick(ending=False)
         if slot is None:
             return
         slot.expect_exit = "term"
