@@ -1,5 +1,5 @@
 -- name: jobs_prune
--- Delete one batch of finished jobs older than the cutoff, oldest first (attempts cascade).
+-- Delete one batch of finished jobs older than the cutoff, oldest first (their attempts go too).
 WITH doomed AS (
     SELECT id FROM {schema}.jobs
     WHERE status IN ('Completed', 'Failed') AND finished_at < now() - %(older_than)s

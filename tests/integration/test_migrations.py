@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from leasectl import queries
 from leasectl.errors import SchemaMissing
@@ -86,3 +88,56 @@ def test_custom_schema_name_with_quotes_is_an_identifier(empty_db_dsn: str) -> N
 def test_missing_schema_is_reported_with_the_fix(empty_db_dsn: str) -> None:
     with pytest.raises(SchemaMissing, match="run `leasectl init`"):
         Store.connect(empty_db_dsn, "leasectl")
+
+
+def _attempts_of(conn: psycopg.Connection[Any], schema: str, ids: list[int]) -> int:
+    row = conn.execute(
+        sql.SQL("SELECT count(*) FROM {}.job_attempts WHERE job_id = ANY(%s)").format(
+            sql.Identifier(schema)
+        ),
+        (ids,),
+    ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_deleting_jobs_deletes_their_attempts_in_an_odd_schema(empty_db_dsn: str) -> None:
+    """The attempts go with their jobs (the statement trigger of migration 3 that replaced the
+    foreign key's cascade), also in a schema whose name needs quoting, and only theirs."""
+    odd = 'Ops "queue"; $$ drop'
+    with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
+        store.migrate()
+        ids = store.enqueue([{"n": n} for n in range(3)])
+        for _ in ids:
+            assert store.claim("default", "worker-a", timedelta(seconds=30))
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert _attempts_of(conn, odd, ids) == 3
+        conn.execute(
+            sql.SQL("DELETE FROM {}.jobs WHERE id = ANY(%s)").format(sql.Identifier(odd)),
+            (ids[:2],),
+        )
+        assert _attempts_of(conn, odd, ids[:2]) == 0
+        assert _attempts_of(conn, odd, ids[2:]) == 1
+
+
+def test_upgrade_from_version_2_keeps_history_and_its_cascade(empty_db_dsn: str) -> None:
+    """A schema made by migrations 1-2 (attempts under a foreign key) upgrades with its history
+    intact, and deleting a job still deletes its attempts."""
+    schema = "leasectl"
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(queries.get("migrations_table_create").render(schema))
+            for migration in queries.migrations()[:2]:
+                conn.execute(migration.render(schema))
+                conn.execute(
+                    queries.get("migration_record").render(schema),
+                    {"version": migration.version, "name": migration.name},
+                )
+    with Store.connect(empty_db_dsn, schema, check_schema=False) as store:
+        ids = store.enqueue([{"n": 1}, {"n": 2}])
+        assert len(store.claim("default", "worker-a", timedelta(seconds=30), 2)) == 2
+        assert store.migrate() == [m.version for m in queries.migrations()][2:]
+        store.check_schema()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        assert _attempts_of(conn, schema, ids) == 2
+        conn.execute("DELETE FROM leasectl.jobs WHERE id = %s", (ids[0],))
+        assert _attempts_of(conn, schema, ids) == 1
