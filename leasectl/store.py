@@ -123,6 +123,10 @@ def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
     return [_lease_of(make(row)) for row in rows]
 
 
+def _claim_order(lease: Lease) -> tuple[int, datetime, int]:
+    return lease.job.claim_order
+
+
 def _lease_of(job: Job) -> Lease:
     """The lease a claim just granted on ``job`` (its owner, attempt and lease end)."""
     assert job.lease_owner is not None and job.lease_until is not None
@@ -435,8 +439,9 @@ class Store:
                 # (the caller would retry them and take the refusal for lost leases).
                 log.warning("taking over lapsed leases failed: %s", exc)
                 taken_over = []
-            if taken_over:  # one batch, in priority order
-                leases = sorted(leases + taken_over, key=lambda x: x.job.claim_order)
+            leases += taken_over
+        if len(leases) > 1:  # one batch, in claim order
+            leases.sort(key=_claim_order)
         return leases, {lease.job_id for lease in done} - accepted
 
     def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:

@@ -15,9 +15,9 @@ SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 -- A worker's round trip: complete its finished leases (fenced), then lease due Pending jobs.
 -- The finished leases are fenced by id, owner, attempt and status and their attempts closed
 -- 'completed'; then up to `limit` due Pending jobs of one queue are leased in priority order
--- and their attempts opened, all in one transaction. Every row carries `completed_ids`, the
--- finished leases that were accepted (the others were lost); when nothing is claimed one row
--- of NULLs carries them. Lapsed leases are taken over by jobs_claim_expired, not here: the
+-- and their attempts opened, all in one transaction. The rows come in no set order; every
+-- row carries `completed_ids`, the finished leases that were accepted (the others were lost);
+-- when nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by jobs_claim_expired, not here: the
 -- statement every busy worker repeats stays as small as the leased pattern itself.
 WITH done AS (
     UPDATE {schema}.jobs AS j
@@ -69,9 +69,10 @@ WITH done AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
 )
+-- (No ORDER BY: the store puts the few rows of a batch in claim order itself, cheaper than a
+-- Sort node the executor would set up on every call.)
 SELECT c.*, d.ids AS completed_ids
-FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true
-ORDER BY c.priority, c.run_at, c.id;
+FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true;
 
 -- name: jobs_claim_expired
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
