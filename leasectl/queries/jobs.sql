@@ -17,8 +17,9 @@ SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 -- 'completed'; then up to `limit` due Pending jobs of one queue are leased in priority order
 -- and their attempts opened, all in one transaction. The rows come in no set order; every
 -- row carries `completed_ids`, the finished leases that were accepted (the others were lost);
--- when nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by jobs_claim_expired, not here: the
--- statement every busy worker repeats stays as small as the leased pattern itself.
+-- when nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by
+-- jobs_claim_expired, not here: the statement every busy worker repeats stays as small as the
+-- leased pattern itself.
 WITH done AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,

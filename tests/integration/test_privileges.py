@@ -140,6 +140,35 @@ def test_no_role_can_drop_truncate_delete_or_rewrite_history(granted: Roles, db_
     assert snapshot(db_dsn) == before
 
 
+def test_a_role_allowed_to_delete_jobs_takes_their_attempts_along(
+    roles: Roles, db_dsn: str
+) -> None:
+    """A role the owner let delete jobs (and nothing on job_attempts) deletes a job with its
+    attempts, as the foreign key's cascade did: the trigger of migration 3 deletes with the
+    owner's rights. A direct DELETE on job_attempts stays refused."""
+    seeded = seed(db_dsn)
+    name = sql.Identifier(roles.names["nobody"])
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA leasectl TO {}").format(name))
+        conn.execute(sql.SQL("GRANT SELECT, DELETE ON leasectl.jobs TO {}").format(name))
+        other = conn.execute(
+            "SELECT count(*) FROM leasectl.job_attempts WHERE job_id <> %s", (seeded.completed,)
+        ).fetchone()
+    with psycopg.connect(roles.dsn("nobody"), autocommit=True) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("DELETE FROM leasectl.job_attempts")
+        conn.execute("DELETE FROM leasectl.jobs WHERE id = %s", (seeded.completed,))
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        gone = conn.execute(
+            "SELECT count(*) FROM leasectl.job_attempts WHERE job_id = %s", (seeded.completed,)
+        ).fetchone()
+        kept = conn.execute(
+            "SELECT count(*) FROM leasectl.job_attempts WHERE job_id <> %s", (seeded.completed,)
+        ).fetchone()
+    assert gone == (0,)
+    assert kept == other and other != (0,)
+
+
 def test_viewer_reads_everything_and_changes_nothing(granted: Roles, db_dsn: str) -> None:
     s = seed(db_dsn)
     before = snapshot(db_dsn)

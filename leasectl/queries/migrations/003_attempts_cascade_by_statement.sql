@@ -5,11 +5,13 @@
 -- check guards against nothing here: attempt rows are only ever inserted by the statement that
 -- leases their job, from the row it has just locked and updated. What the key also did, delete
 -- a job's attempts with the job, is kept: one statement-level trigger per DELETE on jobs
--- (`prune`, or an owner's manual DELETE), with the deleted ids in a transition table.
+-- (`prune`, or an owner's manual DELETE), with the deleted ids in a transition table. Like the
+-- key's cascade, it deletes with the rights of the schema's owner (SECURITY DEFINER, with a
+-- fixed search_path): whoever may delete a job takes its attempts with it.
 ALTER TABLE {schema}.job_attempts DROP CONSTRAINT IF EXISTS job_attempts_job_id_fkey;
 
 CREATE FUNCTION {schema}.jobs_delete_attempts() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, {schema}, pg_temp AS $$
 BEGIN
     -- (The schema is named in the search_path above, never inside this quoted body.)
     -- `= ANY (ARRAY(...))`: the attempts' primary key probed per deleted id, whatever the
