@@ -100,9 +100,10 @@ def _attempts_of(conn: psycopg.Connection[Any], schema: str, ids: list[int]) -> 
     return int(row[0]) if row else -1
 
 
-def test_deleting_jobs_deletes_their_attempts_in_an_odd_schema(empty_db_dsn: str) -> None:
-    """The attempts go with their jobs (the statement trigger of migration 3 that replaced the
-    foreign key's cascade), also in a schema whose name needs quoting, and only theirs."""
+def test_deleting_or_truncating_jobs_empties_their_attempts(empty_db_dsn: str) -> None:
+    """The attempts go with their jobs (the statement triggers of migration 3 that replaced the
+    foreign key's cascade), on DELETE and on TRUNCATE, also in a schema whose name needs
+    quoting, and only theirs."""
     odd = 'Ops "queue"; $$ drop'
     with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
         store.migrate()
@@ -117,6 +118,11 @@ def test_deleting_jobs_deletes_their_attempts_in_an_odd_schema(empty_db_dsn: str
         )
         assert _attempts_of(conn, odd, ids[:2]) == 0
         assert _attempts_of(conn, odd, ids[2:]) == 1
+        conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(odd)))
+        assert _attempts_of(conn, odd, ids) == 0
+        conn.execute(  # both in one command, as before (the attempts are still open then)
+            sql.SQL("TRUNCATE {0}.jobs, {0}.job_attempts").format(sql.Identifier(odd))
+        )
 
 
 def test_upgrade_from_version_2_keeps_history_and_its_cascade(empty_db_dsn: str) -> None:

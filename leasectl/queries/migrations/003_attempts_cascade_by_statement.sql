@@ -25,3 +25,17 @@ $$;
 CREATE TRIGGER jobs_delete_attempts AFTER DELETE ON {schema}.jobs
     REFERENCING OLD TABLE AS deleted_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.jobs_delete_attempts();
+
+-- TRUNCATE fires no DELETE trigger; the key made `TRUNCATE jobs` fail unless it cascaded to
+-- the attempts. Now it empties them too. (With DELETE: a TRUNCATE here would fail whenever the
+-- same command also truncates job_attempts, which is still open then.)
+CREATE FUNCTION {schema}.jobs_truncate_attempts() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, {schema}, pg_temp AS $$
+BEGIN
+    DELETE FROM job_attempts;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobs_truncate_attempts AFTER TRUNCATE ON {schema}.jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.jobs_truncate_attempts();
