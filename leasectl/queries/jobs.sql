@@ -35,7 +35,7 @@ WITH done AS (
     -- it) does exactly that, on every call, for as long as the plan lives (a worker's
     -- session): each call then reads every row, and the table grows. `= ANY` of a one-element
     -- array is no merge key, so the index is only ever probed, once per row of the batch, and
-    -- it is still estimated as one row per probe (a range, `= ANY (ARRAY[f.id])`, was
+    -- it is still estimated as one row per probe (a range, `BETWEEN f.id AND f.id`, was
     -- estimated at 0.5% of the table per probe: JIT compilation on every call at a million
     -- rows). The same for every key join of the worker's statements below.)
     WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
