@@ -154,7 +154,9 @@ def generic_plan(conn: Connection[Any], query: sql.Composed) -> Iterator[Explain
         ).fetchone()
         types = row[0] if row else []
         args = sql.SQL(", ").join(
-            sql.SQL("{}::{}").format(sql.Placeholder(n), sql.SQL(t))
+            # (In brackets: a negative literal's cast would apply before its minus sign, and
+            # `-2147483648::integer` is out of range.)
+            sql.SQL("({})::{}").format(sql.Placeholder(n), sql.SQL(t))
             for n, t in zip(names, types, strict=True)
         )
         analyzed = sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) EXECUTE leasectl_explained ({})")
