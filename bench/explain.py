@@ -15,7 +15,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from leasectl import queries
-from leasectl.store import Store
+from leasectl.store import CLAIM_FROM_HEAD, Store
 from leasectl.throughput import GRACE
 
 SCHEMA = "leasectl"
@@ -61,6 +61,7 @@ PARAMS: dict[str, dict[str, Any]] = {
         "owner": "w-1",
         "ttl": timedelta(seconds=30),
         "limit": 10,
+        **CLAIM_FROM_HEAD,
     },
     "job_claim_by_id": {"id": 1_000_500, "owner": "w-x", "ttl": timedelta(seconds=30)},
     "jobs_heartbeat": {

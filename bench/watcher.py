@@ -21,7 +21,7 @@ import psycopg
 
 from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, median, seed_pending, stop, table
 from bench.drain import leasectl_system, split
-from leasectl.store import Store
+from leasectl.store import CLAIM_FROM_HEAD, Store
 from leasectl.watcher import WatcherConfig, run_pass
 
 WORKER_CONCURRENCY = 10
@@ -63,6 +63,7 @@ def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
         "owner": "explain",
         "ttl": timedelta(seconds=30),
         "limit": limit,
+        **CLAIM_FROM_HEAD,
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
         lines = queries.explain_generic(conn, query, params).splitlines()

@@ -244,7 +244,12 @@ def worker(
         typer.Option(metavar="DURATION", help="On SIGTERM, time for running jobs to finish."),
     ] = "30s",
     poll_interval: Annotated[
-        str, typer.Option(metavar="DURATION", help="Idle wait between claims.")
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Idle wait between claims; a busy worker reads its queues from the head "
+            "at least this often.",
+        ),
     ] = "1s",
     worker_id: Annotated[
         str | None,

@@ -19,7 +19,7 @@ import functools
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -60,6 +60,15 @@ def _interval(value: timedelta) -> bytes:
     return f"{value.days} days {value.seconds} seconds {value.microseconds} microseconds".encode()
 
 
+def _timestamptz(value: datetime | str) -> bytes:
+    """An aware datetime, exact to the microsecond, or the literal ``-infinity``."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.isoformat().encode()
+    if value == "-infinity":
+        return b"-infinity"
+    raise TypeError(f"expected an aware datetime or '-infinity', got {value!r}")
+
+
 # By the parameter type the server inferred (its oid), for a connection's encoding (a Python
 # codec name): the types the hot statements take. (Numbers are ASCII in every encoding.)
 ENCODERS: dict[int, Callable[[str], Encoder]] = {
@@ -71,6 +80,7 @@ ENCODERS: dict[int, Callable[[str], Encoder]] = {
     1007: lambda _: _int_array,  # int4[]
     1016: lambda _: _int_array,  # int8[]
     1186: lambda _: _interval,  # interval
+    1184: lambda _: _timestamptz,  # timestamptz
 }
 
 

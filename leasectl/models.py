@@ -36,6 +36,9 @@ _FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
 
 T = TypeVar("T")
 
+# Where a job stands in its queue's claim order: (priority, run_at, id), smallest first.
+ClaimKey = tuple[int, datetime, int]
+
 
 def _field_names(cls: type[Any]) -> frozenset[str]:
     names = _FIELD_NAMES.get(cls)
@@ -94,7 +97,7 @@ class Job:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
 
     @property
-    def claim_order(self) -> tuple[int, datetime, int]:
+    def claim_order(self) -> ClaimKey:
         """Claims take jobs in this order: priority (smaller first), run_at, id."""
         return (self.priority, self.run_at, self.id)
 
@@ -324,7 +327,7 @@ class PanelJob:
         return SeenState(self.id, self.status, self.attempts, self.lease_owner)
 
     @property
-    def claim_order(self) -> tuple[int, datetime, int]:
+    def claim_order(self) -> ClaimKey:
         """Claims take jobs in this order: priority (smaller first), run_at, id."""
         return (self.priority, self.run_at, self.id)
 

@@ -38,6 +38,7 @@ from leasectl.models import (
     STATUS_BY_VALUE,
     ActionResult,
     Attempt,
+    ClaimKey,
     ConsoleCounts,
     Event,
     ExpiredJob,
@@ -64,6 +65,19 @@ NOTIFY_QUEUE_CHARS = 128
 
 _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
 CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
+# The claim statement's start key when it reads a queue from its head: before every job's
+# (priority is an integer, run_at may be any timestamp, ids are bigints).
+CLAIM_FROM_HEAD: dict[str, Any] = {
+    "from_priority": -(2**31),
+    "from_run_at": "-infinity",
+    "from_id": -(2**63),
+}
+
+
+def _claim_from(key: ClaimKey | None) -> dict[str, Any]:
+    if key is None:
+        return CLAIM_FROM_HEAD
+    return {"from_priority": key[0], "from_run_at": key[1], "from_id": key[2]}
 
 
 @functools.lru_cache(maxsize=32)
@@ -123,7 +137,7 @@ def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
     return [_lease_of(make(row)) for row in rows]
 
 
-def _claim_order(lease: Lease) -> tuple[int, datetime, int]:
+def _claim_order(lease: Lease) -> ClaimKey:
     return lease.job.claim_order
 
 
@@ -407,9 +421,13 @@ class Store:
         limit: int,
         *,
         take_expired: bool = True,
+        from_key: ClaimKey | None = None,
     ) -> tuple[list[Lease], set[int]]:
         """Complete the finished leases ``done`` (fenced) and lease up to ``limit`` (at most
         CLAIM_MAX) due Pending jobs of ``queue`` in one statement: a worker's round trip.
+
+        ``from_key``: lease only jobs at or after this claim key (a job's ``claim_order``), not
+        from the queue's head; the worker's resume point while a backlog drains.
 
         With ``take_expired``, when Pending jobs do not fill the batch a second statement
         takes over lapsed leases of the queue for the rest. Returns the new leases and the ids
@@ -426,6 +444,7 @@ class Store:
                 "queue": queue,
                 "ttl": ttl,
                 "limit": limit,
+                **_claim_from(from_key),
             },
         )
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()

@@ -30,7 +30,7 @@ from typing import Any
 from leasectl.backoff import reconnect_delay, retry_delay
 from leasectl.config import default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
-from leasectl.models import Job, Lease
+from leasectl.models import ClaimKey, Job, Lease
 from leasectl.store import NOTIFY_QUEUE_CHARS, Store
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,7 @@ class Worker:
         self._running = 0  # jobs handed to a handler whose handler has not returned
         self._finished: list[JobContext] = []  # handlers returned: results to write
         self._wake = threading.Event()  # a handler returned, or a NOTIFY said there is work
+        self._announced = threading.Event()  # a NOTIFY said a job was enqueued on our queues
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
 
     @property
@@ -276,8 +277,19 @@ class Worker:
         finished: list[JobContext] = []
         poll_s = self.config.poll_interval.total_seconds()
         expired_checked: dict[str, float] = {}  # queue -> when lapsed leases were looked for
+        # queue -> (claim key to resume from, when the queue was last read from its head).
+        # While claims come back full (a backlog), each starts at the first job of the one
+        # before instead of at the queue's head, over the index entries every claim since the
+        # last vacuum left behind (store.complete_and_claim). A job that lands ahead of that
+        # point (a higher priority, a released lease) is reached when the queue is read from
+        # its head again: after a short claim (at once), an announced enqueue, or at the
+        # latest one poll interval after the last head read.
+        resume: dict[str, tuple[ClaimKey, float]] = {}
         while True:
             self._wake.clear()  # cleared before looking, so no wake-up between is lost
+            if self._announced.is_set():
+                self._announced.clear()
+                resume.clear()
             with self._lock:
                 finished += self._finished
                 self._finished.clear()
@@ -298,9 +310,13 @@ class Worker:
             queue_index += 1
             finished = self._drop_lost(finished)
             sent = time.monotonic()  # the lease runs from the server's now(): after this
+            from_key, head_read_at = resume.pop(name, (None, sent))
+            if sent - head_read_at >= poll_s:
+                from_key, head_read_at = None, sent
             # Lapsed leases are the watcher's to requeue; a worker that found too little Pending
-            # work looks for them too, at most once per poll interval and queue.
-            take_expired = sent - expired_checked.get(name, 0.0) >= poll_s
+            # work (read from the queue's head) looks for them too, at most once per poll
+            # interval and queue.
+            take_expired = from_key is None and sent - expired_checked.get(name, 0.0) >= poll_s
             try:
                 leases, refused = self.store.complete_and_claim(
                     [c.lease for c in finished],
@@ -309,6 +325,7 @@ class Worker:
                     self.config.lease_ttl,
                     free,
                     take_expired=take_expired,
+                    from_key=from_key,
                 )
                 failures = 0
                 self.stats.trips += 1
@@ -323,6 +340,8 @@ class Worker:
                 continue
             if take_expired and len(leases) < free:
                 expired_checked[name] = sent
+            if len(leases) == free:
+                resume[name] = (leases[0].job.claim_order, head_read_at)
             self._written(finished, refused)
             finished = []
             deadline = sent + self.config.lease_ttl.total_seconds()
@@ -336,7 +355,9 @@ class Worker:
                     self._run_job(ctx)  # inline: its result rides on the next trip
                 else:
                     self._jobs.put(ctx)
-            if not leases and queue_index % len(self.config.queues) == 0:
+            # (A short claim from a resume point is no sign of an idle queue: the next trip
+            # reads it from its head, without waiting.)
+            if not leases and from_key is None and queue_index % len(self.config.queues) == 0:
                 with self._lock:
                     idle = not self._finished
                 if idle:
@@ -476,6 +497,7 @@ class Worker:
                     self._wake.set()
                     for payload in notifications(lambda: self.stopping.is_set()):
                         if payload in wanted:
+                            self._announced.set()
                             self._wake.set()
             except ConnectionFailed as exc:
                 failures += 1

@@ -50,10 +50,17 @@ WITH done AS (
     -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
     -- so that a plan made once for all parameters still walks the claim index in order; the
     -- outer one stops that walk after `limit` rows, so only those are locked.
+    -- The walk starts at the claim key `from_*` (priority, run_at, id): a busy worker passes
+    -- the key of the first job of its previous claim, so that it does not step again over the
+    -- index entries of every job claimed since the last vacuum (they stay in the index until
+    -- then, and a walk from the queue's head reads them all: while a backlog drains, that was
+    -- a fifth of the server's time per job). The head itself is (-2^31, -infinity, -2^63),
+    -- before every key. (The worker goes back to the head often: see Worker._dispatch_loop.)
     SELECT id FROM (
         SELECT id
         FROM {schema}.jobs
         WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
+          AND (priority, run_at, id) >= (%(from_priority)s, %(from_run_at)s, %(from_id)s)
         ORDER BY priority, run_at, id
         LIMIT 1000
         FOR UPDATE SKIP LOCKED

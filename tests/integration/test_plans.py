@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from leasectl import queries
+from leasectl.store import CLAIM_FROM_HEAD
 from tests.conftest import SCHEMA
 
 TTL = timedelta(seconds=30)
@@ -148,6 +149,7 @@ def test_complete_and_claim_walks_the_claim_index(
             "queue": "q",
             "ttl": TTL,
             "limit": limit,
+            **CLAIM_FROM_HEAD,
         }
 
     plan = plan_of("jobs_complete_and_claim", params)
@@ -157,6 +159,39 @@ def test_complete_and_claim_walks_the_claim_index(
     assert "Index Scan using job_attempts_pkey on job_attempts" in plan, plan
     assert has_rows(30, plan.split("CTE done_closed")[1].split("CTE picked")[0]), plan
     assert has_rows(limit, plan.split("CTE picked")[1].split("CTE claimed")[0]), plan
+
+
+def test_a_resumed_claim_starts_its_walk_of_the_claim_index_at_its_key(
+    plan_of: Callable[[str, Params], str],
+) -> None:
+    """A draining worker's claim starts at a claim key (Worker._dispatch_loop): the key is the
+    index scan's start (an index condition), not a filter over the entries before it."""
+
+    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        row = conn.execute(
+            "SELECT priority, run_at, id FROM leasectl.jobs WHERE status = 'Pending' "
+            "AND queue = 'q' ORDER BY priority, run_at, id OFFSET 20000 LIMIT 1"
+        ).fetchone()
+        assert row is not None
+        return {
+            "done_ids": [],
+            "done_attempts": [],
+            "owner": "w-1",
+            "queue": "q",
+            "ttl": TTL,
+            "limit": 5,
+            "from_priority": row[0],
+            "from_run_at": row[1],
+            "from_id": row[2],
+        }
+
+    plan = plan_of("jobs_complete_and_claim", params)
+    assert scans_of_big_tables(plan) == [], plan
+    lines = plan.splitlines()
+    [at] = [i for i, line in enumerate(lines) if "Index Scan using jobs_claimable_idx" in line]
+    condition = next(x for x in node_details(lines, at).splitlines() if "Index Cond:" in x)
+    assert "ROW(priority, run_at, id) >= ROW(" in condition, plan
+    assert has_rows(5, plan.split("CTE picked")[1].split("CTE claimed")[0]), plan
 
 
 def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
@@ -199,6 +234,7 @@ def test_key_lookups_are_estimated_at_one_row_each(
             "queue": "q",
             "ttl": TTL,
             "limit": 25,
+            **CLAIM_FROM_HEAD,
         },
         "jobs_claim_expired": {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
         "jobs_heartbeat": {**held(sql_conn, "w-2"), "owner": "w-2", "ttl": TTL},
