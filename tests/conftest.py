@@ -6,14 +6,17 @@ Every test that asks for ``db_dsn`` gets a fresh database cloned from a migrated
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo, sql
 
 from leasectl.store import Store
+from leasectl.worker import Worker, WorkerConfig
 
 SCHEMA = "leasectl"
 
@@ -105,3 +108,24 @@ def sql_conn(db_dsn: str) -> Iterator[psycopg.Connection]:
     """A plain autocommit connection to the test database, for arranging and asserting state."""
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+def run_worker(db_dsn: str) -> Iterator[Any]:
+    """start(handler, **WorkerConfig fields) -> a Worker running in a thread of this process,
+    started; every one is stopped (and must end) after the test."""
+    running: list[tuple[Worker, threading.Thread]] = []
+
+    def start(handler: Any, **config: Any) -> Worker:
+        worker = Worker(db_dsn, SCHEMA, WorkerConfig(**config), handler)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+        thread.start()
+        assert worker.started.wait(10)
+        running.append((worker, thread))
+        return worker
+
+    yield start
+    for worker, thread in running:
+        worker.stop()
+        thread.join(15)
+        assert not thread.is_alive()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from leasectl.models import JobStatus
 from leasectl.store import Store
-from leasectl.worker import JobContext, Worker, WorkerConfig
+from leasectl.worker import JobContext
 from tests.util import wait_until
 
 TTL = timedelta(minutes=5)
@@ -99,25 +98,6 @@ class Backlog:
             self.placed.set()
 
 
-@pytest.fixture
-def run_worker(db_dsn: str) -> Iterator[Any]:
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def start(handler: Any, **config: Any) -> Worker:
-        worker = Worker(db_dsn, "leasectl", WorkerConfig(queues=("r",), **config), handler)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-        thread.start()
-        assert worker.started.wait(10)
-        running.append((worker, thread))
-        return worker
-
-    yield start
-    for worker, thread in running:
-        worker.stop()
-        thread.join(15)
-        assert not thread.is_alive()
-
-
 @pytest.mark.parametrize(
     ("how", "poll_interval"),
     [
@@ -136,7 +116,7 @@ def test_a_job_placed_ahead_of_a_draining_worker_runs_before_the_backlog_ends(
     poll_interval: timedelta,
 ) -> None:
     backlog = Backlog(store, sql_conn)
-    run_worker(backlog.handler, poll_interval=poll_interval)
+    run_worker(backlog.handler, queues=("r",), poll_interval=poll_interval)
     urgent = backlog.place(how)
     assert backlog.urgent_ran.wait(30), "the job ahead of the worker never ran"
     wait_until(lambda: store.get_job(urgent).status == JobStatus.COMPLETED, timeout=20)
@@ -159,7 +139,7 @@ def test_a_short_claim_from_the_resume_point_reads_the_head_at_once(
             reached.set()
             assert placed.wait(20)
 
-    run_worker(handler, poll_interval=timedelta(hours=1))
+    run_worker(handler, queues=("r",), poll_interval=timedelta(hours=1))
     assert reached.wait(20)
     row = sql_conn.execute(
         "INSERT INTO leasectl.jobs (queue, priority) VALUES ('r', 0) RETURNING id"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -12,27 +11,8 @@ import pytest
 
 from leasectl.models import JobStatus
 from leasectl.store import Store
-from leasectl.worker import JobContext, PermanentError, Worker, WorkerConfig
+from leasectl.worker import JobContext, PermanentError
 from tests.util import wait_until
-
-
-@pytest.fixture
-def run_worker(db_dsn: str) -> Iterator[Any]:
-    running: list[tuple[Worker, threading.Thread]] = []
-
-    def start(handler: Any, **config: Any) -> Worker:
-        worker = Worker(db_dsn, "leasectl", WorkerConfig(**config), handler)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
-        thread.start()
-        assert worker.started.wait(10)
-        running.append((worker, thread))
-        return worker
-
-    yield start
-    for worker, thread in running:
-        worker.stop()
-        thread.join(15)
-        assert not thread.is_alive()
 
 
 def test_an_idle_worker_is_woken_by_notify_not_by_polling(store: Store, run_worker: Any) -> None:
