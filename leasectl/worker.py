@@ -493,7 +493,9 @@ class Worker:
             try:
                 with self.store.listen() as notifications:
                     failures = 0
-                    # Anything enqueued before LISTEN took effect was not announced: look once.
+                    # Anything enqueued before LISTEN took effect was not announced: look once,
+                    # from the queues' heads.
+                    self._announced.set()
                     self._wake.set()
                     for payload in notifications(lambda: self.stopping.is_set()):
                         if payload in wanted:
