@@ -74,7 +74,8 @@ CLAIM_FROM_HEAD: dict[str, Any] = {
 }
 
 
-def _claim_from(key: ClaimKey | None) -> dict[str, Any]:
+def claim_from(key: ClaimKey | None) -> dict[str, Any]:
+    """The claim statement's start-key parameters: at ``key``, or the head (None)."""
     if key is None:
         return CLAIM_FROM_HEAD
     return {"from_priority": key[0], "from_run_at": key[1], "from_id": key[2]}
@@ -444,7 +445,7 @@ class Store:
                 "queue": queue,
                 "ttl": ttl,
                 "limit": limit,
-                **_claim_from(from_key),
+                **claim_from(from_key),
             },
         )
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()

@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from leasectl import queries
-from leasectl.store import CLAIM_FROM_HEAD
+from leasectl.models import ClaimKey
+from leasectl.store import claim_from
 from tests.conftest import SCHEMA
 
 TTL = timedelta(seconds=30)
@@ -101,6 +102,23 @@ def held(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[int]]:
     return {"ids": [r[0] for r in rows], "attempts": [r[1] for r in rows]}
 
 
+def claim_params(
+    conn: psycopg.Connection[Any], limit: int, *, key: ClaimKey | None = None, complete: bool = True
+) -> dict[str, Any]:
+    """jobs_complete_and_claim's parameters for worker w-1 on queue q: its held leases completed
+    (or none), then up to ``limit`` jobs claimed from ``key`` (None: the queue's head)."""
+    done = held(conn, "w-1") if complete else {"ids": [], "attempts": []}
+    return {
+        "done_ids": done["ids"],
+        "done_attempts": done["attempts"],
+        "owner": "w-1",
+        "queue": "q",
+        "ttl": TTL,
+        "limit": limit,
+        **claim_from(key),
+    }
+
+
 def has_rows(n: int, plan: str) -> bool:
     """An executed node of ``plan`` returned ``n`` rows (PostgreSQL 18 prints "rows=30.00")."""
     return re.search(rf"actual [^)]*rows={n}(\.0+)? ", plan) is not None
@@ -140,19 +158,7 @@ def node_details(lines: list[str], at: int) -> str:
 def test_complete_and_claim_walks_the_claim_index(
     plan_of: Callable[[str, Params], str], limit: int
 ) -> None:
-    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
-        done = held(conn, "w-1")
-        return {
-            "done_ids": done["ids"],
-            "done_attempts": done["attempts"],
-            "owner": "w-1",
-            "queue": "q",
-            "ttl": TTL,
-            "limit": limit,
-            **CLAIM_FROM_HEAD,
-        }
-
-    plan = plan_of("jobs_complete_and_claim", params)
+    plan = plan_of("jobs_complete_and_claim", lambda conn: claim_params(conn, limit))
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_claimable_idx on jobs" in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the completions, by id
@@ -172,20 +178,9 @@ def test_a_resumed_claim_starts_its_walk_of_the_claim_index_at_its_key(
             "SELECT priority, run_at, id FROM leasectl.jobs WHERE status = 'Pending' "
             "AND queue = 'q' ORDER BY priority, run_at, id OFFSET 20000 LIMIT 1"
         ).fetchone()
-        key = (
-            {"from_priority": row[0], "from_run_at": row[1], "from_id": row[2]}
-            if row is not None
-            else CLAIM_FROM_HEAD  # the plan made on empty tables
-        )
-        return {
-            "done_ids": [],
-            "done_attempts": [],
-            "owner": "w-1",
-            "queue": "q",
-            "ttl": TTL,
-            "limit": 5,
-            **key,
-        }
+        # (No Pending job yet for the plan made on empty tables: from the head.)
+        key = (row[0], row[1], row[2]) if row is not None else None
+        return claim_params(conn, 5, key=key, complete=False)
 
     plan = plan_of("jobs_complete_and_claim", params)
     assert scans_of_big_tables(plan) == [], plan
@@ -230,14 +225,7 @@ def test_key_lookups_are_estimated_at_one_row_each(
     seed_leases(sql_conn)
     analyze(sql_conn)
     params: dict[str, dict[str, Any]] = {
-        "jobs_complete_and_claim": {
-            **{f"done_{k}": v for k, v in held(sql_conn, "w-1").items()},
-            "owner": "w-1",
-            "queue": "q",
-            "ttl": TTL,
-            "limit": 25,
-            **CLAIM_FROM_HEAD,
-        },
+        "jobs_complete_and_claim": claim_params(sql_conn, 25),
         "jobs_claim_expired": {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
         "jobs_heartbeat": {**held(sql_conn, "w-2"), "owner": "w-2", "ttl": TTL},
         "jobs_release": {**held(sql_conn, "w-3"), "owner": "w-3"},
