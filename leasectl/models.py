@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
@@ -52,21 +53,52 @@ def _from_row(cls: type[Any], row: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in row.items() if k in names})
 
 
+def _same(row: Sequence[Any]) -> Sequence[Any]:
+    return row
+
+
 def _from_tuples(
     cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> tuple[T, ...]:
-    """Tuple rows (columns ``names``) -> instances of the dataclass ``cls``, positionally and
-    without a dict per row, its ``status`` field made a JobStatus. A column may be missing only
-    for a field with a default."""
+    """Tuple rows (columns ``names``) -> instances of the dataclass ``cls``, its ``status`` field
+    made a JobStatus. A column may be missing only for a field with a default; extra columns are
+    ignored.
+
+    Many rows come this way (a claim batch, a console refresh, a watcher pass of 100,000), so
+    each instance's ``__dict__`` is filled in one step, without ``__init__``: a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which made this
+    three times slower. Hence ``cls`` must have no ``__post_init__`` nor slots; every field is
+    set, as ``__init__`` would set it.
+    """
+    if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
+        raise TypeError(f"{cls.__name__} cannot be built without its __init__")
     columns = fields(cls)  # type: ignore[arg-type]
-    at = [names.index(f.name) if f.name in names or f.default is MISSING else None for f in columns]
-    defaults: list[Any] = [f.default for f in columns]
-    status = [f.name for f in columns].index("status")
+    keys = tuple(f.name for f in columns if f.name in names)
+    defaults = {f.name: f.default for f in columns if f.name not in names}
+    if MISSING in defaults.values() or any(
+        f.default_factory is not MISSING for f in columns if f.name in defaults
+    ):
+        missing = sorted(k for k, d in defaults.items() if d is MISSING)
+        raise ValueError(f"{cls.__name__}: no column for {', '.join(missing) or 'a field'}")
+    at = [names.index(k) for k in keys]
+    pick: Callable[[Sequence[Any]], Sequence[Any]]
+    if at == list(range(len(names))):
+        pick = _same  # the columns are the fields, in order
+    elif len(at) > 1:
+        pick = operator.itemgetter(*at)
+    else:
+        pick = lambda row: [row[i] for i in at]  # noqa: E731
+    status = STATUS_BY_VALUE
+    new = object.__new__
     made = []
     for row in rows:
-        values = [row[i] if i is not None else d for i, d in zip(at, defaults, strict=True)]
-        values[status] = STATUS_BY_VALUE[values[status]]
-        made.append(cls(*values))
+        values = dict(zip(keys, pick(row), strict=True))
+        values["status"] = status[values["status"]]
+        if defaults:
+            values.update(defaults)
+        obj = new(cls)
+        obj.__dict__.update(values)
+        made.append(obj)
     return tuple(made)
 
 

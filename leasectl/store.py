@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -795,7 +794,7 @@ class Store:
                 results: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for name, args in (
                     ("console_snapshot_begin", params),
-                    ("console_statement_timeout", params),
+                    ("console_settings", params),
                     ("console_counts", params),
                     ("console_throughput", params),
                     ("status_finished_estimate", params),
@@ -824,12 +823,9 @@ class Store:
         db_now = counts_row["db_now"]
         # The Stuck panel: Stuck jobs and expired leases, longest lapsed first. The Processing
         # rows, soonest expiry first, begin with every expired lease (or the first ``limit``),
-        # so the expired leases need no second pass over the Processing set.
-        expired = [
-            dataclasses.replace(j, risk_window=None)
-            for j in processing
-            if j.lease_until is not None and j.lease_until < db_now
-        ]
+        # so the expired leases need no second pass over the Processing set: they are the same
+        # rows (an expired lease's risk window no longer matters).
+        expired = [j for j in processing if j.lease_until is not None and j.lease_until < db_now]
         stuck = tuple(sorted((*expired, *stuck_only), key=self._lapsed_order)[: params["limit"]])
         throughput = self._throughput.merge(queue, params["since"], per_minute, db_now, minutes)
         estimate = {r["status"]: int(r["jobs"]) for r in estimated}
