@@ -116,7 +116,7 @@ def main() -> None:
         name: console
         for name in queries.all_queries()
         if name.startswith("console_")
-        and name not in ("console_snapshot_begin", "console_statement_timeout")
+        and name not in ("console_snapshot_begin", "console_settings")
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
         for qname, params in {**PARAMS, **extra}.items():

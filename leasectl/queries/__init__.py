@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -140,8 +140,11 @@ class Explain(Protocol):
 
 
 @contextlib.contextmanager
-def generic_plan(conn: Connection[Any], query: sql.Composed) -> Iterator[Explain]:
-    """``query`` prepared as the worker's sessions run it (WORKER_SETTINGS); yields a function
+def generic_plan(
+    conn: Connection[Any], query: sql.Composed, settings: Mapping[str, str] = WORKER_SETTINGS
+) -> Iterator[Explain]:
+    """``query`` prepared as the worker's sessions run it (``settings``: WORKER_SETTINGS unless
+    given, each made for the transaction of each EXPLAIN); yields a function
     that runs ``EXPLAIN ANALYZE EXECUTE`` with given parameters (in a transaction rolled back)
     and returns the plan (with ``analyze=False``: ``EXPLAIN``, the planner's estimates). The
     plan is made at the first call and reused by the later ones, as in a worker's session."""
@@ -165,7 +168,7 @@ def generic_plan(conn: Connection[Any], query: sql.Composed) -> Iterator[Explain
         def run(params: dict[str, Any], *, analyze: bool = True) -> str:
             explain = analyzed if analyze else estimated
             with conn.transaction(force_rollback=True):
-                for name, value in WORKER_SETTINGS.items():
+                for name, value in settings.items():
                     conn.execute("SELECT set_config(%s, %s, true)", (name, value))
                 # Values as literals: EXPLAIN EXECUTE takes no bound parameters.
                 rows = ClientCursor(conn).execute(explain.format(args), params).fetchall()

@@ -9,10 +9,14 @@
 -- Start the console's snapshot transaction: one MVCC snapshot and one now() for every query.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
--- name: console_statement_timeout
--- Bound every console query, so that a refresh never hangs on a sick server; and no JIT
--- compilation, which costs milliseconds for queries that each run in about one.
-SELECT set_config('statement_timeout', %(timeout_ms)s::text, true), set_config('jit', 'off', true);
+-- name: console_settings
+-- Bound every console query, so that a refresh never hangs on a sick server; no JIT
+-- compilation, which costs milliseconds for queries that each run in about one; and generic
+-- plans: the console runs the same statements every second, and planning some of them afresh
+-- (as PostgreSQL chose to) cost more than running them. Every generic plan reads the live rows
+-- through their partial indexes (tests/console/test_snapshot_query.py).
+SELECT set_config('statement_timeout', %(timeout_ms)s::text, true), set_config('jit', 'off', true),
+       set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: console_counts
 -- Exact live counts (each from its partial index), oldest due Pending, at-risk and expired leases,

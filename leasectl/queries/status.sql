@@ -50,7 +50,7 @@ WITH held AS (
     GROUP BY lease_owner
 ), seen AS (
     SELECT * FROM {schema}.workers
-    WHERE last_seen_at > now() - %(window)s
+    WHERE last_seen_at > now() - %(window)s::interval
 )
 SELECT coalesce(w.worker_id, h.lease_owner) AS owner,
        coalesce(w.hostname, o.hostname) AS hostname, coalesce(w.pid, o.pid) AS pid,

@@ -38,7 +38,7 @@ def test_console_sql_is_named_and_described() -> None:
     names = [n for n in queries.all_queries() if n.startswith("console_")]
     assert {
         "console_snapshot_begin",
-        "console_statement_timeout",
+        "console_settings",
         "console_counts",
         "console_throughput",
         "console_pending",

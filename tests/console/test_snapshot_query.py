@@ -174,6 +174,15 @@ def test_refresh_queries_use_indexes_on_a_big_history(
                 r[0] for r in sql_conn.execute("EXPLAIN (COSTS OFF) " + query, {**params, **extra})
             )
             assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
+    # The console runs them with generic plans (console_settings), made once for any filter.
+    generic = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
+    filters = ({}, {"queue": "payments"}, {"owner": "w-"}, {"job_id": 1})
+    for name in [*CONSOLE_QUERIES, "status_owners"]:
+        query = queries.get(name).render("leasectl")
+        with queries.generic_plan(sql_conn, query, generic) as explain:
+            for extra in filters:
+                plan = explain({**params, **extra, "window": timedelta(hours=1)}, analyze=False)
+                assert "Seq Scan on jobs" not in plan, f"{name} generic {extra}:\n{plan}"
     snap = store.console_snapshot(None, 100)
     # 29 whole minutes and the current one so far, at one every 3 s
     assert 29 * 20 - 1 <= sum(snap.throughput) <= 30 * 20
