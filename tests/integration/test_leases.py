@@ -290,6 +290,37 @@ def test_watcher_requeues_expired_and_writes_audit(
     assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
 
 
+def test_watcher_event_documents_hold_the_state_before_and_after(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.enqueue([{}], queue="q")
+    store.claim("q", "dead-worker", TTL)
+    expire(sql_conn, job_id)
+    was = sql_conn.execute(
+        "SELECT to_jsonb(lease_until) #>> '{}', to_jsonb(heartbeat_at) #>> '{}' "
+        "FROM leasectl.jobs WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert was is not None
+    run_pass(store, WatcherConfig(actor="watcher@test"))
+    row = sql_conn.execute(
+        "SELECT e.before, e.after, to_jsonb(j.run_at) #>> '{}' "
+        "FROM leasectl.job_events AS e JOIN leasectl.jobs AS j ON j.id = e.job_id "
+        "WHERE e.job_id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    before, after, run_at = row
+    assert before == {
+        "status": "Processing",
+        "attempts": 1,
+        "lease_owner": "dead-worker",
+        "lease_until": was[0],
+        "heartbeat_at": was[1],
+    }
+    assert after == {"status": "Pending", "attempts": 1, "lease_until": None, "run_at": run_at}
+
+
 def expired_leases(store: Store, conn: psycopg.Connection[Any], n: int) -> list[int]:
     """n jobs of queue q leased by w, their leases lapsed."""
     ids = store.enqueue([{}] * n, queue="q")
