@@ -500,7 +500,14 @@ def would_become(job: ExpiredJob, mode: str) -> JobStatus:
     return JobStatus.FAILED if job.attempts >= job.max_attempts else JobStatus.PENDING
 
 
-def watcher_renderables(result: WatcherResult, db_now: datetime, mode: str) -> list[RenderableType]:
+# The human listing of a watcher pass stops here: a pass may move 100,000 jobs, which would
+# take Rich minutes to print and nobody to read. --json lists every one.
+LISTED_JOBS = 50
+
+
+def watcher_renderables(
+    result: WatcherResult, db_now: datetime, mode: str, *, listed: int = LISTED_JOBS
+) -> list[RenderableType]:
     title = "expired leases (dry run: nothing changed)" if result.dry_run else "jobs moved"
     table = _table(title)
     table.add_column("id", justify="right")
@@ -509,7 +516,7 @@ def watcher_renderables(result: WatcherResult, db_now: datetime, mode: str) -> l
     table.add_column("lease lapsed")
     table.add_column("att.", justify="right")
     table.add_column("would be" if result.dry_run else "now")
-    for j in result.jobs:
+    for j in result.jobs[:listed]:
         status = would_become(j, mode) if result.dry_run else j.status
         lapsed = Text(clock(j.lease_until))
         if j.lease_until is not None:
@@ -524,7 +531,11 @@ def watcher_renderables(result: WatcherResult, db_now: datetime, mode: str) -> l
         )
     parts: list[RenderableType] = []
     if result.jobs:
-        parts.extend([table, Text()])
+        parts.append(table)
+        if len(result.jobs) > listed:
+            more = len(result.jobs) - listed
+            parts.append(Text(f"... and {more} more job(s), not listed; --json lists all", "dim"))
+        parts.append(Text())
     if result.dry_run:
         counts: dict[JobStatus, int] = {}
         for j in result.jobs:

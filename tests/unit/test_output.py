@@ -365,6 +365,22 @@ def test_watcher_output() -> None:
     assert "requeued 0, failed 0" in moved
 
 
+def test_a_large_pass_lists_only_its_first_jobs_and_says_how_many_more() -> None:
+    jobs = tuple(
+        ExpiredJob(i, "q", JobStatus.PENDING, 1, 5, OWNER, NOW - timedelta(minutes=1), None)
+        for i in range(100_001, 100_001 + output.LISTED_JOBS + 7)
+    )
+    text = render(
+        output.watcher_renderables(WatcherResult(requeued=len(jobs), jobs=jobs), NOW, "x")
+    )
+    listed = [j.id for j in jobs if str(j.id) in text]
+    assert listed == [j.id for j in jobs[: output.LISTED_JOBS]]
+    assert "and 7 more job(s), not listed; --json lists all" in text
+    assert f"requeued {len(jobs)}" in text
+    short = render(output.watcher_renderables(WatcherResult(jobs=jobs[:3]), NOW, "requeue"))
+    assert "more job(s)" not in short
+
+
 def test_action_output() -> None:
     result = ActionResult("requeue", (1, 2, 3), (Skipped(9, "a Completed job cannot be requeued"),))
     text = render(output.action_renderables(result))
