@@ -109,7 +109,6 @@ def main() -> None:
         "since": None,  # console_throughput's first count: the whole window
         "grace": GRACE,
         "risk_window": timedelta(seconds=10),
-        "timeout_ms": "5000",
         "schema": SCHEMA,
     }
     extra = {

@@ -783,7 +783,11 @@ class Store:
             "minutes": minutes,
             "since": self._throughput.since(queue),
             "grace": GRACE,
-            "timeout_ms": str(max(1, int(timeout.total_seconds() * 1000))),
+            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
+            "setting_values": [
+                *queries.CONSOLE_SETTINGS.values(),
+                str(max(1, int(timeout.total_seconds() * 1000))),
+            ],
             "schema": self.schema,
         }
         owner_params = {"window": owner_window, "limit": owner_limit}

@@ -135,6 +135,23 @@ WORKER_SETTINGS = {
 }
 
 
+# The console's sessions: its refresh runs the same statements every second, each planned
+# once (PostgreSQL chose to plan some afresh on every refresh, which cost more than running
+# them), and with index paths only, for the reason the worker's are: a plan made while the
+# table was small (a new install, a quiet hour) is kept, and a sequential scan or hash join
+# chosen then would read the whole table on every later refresh. Every console query has an
+# index path (tests/console/test_snapshot_query.py). Set per refresh transaction, with its
+# statement_timeout, by console_settings.
+CONSOLE_SETTINGS = {
+    "plan_cache_mode": "force_generic_plan",
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
+    "enable_hashjoin": "off",
+    "enable_mergejoin": "off",
+    "jit": "off",
+}
+
+
 class Explain(Protocol):
     def __call__(self, params: dict[str, Any], *, analyze: bool = True) -> str: ...
 
@@ -168,8 +185,11 @@ def generic_plan(
         def run(params: dict[str, Any], *, analyze: bool = True) -> str:
             explain = analyzed if analyze else estimated
             with conn.transaction(force_rollback=True):
-                for name, value in settings.items():
-                    conn.execute("SELECT set_config(%s, %s, true)", (name, value))
+                conn.execute(
+                    "SELECT set_config(name, value, true) FROM unnest(%s::text[], %s::text[])"
+                    " AS s(name, value)",
+                    (list(settings), list(settings.values())),
+                )
                 # Values as literals: EXPLAIN EXECUTE takes no bound parameters.
                 rows = ClientCursor(conn).execute(explain.format(args), params).fetchall()
             return "\n".join(line for (line,) in rows)

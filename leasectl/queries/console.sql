@@ -10,13 +10,11 @@
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: console_settings
--- Bound every console query, so that a refresh never hangs on a sick server; no JIT
--- compilation, which costs milliseconds for queries that each run in about one; and generic
--- plans: the console runs the same statements every second, and planning some of them afresh
--- (as PostgreSQL chose to) cost more than running them. Every generic plan reads the live rows
--- through their partial indexes (tests/console/test_snapshot_query.py).
-SELECT set_config('statement_timeout', %(timeout_ms)s::text, true), set_config('jit', 'off', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true);
+-- The refresh transaction's settings: %(setting_names)s = %(setting_values)s, pairwise. They are
+-- queries.CONSOLE_SETTINGS (generic plans, index paths only, no JIT) and a statement_timeout
+-- that bounds every console query, so that a refresh never hangs on a sick server.
+SELECT set_config(s.name, s.value, true)
+FROM unnest(%(setting_names)s::text[], %(setting_values)s::text[]) AS s(name, value);
 
 -- name: console_counts
 -- Exact live counts (each from its partial index), oldest due Pending, at-risk and expired leases,

@@ -174,12 +174,11 @@ def test_refresh_queries_use_indexes_on_a_big_history(
                 r[0] for r in sql_conn.execute("EXPLAIN (COSTS OFF) " + query, {**params, **extra})
             )
             assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
-    # The console runs them with generic plans (console_settings), made once for any filter.
-    generic = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
+    # The console runs them with generic plans (CONSOLE_SETTINGS), made once for any filter.
     filters = ({}, {"queue": "payments"}, {"owner": "w-"}, {"job_id": 1})
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
-        with queries.generic_plan(sql_conn, query, generic) as explain:
+        with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
             for extra in filters:
                 plan = explain({**params, **extra, "window": timedelta(hours=1)}, analyze=False)
                 assert "Seq Scan on jobs" not in plan, f"{name} generic {extra}:\n{plan}"
@@ -187,6 +186,33 @@ def test_refresh_queries_use_indexes_on_a_big_history(
     # 29 whole minutes and the current one so far, at one every 3 s
     assert 29 * 20 - 1 <= sum(snap.throughput) <= 30 * 20
     assert snap.counts.processing == 5 and snap.pending[0].status == JobStatus.PENDING
+
+
+def test_refresh_plans_made_on_empty_tables_read_only_through_indexes(
+    sql_conn: psycopg.Connection,
+) -> None:
+    """A console started on a new install keeps the generic plans it made then: none of them
+    may scan or hash a whole table, which would read the history that arrives later."""
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    params = {
+        "queue": None,
+        "owner": None,
+        "job_id": None,
+        "limit": 100,
+        "risk_window": timedelta(seconds=10),
+        "minutes": 30,
+        "since": None,
+        "grace": GRACE,
+        "window": timedelta(hours=1),
+    }
+    for name in [*CONSOLE_QUERIES, "status_owners"]:
+        query = queries.get(name).render("leasectl")
+        with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
+            for extra in ({}, {"queue": "payments", "owner": "w-", "job_id": 1}):
+                plan = explain({**params, **extra}, analyze=False)
+                assert not re.search(r"Seq Scan on jobs|Hash Join|Merge Join|Bitmap", plan), (
+                    f"{name} {extra}:\n{plan}"
+                )
 
 
 def test_an_owner_that_fell_out_of_the_window_keeps_its_intervals(
