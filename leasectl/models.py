@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
@@ -57,6 +58,10 @@ def _same(row: Sequence[Any]) -> Sequence[Any]:
     return row
 
 
+def _pick_one(at: int, row: Sequence[Any]) -> Sequence[Any]:
+    return (row[at],)
+
+
 def _from_tuples(
     cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> tuple[T, ...]:
@@ -75,11 +80,9 @@ def _from_tuples(
     columns = fields(cls)  # type: ignore[arg-type]
     keys = tuple(f.name for f in columns if f.name in names)
     defaults = {f.name: f.default for f in columns if f.name not in names}
-    if MISSING in defaults.values() or any(
-        f.default_factory is not MISSING for f in columns if f.name in defaults
-    ):
-        missing = sorted(k for k, d in defaults.items() if d is MISSING)
-        raise ValueError(f"{cls.__name__}: no column for {', '.join(missing) or 'a field'}")
+    missing = sorted(name for name, default in defaults.items() if default is MISSING)
+    if missing:  # (a default_factory counts as no default)
+        raise ValueError(f"{cls.__name__}: no column for {', '.join(missing)}")
     at = [names.index(k) for k in keys]
     pick: Callable[[Sequence[Any]], Sequence[Any]]
     if at == list(range(len(names))):
@@ -87,7 +90,7 @@ def _from_tuples(
     elif len(at) > 1:
         pick = operator.itemgetter(*at)
     else:
-        pick = lambda row: [row[i] for i in at]  # noqa: E731
+        pick = functools.partial(_pick_one, at[0])
     status = STATUS_BY_VALUE
     new = object.__new__
     made = []

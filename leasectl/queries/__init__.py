@@ -160,11 +160,11 @@ class Explain(Protocol):
 def generic_plan(
     conn: Connection[Any], query: sql.Composed, settings: Mapping[str, str] = WORKER_SETTINGS
 ) -> Iterator[Explain]:
-    """``query`` prepared as the worker's sessions run it (``settings``: WORKER_SETTINGS unless
-    given, each made for the transaction of each EXPLAIN); yields a function
-    that runs ``EXPLAIN ANALYZE EXECUTE`` with given parameters (in a transaction rolled back)
-    and returns the plan (with ``analyze=False``: ``EXPLAIN``, the planner's estimates). The
-    plan is made at the first call and reused by the later ones, as in a worker's session."""
+    """``query`` prepared as a session with ``settings`` runs it (the worker's, unless given;
+    set for each EXPLAIN's transaction); yields a function that runs ``EXPLAIN ANALYZE
+    EXECUTE`` with given parameters (in a transaction rolled back) and returns the plan (with
+    ``analyze=False``: ``EXPLAIN``, the planner's estimates). The plan is made at the first
+    call and reused by the later ones, as in such a session."""
     text, names = numbered(query.as_string(conn))
     conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(text))
     try:
