@@ -103,12 +103,12 @@ def test_panels_fill_from_seeded_jobs(
         assert {j.id for j in pending.items} >= set(seeded.pending) | {seeded.delayed}
         assert processing.row_count == 5
         # Expired first, each marked by text as well as colour; then the one at risk.
-        first = [str(processing.get_row_at(i)[0]) for i in range(3)]
+        first = [str(processing.cells_at(i)[0]) for i in range(3)]
         assert first == ["✖ expired", "✖ expired", "⚠ at risk"]
         assert {j.id for j in processing.items[:2]} == {le.job_id for le in seeded.expired}
         assert {j.id for j in stuck.items} == {seeded.stuck, *(le.job_id for le in seeded.expired)}
         rows = {job.id: i for i, job in enumerate(stuck.items)}
-        diagnoses = {str(stuck.get_row_at(rows[le.job_id])[5]) for le in seeded.expired}
+        diagnoses = {str(stuck.cells_at(rows[le.job_id])[5]) for le in seeded.expired}
         assert diagnoses == {"○ owner silent"}
         assert {o.owner for o in owners.items} == {ALIVE, SILENT}
         counts = str(main.query_one("#counts").render())

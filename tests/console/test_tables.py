@@ -82,7 +82,7 @@ def with_table(check: Callable[[ProcessingTable, dict[str, int]], None]) -> None
 
 def keys(table: ProcessingTable) -> list[str]:
     """The job ids the table shows, top to bottom (rows are keyed by position)."""
-    return [table.get_row_at(i)[1].plain.strip() for i in range(table.row_count)]
+    return [table.cells_at(i)[1].plain.strip() for i in range(table.row_count)]
 
 
 def test_same_rows_unchanged_leave_the_table_alone() -> None:
@@ -250,3 +250,41 @@ def test_a_cell_is_drawn_as_rich_draws_it() -> None:
                 rich = console.render_lines(Styled(Padding(cell, (0, 1)), pre, post), options)[0]
                 quick = cell_segments(console, cell, width, 1, pre, post)
                 assert drawn(Strip(quick)) == drawn(Strip(rich)), (cell, width, post)
+
+
+def test_rows_out_of_sight_are_made_only_when_drawn_or_read() -> None:
+    """A panel lists up to 100 rows and shows a dozen: a poll or a tick makes the cells of the
+    rows in sight; a row that comes into sight later shows the cells of the latest tick."""
+
+    async def run() -> None:
+        app = TableApp()
+        async with app.run_test(size=(120, 20)) as pilot:
+            table = app.query_one(ProcessingTable)
+            made: list[int] = []
+            original = table.cells
+
+            def counted(item: PanelJob, row_ctx: RowContext) -> tuple[Text, ...]:
+                made.append(item.id)
+                return original(item, row_ctx)
+
+            table.cells = counted  # type: ignore[method-assign]
+            jobs = [running(i, 60 + i) for i in range(1, 101)]
+            table.show(jobs, ctx())
+            await pilot.pause()
+            assert 10 <= len(set(made)) <= 40, made  # the rows in sight and a margin, not 100
+            made.clear()
+            table.tick(ctx(30))  # the clock moved on: 30 s less on every lease
+            await pilot.pause()
+            assert 10 <= len(set(made)) <= 40 and 80 not in made, made
+            # Read without being drawn: made now, from the latest tick.
+            assert table.cells_at(79)[3].plain.strip() == "1m50s"  # job 80: 140 s - 30 s
+            # Scrolled into sight: drawn from the latest tick too.
+            table.move_cursor(row=99, animate=False)
+            await pilot.pause()
+            assert 100 in made
+            lines = [
+                "".join(seg.text for seg in table.render_line(y)) for y in range(table.size.height)
+            ]
+            assert any("100" in line.split() and "2m10s" in line.split() for line in lines), lines
+
+    asyncio.run(run())

@@ -157,7 +157,9 @@ class PanelTable(DataTable[Text], Generic[Row]):
             cursor_foreground_priority="renderable",
         )
         self.items: list[Row] = []
-        self._shown: list[tuple[Text, ...]] = []  # each table row's cells, by position
+        # Each table row's cells, by position; None for a row out of sight whose cells were not
+        # made since its item or the clock changed (made when it is drawn or read).
+        self._shown: list[tuple[Text, ...] | None] = []
         self._widths: tuple[int | None, ...] = ()
         self._ctx: RowContext | None = None
         self._paint: Paint | None = None
@@ -211,7 +213,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
         if row >= len(self._shown) or not self.columns:
             return Strip.blank(width, paint.base)
         columns = self.ordered_columns
-        cells = tuple(c.label for c in columns) if row == -1 else self._shown[row]
+        cells = tuple(c.label for c in columns) if row == -1 else self._cells_at(row)
         widths = tuple(column.get_render_width(self) for column in columns)
         row_style = paint.row_style(row)
         component = paint.component(row)
@@ -311,19 +313,30 @@ class PanelTable(DataTable[Text], Generic[Row]):
             self.refresh()
 
     def _sync(self, ctx: RowContext) -> None:
+        """Make the cells of the rows in sight (and a few around them); the others only learn
+        that theirs are out of date: a panel lists up to a limit of rows (100 by default) but
+        shows a dozen, and a tick would make every cell of every row each second."""
         shown = self._shown
+        sight = self._in_sight()
         for row, item in enumerate(self.items):
+            if row not in sight:
+                if row < len(shown):
+                    shown[row] = None
+                else:
+                    self.add_row(*self._blank(), key=str(row))
+                    shown.append(None)
+                continue
             cells = self.cells(item, ctx)
             if row >= len(shown):
                 self.add_row(*cells, key=str(row))
                 shown.append(cells)
                 continue
             old = shown[row]
-            if same_cells(old, cells):
+            if old is not None and same_cells(old, cells):
                 continue
-            for (column, _, _), before, after in zip(self.COLUMNS, old, cells, strict=True):
-                if not same_text(before, after):
-                    self.update_cell(str(row), column, after)
+            for index, (column, _, _) in enumerate(self.COLUMNS):
+                if old is None or not same_text(old[index], cells[index]):
+                    self.update_cell(str(row), column, cells[index])
             shown[row] = cells
         if not self.items and shown:
             self.clear()
@@ -333,6 +346,42 @@ class PanelTable(DataTable[Text], Generic[Row]):
             self.remove_row(str(len(shown)))
         for row in [row for row in self._lines if row >= len(shown)]:
             del self._lines[row]
+
+    # Rows made around the ones in sight, so that a step of the cursor or the scroll draws rows
+    # already made.
+    SIGHT_MARGIN = 5
+
+    def _in_sight(self) -> range:
+        top = self.scroll_offset.y
+        rows = max(0, self.size.height - 1)  # below the header
+        return range(max(0, top - self.SIGHT_MARGIN), top + rows + self.SIGHT_MARGIN)
+
+    def _blank(self) -> tuple[Text, ...]:
+        return tuple(Text() for _ in self.COLUMNS)
+
+    def _cells_at(self, row: int) -> tuple[Text, ...]:
+        """The cells of table row ``row``, made now if they are out of date (a row that comes
+        into sight; its DataTable cells are brought up to date without a repaint of their own,
+        as the row is being drawn)."""
+        cells = self._shown[row]
+        if cells is None:
+            ctx = self._ctx
+            cells = self.cells(self.items[row], ctx) if ctx is not None else self._blank()
+            self._shown[row] = cells
+            deferring, self._deferring = self._deferring, True
+            repaint = self._repaint_deferred
+            try:
+                for (column, _, _), cell in zip(self.COLUMNS, cells, strict=True):
+                    self.update_cell(str(row), column, cell)
+            finally:
+                self._deferring, self._repaint_deferred = deferring, repaint
+        return cells
+
+    def cells_at(self, row: int) -> tuple[Text, ...]:
+        """What table row ``row`` shows, or would show when scrolled into sight.
+        (``get_row_at`` holds the cells of a row out of sight only once it was drawn: DataTable
+        reads it for every row it adds, and would make them all.)"""
+        return self._cells_at(row)
 
     def item_at(self, row: int) -> Row | None:
         return self.items[row] if 0 <= row < len(self.items) else None
