@@ -143,6 +143,18 @@ CONSOLE_QUERIES = [
     "console_processing",
     "console_stuck",
 ]
+# The console queries' parameters (status_owners' too), unfiltered.
+PARAMS = {
+    "queue": None,
+    "owner": None,
+    "job_id": None,
+    "limit": 100,
+    "risk_window": timedelta(seconds=10),
+    "minutes": 30,
+    "since": None,
+    "grace": GRACE,
+    "window": timedelta(hours=1),
+}
 
 
 @pytest.mark.slow
@@ -157,21 +169,11 @@ def test_refresh_queries_use_indexes_on_a_big_history(
         "FROM generate_series(1, 300000) AS g"
     )
     sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
-    params = {
-        "queue": None,
-        "owner": None,
-        "job_id": None,
-        "limit": 100,
-        "risk_window": timedelta(seconds=10),
-        "minutes": 30,
-        "since": None,
-        "grace": GRACE,
-    }
     for name in CONSOLE_QUERIES:
         for extra in ({}, {"queue": "payments"}):
             query = queries.get(name).render("leasectl").as_string(sql_conn)
             plan = "\n".join(
-                r[0] for r in sql_conn.execute("EXPLAIN (COSTS OFF) " + query, {**params, **extra})
+                r[0] for r in sql_conn.execute("EXPLAIN (COSTS OFF) " + query, {**PARAMS, **extra})
             )
             assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
     # The console runs them with generic plans (CONSOLE_SETTINGS), made once for any filter.
@@ -180,7 +182,7 @@ def test_refresh_queries_use_indexes_on_a_big_history(
         query = queries.get(name).render("leasectl")
         with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
             for extra in filters:
-                plan = explain({**params, **extra, "window": timedelta(hours=1)}, analyze=False)
+                plan = explain({**PARAMS, **extra}, analyze=False)
                 assert "Seq Scan on jobs" not in plan, f"{name} generic {extra}:\n{plan}"
     snap = store.console_snapshot(None, 100)
     # 29 whole minutes and the current one so far, at one every 3 s
@@ -194,22 +196,11 @@ def test_refresh_plans_made_on_empty_tables_read_only_through_indexes(
     """A console started on a new install keeps the generic plans it made then: none of them
     may scan or hash a whole table, which would read the history that arrives later."""
     sql_conn.execute("ANALYZE leasectl.jobs")
-    params = {
-        "queue": None,
-        "owner": None,
-        "job_id": None,
-        "limit": 100,
-        "risk_window": timedelta(seconds=10),
-        "minutes": 30,
-        "since": None,
-        "grace": GRACE,
-        "window": timedelta(hours=1),
-    }
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
         with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
             for extra in ({}, {"queue": "payments", "owner": "w-", "job_id": 1}):
-                plan = explain({**params, **extra}, analyze=False)
+                plan = explain({**PARAMS, **extra}, analyze=False)
                 assert not re.search(r"Seq Scan on jobs|Hash Join|Merge Join|Bitmap", plan), (
                     f"{name} {extra}:\n{plan}"
                 )
