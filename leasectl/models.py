@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import enum
-import functools
-import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar
@@ -58,10 +56,6 @@ def _same(row: Sequence[Any]) -> Sequence[Any]:
     return row
 
 
-def _pick_one(at: int, row: Sequence[Any]) -> Sequence[Any]:
-    return (row[at],)
-
-
 def _from_tuples(
     cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]
 ) -> tuple[T, ...]:
@@ -84,13 +78,12 @@ def _from_tuples(
     if missing:  # (a default_factory counts as no default)
         raise ValueError(f"{cls.__name__}: no column for {', '.join(missing)}")
     at = [names.index(k) for k in keys]
-    pick: Callable[[Sequence[Any]], Sequence[Any]]
-    if at == list(range(len(names))):
-        pick = _same  # the columns are the fields, in order
-    elif len(at) > 1:
-        pick = operator.itemgetter(*at)
-    else:
-        pick = functools.partial(_pick_one, at[0])
+
+    def pick(row: Sequence[Any]) -> Sequence[Any]:
+        return [row[i] for i in at]
+
+    if at == list(range(len(names))):  # the columns are the fields, in order (the usual case)
+        pick = _same
     status = STATUS_BY_VALUE
     new = object.__new__
     made = []

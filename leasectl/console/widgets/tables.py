@@ -332,12 +332,8 @@ class PanelTable(DataTable[Text], Generic[Row]):
                 shown.append(cells)
                 continue
             old = shown[row]
-            if old is not None and same_cells(old, cells):
-                continue
-            for index, (column, _, _) in enumerate(self.COLUMNS):
-                if old is None or not same_text(old[index], cells[index]):
-                    self.update_cell(str(row), column, cells[index])
-            shown[row] = cells
+            if old is None or not same_cells(old, cells):
+                self._put(row, cells, old)
         if not self.items and shown:
             self.clear()
             shown.clear()
@@ -367,15 +363,21 @@ class PanelTable(DataTable[Text], Generic[Row]):
         if cells is None:
             ctx = self._ctx
             cells = self.cells(self.items[row], ctx) if ctx is not None else self._blank()
-            self._shown[row] = cells
             deferring, self._deferring = self._deferring, True
             repaint = self._repaint_deferred
             try:
-                for (column, _, _), cell in zip(self.COLUMNS, cells, strict=True):
-                    self.update_cell(str(row), column, cell)
+                self._put(row, cells, None)
             finally:
                 self._deferring, self._repaint_deferred = deferring, repaint
         return cells
+
+    def _put(self, row: int, cells: tuple[Text, ...], old: tuple[Text, ...] | None) -> None:
+        """Table row ``row`` shows ``cells`` now: its DataTable cells that differ from ``old``
+        (all of them without ``old``) are updated."""
+        for index, (column, _, _) in enumerate(self.COLUMNS):
+            if old is None or not same_text(old[index], cells[index]):
+                self.update_cell(str(row), column, cells[index])
+        self._shown[row] = cells
 
     def cells_at(self, row: int) -> tuple[Text, ...]:
         """What table row ``row`` shows, or would show when scrolled into sight.
