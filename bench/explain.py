@@ -76,6 +76,7 @@ PARAMS: dict[str, dict[str, Any]] = {
         "mark": False,
         "actor": "w",
         "reason": "explain",
+        "detail": False,
     },
     "jobs_expired_list": {"limit": 500, "queue": None},
     "status_live_counts": {"queue": None},

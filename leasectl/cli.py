@@ -393,7 +393,8 @@ def requeue_stuck(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
     )
     with _store(ctx) as store:
-        result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run)
+        listed = None if as_json else output.LISTED_JOBS
+        result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
         if as_json:
             _emit_json(output.watcher_json(result))
             return

@@ -243,8 +243,23 @@ class ExpiredJob:
 
 
 @dataclass(frozen=True)
+class MovedBatch:
+    """One watcher batch: how many jobs it moved to each status, and the jobs themselves when
+    the caller asked for them."""
+
+    counts: dict[JobStatus, int]
+    jobs: tuple[ExpiredJob, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
 class WatcherResult:
-    """Counts of one watcher pass (all its batches)."""
+    """Counts of one watcher pass (all its batches). ``jobs``: the jobs moved, or the first
+    of them when the pass was asked to list only some (``run_pass(listed=...)``); in a dry
+    run, the jobs that would move."""
 
     requeued: int = 0
     failed: int = 0

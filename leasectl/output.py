@@ -516,7 +516,8 @@ def watcher_renderables(
     table.add_column("lease lapsed")
     table.add_column("att.", justify="right")
     table.add_column("would be" if result.dry_run else "now")
-    for j in result.jobs[:listed]:
+    shown = result.jobs[:listed]
+    for j in shown:
         status = would_become(j, mode) if result.dry_run else j.status
         lapsed = Text(clock(j.lease_until))
         if j.lease_until is not None:
@@ -532,8 +533,9 @@ def watcher_renderables(
     parts: list[RenderableType] = []
     if result.jobs:
         parts.append(table)
-        if len(result.jobs) > listed:
-            more = len(result.jobs) - listed
+        # (A pass lists only the jobs shown here; a dry run lists all it would move.)
+        more = (len(result.jobs) if result.dry_run else result.total) - len(shown)
+        if more > 0:
             parts.append(Text(f"... and {more} more job(s), not listed; --json lists all", "dim"))
         parts.append(Text())
     if result.dry_run:

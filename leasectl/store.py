@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -45,6 +46,7 @@ from leasectl.models import (
     JobDetail,
     JobStatus,
     Lease,
+    MovedBatch,
     OwnerHealth,
     PanelJob,
     QueueCounts,
@@ -544,14 +546,34 @@ class Store:
     # -- watcher ----------------------------------------------------------------------------
 
     def requeue_expired(
-        self, *, limit: int, queue: str | None, mark: bool, actor: str, reason: str
-    ) -> list[ExpiredJob]:
+        self,
+        *,
+        limit: int,
+        queue: str | None,
+        mark: bool,
+        actor: str,
+        reason: str,
+        detail: bool = True,
+    ) -> MovedBatch:
+        """One watcher batch. ``detail``: return the moved jobs, not only how many went where."""
         names, rows = self._tuples(
             "jobs_requeue_expired",
-            {"limit": limit, "queue": queue, "mark": mark, "actor": actor, "reason": reason},
+            {
+                "limit": limit,
+                "queue": queue,
+                "mark": mark,
+                "actor": actor,
+                "reason": reason,
+                "detail": detail,
+            },
             plan="watcher_batch_plan",
         )
-        return list(ExpiredJob.from_rows(names, rows))
+        status = names.index("status") if names else 0
+        counts = collections.Counter(row[status] for row in rows)
+        return MovedBatch(
+            counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
+            jobs=ExpiredJob.from_rows(names, rows) if detail else (),
+        )
 
     def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
         names, rows = self._tuples("jobs_expired_list", {"limit": limit, "queue": queue})

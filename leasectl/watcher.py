@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -52,23 +53,29 @@ def run_pass(
     limit: int | None = None,
     dry_run: bool = False,
     stopping: threading.Event | None = None,
+    listed: int | None = None,
 ) -> WatcherResult:
     """One watcher pass in batches of ``batch_size`` until no expired lease is left (or ``limit``,
     or ``stopping`` is set: the pass ends between two batches).
 
-    Each batch is one statement, so row locks are held only for one batch.
+    Each batch is one statement, so row locks are held only for one batch. ``listed``: how many
+    of the moved jobs the result lists (None: every one); once it has them, the batches return
+    only how many jobs went where, which is all a daemon's pass needs.
     """
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1")
+    if listed is not None and listed < 0:
+        raise UsageError("listed must be at least 0")
     if dry_run:
-        jobs = store.list_expired(limit=limit or 10_000, queue=config.queue)
-        return WatcherResult(dry_run=True, jobs=tuple(jobs), batches=0)
-    moved: list[ExpiredJob] = []
-    batches = 0
+        expired = store.list_expired(limit=limit or 10_000, queue=config.queue)
+        return WatcherResult(dry_run=True, jobs=tuple(expired), batches=0)
+    jobs: list[ExpiredJob] = []
+    counts: collections.Counter[JobStatus] = collections.Counter()
+    moved = batches = 0
     took = 0.0  # the last batch's time
     stopping = stopping or threading.Event()
-    while (limit is None or len(moved) < limit) and not stopping.is_set():
-        size = config.batch_size if limit is None else min(config.batch_size, limit - len(moved))
+    while (limit is None or moved < limit) and not stopping.is_set():
+        size = config.batch_size if limit is None else min(config.batch_size, limit - moved)
         # Rate limiting, not synchronisation: the pace's wait, cut short by a stop request.
         if took and config.pace and stopping.wait(config.pace * took):
             break
@@ -79,18 +86,21 @@ def run_pass(
             mark=config.mode == "mark",
             actor=config.actor,
             reason=config.reason,
+            detail=listed is None or len(jobs) < listed,
         )
         took = time.perf_counter() - started
         batches += 1
-        moved.extend(batch)
-        if len(batch) < size:
+        moved += batch.total
+        counts.update(batch.counts)
+        jobs.extend(batch.jobs)
+        if batch.total < size:
             break
     return WatcherResult(
-        requeued=sum(1 for j in moved if j.status == JobStatus.PENDING),
-        failed=sum(1 for j in moved if j.status == JobStatus.FAILED),
-        marked_stuck=sum(1 for j in moved if j.status == JobStatus.STUCK),
+        requeued=counts[JobStatus.PENDING],
+        failed=counts[JobStatus.FAILED],
+        marked_stuck=counts[JobStatus.STUCK],
         batches=batches,
-        jobs=tuple(moved),
+        jobs=tuple(jobs if listed is None else jobs[:listed]),
     )
 
 
@@ -111,7 +121,7 @@ class Watcher:
         failures = 0
         while not self.stopping.is_set():
             try:
-                result = run_pass(self.store, self.config, stopping=self.stopping)
+                result = run_pass(self.store, self.config, stopping=self.stopping, listed=0)
             except ConnectionFailed as exc:
                 failures += 1
                 delay = reconnect_delay(failures, base=0.5)

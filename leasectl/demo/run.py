@@ -510,7 +510,7 @@ class _Run:
         self._stop_threads(force)
         settled = not self.interrupted.is_set() and self._settle()
         try:
-            final = run_pass(self.store, self.watcher.config)
+            final = run_pass(self.store, self.watcher.config, listed=0)
             if final.total:
                 self.say(f"last watcher pass: requeued {final.requeued}, failed {final.failed}")
         except LeasectlError as exc:

@@ -290,6 +290,45 @@ def test_watcher_requeues_expired_and_writes_audit(
     assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
 
 
+def test_watcher_pass_lists_only_the_jobs_asked_for_and_counts_all(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ids = store.enqueue([{}] * 5, queue="q")
+    store.claim("q", "dead-worker", TTL, 5)
+    for job_id in ids:
+        expire(sql_conn, job_id)
+    asked: list[bool] = []
+    requeue = store.requeue_expired
+
+    def spy(**kwargs: Any) -> Any:
+        asked.append(kwargs["detail"])
+        return requeue(**kwargs)
+
+    store.requeue_expired = spy  # type: ignore[method-assign]
+    result = run_pass(store, WatcherConfig(batch_size=2), listed=3)
+    # Batches return the jobs until three are listed, then only how many went where.
+    assert asked == [True, True, False]
+    assert (result.requeued, result.total, result.batches) == (5, 5, 3)
+    assert len(result.jobs) == 3
+    assert {(j.queue, j.lease_owner, j.status) for j in result.jobs} == {
+        ("q", "dead-worker", JobStatus.PENDING)
+    }
+    counted = sql_conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'Pending'),"
+        " (SELECT count(*) FROM leasectl.job_events WHERE action = 'requeue'),"
+        " (SELECT count(*) FROM leasectl.job_attempts WHERE outcome = 'expired')"
+        " FROM leasectl.jobs"
+    ).fetchone()
+    assert counted == (5, 5, 5), "every batch moves, audits and closes, listed or not"
+
+    store.claim("q", "dead-again", TTL, 5)
+    for job_id in ids:
+        expire(sql_conn, job_id)
+    asked.clear()
+    result = run_pass(store, WatcherConfig(batch_size=2), listed=0)
+    assert asked == [False, False, False] and result.jobs == () and result.requeued == 5
+
+
 def test_watcher_event_documents_hold_the_state_before_and_after(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:

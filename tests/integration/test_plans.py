@@ -305,7 +305,14 @@ def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
     sql_conn.execute("INSERT INTO leasectl.jobs (queue) SELECT 'q' FROM generate_series(1, 20000)")
     analyze(sql_conn)
     query = queries.get("jobs_requeue_expired").render(SCHEMA)
-    params = {"queue": None, "limit": 500, "mark": False, "actor": "test", "reason": "plan"}
+    params = {
+        "queue": None,
+        "limit": 500,
+        "mark": False,
+        "actor": "test",
+        "reason": "plan",
+        "detail": False,
+    }
     with sql_conn.transaction(force_rollback=True):
         sql_conn.execute(queries.get("watcher_batch_plan").render(SCHEMA))
         rows = sql_conn.execute(psycopg.sql.SQL("EXPLAIN ANALYZE ") + query, params).fetchall()

@@ -379,6 +379,12 @@ def test_a_large_pass_lists_only_its_first_jobs_and_says_how_many_more() -> None
     assert f"requeued {len(jobs)}" in text
     short = render(output.watcher_renderables(WatcherResult(jobs=jobs[:3]), NOW, "requeue"))
     assert "more job(s)" not in short
+    # What `requeue-stuck` gets from run_pass(listed=LISTED_JOBS): the counts of all it moved,
+    # the jobs of only the first batches.
+    pass_of_1000 = WatcherResult(requeued=990, failed=10, jobs=jobs[: output.LISTED_JOBS])
+    text = render(output.watcher_renderables(pass_of_1000, NOW, "requeue"))
+    assert f"and {1000 - output.LISTED_JOBS} more job(s), not listed" in text
+    assert "requeued 990, failed 10" in text
 
 
 def test_action_output() -> None:
