@@ -63,7 +63,7 @@ WITH expired AS (
     ) AS a
 )
 -- Each moved job's id and new status; the rest only when the caller lists the jobs
--- (%(detail)s). A pass that only counts what it moved (the `watch` daemon; requeue-stuck's
+-- (`detail`). A pass that only counts what it moved (the `watch` daemon; requeue-stuck's
 -- table once it has the jobs it lists) would otherwise format, send and parse six more columns
 -- for each of up to 100,000 jobs: 0.75 to 0.93 CPU-seconds of the client's per 100,000 jobs
 -- (0.22 without), CPU the workers need on a busy server.
