@@ -213,7 +213,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
         if row >= len(self._shown) or not self.columns:
             return Strip.blank(width, paint.base)
         columns = self.ordered_columns
-        cells = tuple(c.label for c in columns) if row == -1 else self._cells_at(row)
+        cells = tuple(c.label for c in columns) if row == -1 else self.cells_at(row)
         widths = tuple(column.get_render_width(self) for column in columns)
         row_style = paint.row_style(row)
         component = paint.component(row)
@@ -355,10 +355,12 @@ class PanelTable(DataTable[Text], Generic[Row]):
     def _blank(self) -> tuple[Text, ...]:
         return tuple(Text() for _ in self.COLUMNS)
 
-    def _cells_at(self, row: int) -> tuple[Text, ...]:
-        """The cells of table row ``row``, made now if they are out of date (a row that comes
-        into sight; its DataTable cells are brought up to date without a repaint of their own,
-        as the row is being drawn)."""
+    def cells_at(self, row: int) -> tuple[Text, ...]:
+        """What table row ``row`` shows, or would show when scrolled into sight: its cells, made
+        now if they are out of date (a row that comes into sight; its DataTable cells are brought
+        up to date without a repaint of their own, as the row is being drawn). (``get_row_at``
+        holds the cells of a row out of sight only once it was drawn: DataTable reads it for
+        every row it adds, and would make them all.)"""
         cells = self._shown[row]
         if cells is None:
             ctx = self._ctx
@@ -378,12 +380,6 @@ class PanelTable(DataTable[Text], Generic[Row]):
             if old is None or not same_text(old[index], cells[index]):
                 self.update_cell(str(row), column, cells[index])
         self._shown[row] = cells
-
-    def cells_at(self, row: int) -> tuple[Text, ...]:
-        """What table row ``row`` shows, or would show when scrolled into sight.
-        (``get_row_at`` holds the cells of a row out of sight only once it was drawn: DataTable
-        reads it for every row it adds, and would make them all.)"""
-        return self._cells_at(row)
 
     def item_at(self, row: int) -> Row | None:
         return self.items[row] if 0 <= row < len(self.items) else None
