@@ -147,3 +147,29 @@ def test_upgrade_from_version_2_keeps_history_and_its_cascade(empty_db_dsn: str)
         assert _attempts_of(conn, schema, ids) == 2
         conn.execute("DELETE FROM leasectl.jobs WHERE id = %s", (ids[0],))
         assert _attempts_of(conn, schema, ids) == 1
+
+
+def test_pages_that_status_changes_rewrite_keep_room_for_new_versions(
+    empty_db_dsn: str,
+) -> None:
+    """The jobs' primary key and the attempts (table and key) are filled to 70%, in a custom
+    schema too: the room that status changes and attempt closes write their new versions into."""
+    odd = 'Lease "Q"'
+    with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
+        store.migrate()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class AS c JOIN pg_namespace AS n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s)",
+            (odd, ["jobs_pkey", "job_attempts", "job_attempts_pkey"]),
+        ).fetchall()
+    options = {name: opts for name, opts in rows}
+    assert options == {
+        "jobs_pkey": ["fillfactor=70"],
+        "job_attempts": [
+            "autovacuum_vacuum_scale_factor=0.02",
+            "autovacuum_vacuum_insert_scale_factor=0.05",
+            "fillfactor=70",
+        ],
+        "job_attempts_pkey": ["fillfactor=70"],
+    }
