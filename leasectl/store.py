@@ -568,8 +568,11 @@ class Store:
             },
             plan="watcher_batch_plan",
         )
-        status = names.index("status") if names else 0
-        counts = collections.Counter(row[status] for row in rows)
+        # A row per moved job (n = 1) when listed, else a row per new status with its count.
+        status, count = (names.index("status"), names.index("n")) if names else (0, 0)
+        counts: collections.Counter[str] = collections.Counter()
+        for row in rows:
+            counts[row[status]] += row[count]
         return MovedBatch(
             counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
             jobs=ExpiredJob.from_rows(names, rows) if detail else (),

@@ -329,6 +329,22 @@ def test_watcher_pass_lists_only_the_jobs_asked_for_and_counts_all(
     assert asked == [False, False, False] and result.jobs == () and result.requeued == 5
 
 
+def test_an_unlisted_batch_counts_the_jobs_by_their_new_status(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Without ``detail`` a batch returns a count per new status, not a row per job."""
+    spent = store.enqueue([{}] * 2, queue="q", max_attempts=1)
+    retried = store.enqueue([{}] * 3, queue="q")
+    store.claim("q", "dead-worker", TTL, 5)
+    for job_id in spent + retried:
+        expire(sql_conn, job_id)
+    batch = store.requeue_expired(
+        limit=10, queue=None, mark=False, actor="watcher@test", reason="r", detail=False
+    )
+    assert batch.counts == {JobStatus.FAILED: 2, JobStatus.PENDING: 3}
+    assert (batch.total, batch.jobs) == (5, ())
+
+
 def test_watcher_event_documents_hold_the_state_before_and_after(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:
