@@ -13,6 +13,7 @@ medians, with every run's value kept beside them.
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import datetime
 from typing import Any
@@ -72,6 +73,33 @@ def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
     return {"ms": ms, "seq_scan_of_jobs": any("Seq Scan on jobs" in x for x in lines)}
 
 
+def server_process(conn: psycopg.Connection[Any]) -> int | None:
+    """The pid of this connection's server process, when it runs on this machine (its CPU time
+    can then be read from /proc); None for a server elsewhere."""
+    row = conn.execute(
+        "SELECT pg_backend_pid(), coalesce(host(inet_server_addr()) IN ('127.0.0.1', '::1'), true)"
+    ).fetchone()
+    if not row or not row[1]:
+        return None
+    try:
+        with open(f"/proc/{row[0]}/comm") as comm:
+            return int(row[0]) if comm.read().strip() == "postgres" else None
+    except OSError:
+        return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process of this machine so far."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Completions:
     """The workers' completions, counted afterwards from their ``finished_at`` (the database
     clock): nothing polls the server while it is measured."""
@@ -123,6 +151,8 @@ VARYING = (
     "claims_per_s_before",
     "claims_per_s_during",
     "kept",
+    "pass_server_cpu_s",
+    "pass_client_cpu_s",
 )
 
 
@@ -154,7 +184,10 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
     n = ctx.sizes.watcher_jobs
     quick = n < 50_000
     baseline_s = 3.0 if quick else 10.0
-    pending = 60_000 if quick else 300_000
+    # The workers' queue must outlast the baseline and the pass: they drain 15,000 to 20,000
+    # jobs/s here, for 11 s before the pass and up to 13 s of a paced one (with 300,000, the
+    # paced runs recorded at 6b44a5b ran it dry before their pass ended).
+    pending = 60_000 if quick else 900_000
     dsn = ctx.fresh_db("watcher")
     procs: list[Proc] = []
     try:
@@ -165,7 +198,10 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
         nproc, per = split(WORKER_CONCURRENCY)
         plan = claim_plan(dsn, per)
         system = leasectl_system()
-        with Store.connect(dsn, "leasectl", max_size=2) as store, Completions(dsn) as done:
+        # One connection, so that the pass's server process is known and its CPU time measured.
+        with Store.connect(dsn, "leasectl", max_size=1) as store, Completions(dsn) as done:
+            with store.pool.connection() as conn:
+                server = server_process(conn)
             procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
             deadline = time.monotonic() + 60
             while not done.started():  # workers are up and completing
@@ -191,10 +227,13 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
             config = WatcherConfig(pace=pace)
             log(f"watcher: run_pass (batch {config.batch_size}, pace {pace}) with workers running")
             pass_start = done.now()
+            server_cpu, client_cpu = cpu_seconds(server), time.thread_time()
             # As `leasectl requeue-stuck` runs it: its table lists the first jobs and counts the
             # rest (`watch` lists none; --json lists every job, about 0.6 CPU-s more per 100,000
             # in the client, measured alone).
             result = run_pass(store, config, listed=LISTED_JOBS)
+            client_cpu = time.thread_time() - client_cpu
+            server_after = cpu_seconds(server)
             pass_end = done.now()
             stop(procs)
             left = done.pending()
@@ -216,6 +255,11 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
             "median_statement_ms": round(sorted(statements)[len(statements) // 2], 1)
             if statements
             else None,
+            # CPU time of the pass: its server process and this client's thread that ran it
+            "pass_server_cpu_s": round(server_after - server_cpu, 2)
+            if server_after is not None and server_cpu is not None
+            else None,
+            "pass_client_cpu_s": round(client_cpu, 2),
             "workers": f"{nproc} x {per}",
             "claims_per_s_before": round(baseline, 1),
             "claims_per_s_during": round(during, 1),
@@ -257,6 +301,9 @@ def render(fig: dict[str, Any]) -> str:
             lambda f: spread(f, "claims_per_s_during", ",.0f"),
         ),
         ("kept", lambda f: spread(f, "kept", ".0%")),
+        ("CPU of the pass: server process (s)", lambda f: spread(f, "pass_server_cpu_s")),
+        ("CPU of the pass: client (s)", lambda f: spread(f, "pass_client_cpu_s")),
+        ("pending jobs left to the workers", lambda f: f"{f['pending_left']:,}"),
         (
             "claim statement beside the expired leases (ms)",
             lambda f: f.get("claim_ms_with_expired_present"),
