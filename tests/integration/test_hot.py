@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -15,24 +15,59 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from psycopg import conninfo
+from psycopg.adapt import Transformer
 
 from leasectl.errors import SchemaMissing
-from leasectl.hot import ENCODERS
+from leasectl.hot import BINARY, ENCODERS
 from leasectl.models import Lease
 from leasectl.store import Store
 from tests.util import wait_until
 
 TTL = timedelta(seconds=30)
 INTERVAL = 1186
+TIMESTAMPTZ = 1184
 INT8_ARRAY = 1016
+
+
+def sent(conn: psycopg.Connection[Any], oid: int, value: object) -> Any:
+    """``value`` as the hot path sends a parameter of type ``oid``, read back by the server."""
+    encoded = ENCODERS[oid]("utf-8")(value)
+    binary = 1 if oid in BINARY else 0
+    result = conn.pgconn.exec_params(b"SELECT $1", [encoded], [oid], [binary])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    tx = Transformer(conn)
+    tx.set_pgresult(result)
+    return tx.load_rows(0, 1, tuple)[0][0]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.timedeltas(min_value=-timedelta(days=10_000), max_value=timedelta(days=10_000)))
 def test_an_interval_is_sent_exactly(server_dsn: str, value: timedelta) -> None:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        text = ENCODERS[INTERVAL]("utf-8")(value).decode()
-        assert conn.execute("SELECT %s::text::interval", (text,)).fetchone() == (value,)
+        assert sent(conn, INTERVAL, value) == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.datetimes(
+        min_value=datetime(1, 1, 2),
+        max_value=datetime(9999, 12, 30),
+        timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5, minutes=-30))]),
+    )
+)
+def test_a_timestamp_is_sent_exactly(server_dsn: str, value: datetime) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        assert sent(conn, TIMESTAMPTZ, value) == value
+
+
+def test_minus_infinity_is_sent_as_such(server_dsn: str) -> None:
+    """The claim key of the queue's head (store.CLAIM_FROM_HEAD) starts at -infinity."""
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        encoded = ENCODERS[TIMESTAMPTZ]("utf-8")("-infinity")
+        result = conn.pgconn.exec_params(
+            b"SELECT $1 = '-infinity'::timestamptz", [encoded], [TIMESTAMPTZ], [1]
+        )
+        assert result.get_value(0, 0) == b"t"
 
 
 def test_an_integer_array_is_sent_as_a_list_or_a_literal(server_dsn: str) -> None:
