@@ -14,39 +14,17 @@ SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 -- name: jobs_complete_and_claim
 -- A worker's round trip: complete its finished leases (fenced), then lease due Pending jobs.
 -- The finished leases are fenced by id, owner, attempt and status and their attempts closed
--- 'completed'; then up to `limit` due Pending jobs of one queue are leased in priority order
--- and their attempts opened, all in one transaction. The rows come in no set order; every
--- row carries `completed_ids`, the finished leases that were accepted (the others were lost);
--- when nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by
+-- 'completed'; up to `limit` due Pending jobs of one queue are leased in priority order and
+-- their attempts opened, all in one transaction. The rows come in no set order; every row
+-- carries `completed_ids`, the finished leases that were accepted (the others were lost); when
+-- nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by
 -- jobs_claim_expired, not here: the statement every busy worker repeats stays as small as the
 -- leased pattern itself.
-WITH done AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'Completed', finished_at = now(), updated_at = now(), lease_until = NULL,
-        last_error = NULL
-    FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::integer[]) AS f(id, attempt)
-    -- (`IS NOT DISTINCT FROM` and `status::text`: the same tests as `=` on the owner (set on
-    -- every Processing row) and the status, but no index on them can serve these forms, so a
-    -- plan made once always finds the rows by primary key, never by walking every Processing
-    -- row through jobs_processing_idx.)
-    -- (`j.id = ANY (ARRAY[f.id])`: `j.id = f.id`, written so that the planner cannot read
-    -- the whole primary key index first and join afterwards. With `=`, a plan made while the
-    -- table had been analysed empty (a new install, a VACUUM ANALYZE, a prune that emptied
-    -- it) does exactly that, on every call, for as long as the plan lives (a worker's
-    -- session): each call then reads every row, and the table grows. `= ANY` of a one-element
-    -- array is no merge key, so the index is only ever probed, once per row of the batch, and
-    -- it is still estimated as one row per probe (a range, `BETWEEN f.id AND f.id`, was
-    -- estimated at 0.5% of the table per probe: JIT compilation on every call at a million
-    -- rows). The same for every key join of the worker's statements below.)
-    WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
-      AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
-    RETURNING j.id, j.attempts, j.heartbeat_at
-), done_closed AS (
-    UPDATE {schema}.job_attempts AS a
-    SET outcome = 'completed', ended_at = now(), heartbeat_at = d.heartbeat_at
-    FROM done AS d
-    WHERE a.job_id = ANY (ARRAY[d.id]) AND a.attempt = d.attempts
-), picked AS (
+-- One UPDATE of jobs does both the completions and the claims: each part of a statement that
+-- changes a table sets up, for that table, its indexes, its partial indexes' predicates and its
+-- CHECK constraints (parsed again from their stored text every time: 8% of a single-job round
+-- trip's server time when jobs was changed by two parts).
+WITH picked AS (
     -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
     -- so that a plan made once for all parameters still walks the claim index in order; the
     -- outer one stops that walk after `limit` rows, so only those are locked.
@@ -66,21 +44,62 @@ WITH done AS (
         FOR UPDATE SKIP LOCKED
     ) AS due
     LIMIT %(limit)s
-), claimed AS (
+), targets AS (
+    -- The finished leases, each with the attempt it was leased at (its fence), then the picked
+    -- jobs, with none (unnest pads the shorter array with NULLs). One function scan, not a
+    -- UNION ALL: when a heartbeat renews a finished lease while this statement waits for its
+    -- row, the UPDATE re-checks the row against the target it was joined with, and with a
+    -- UNION ALL of the two lists that re-check failed (the completion was refused, the lease
+    -- reported lost).
+    SELECT f.id, f.attempt
+    FROM unnest(%(done_ids)s::bigint[] || ARRAY(SELECT id FROM picked),
+                %(done_attempts)s::integer[]) AS f(id, attempt)
+), changed AS (
     UPDATE {schema}.jobs AS j
-    SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
-        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
-    FROM picked AS p
-    WHERE j.id = ANY (ARRAY[p.id])
-    RETURNING j.*
+    SET status = (CASE WHEN t.attempt IS NULL THEN 'Processing'
+                       ELSE 'Completed' END)::{schema}.job_status,
+        lease_owner = CASE WHEN t.attempt IS NULL THEN %(owner)s ELSE j.lease_owner END,
+        lease_until = CASE WHEN t.attempt IS NULL THEN now() + %(ttl)s END,
+        heartbeat_at = CASE WHEN t.attempt IS NULL THEN now() ELSE j.heartbeat_at END,
+        attempts = CASE WHEN t.attempt IS NULL THEN j.attempts + 1 ELSE j.attempts END,
+        finished_at = CASE WHEN t.attempt IS NULL THEN j.finished_at ELSE now() END,
+        last_error = CASE WHEN t.attempt IS NULL THEN j.last_error END,
+        updated_at = now()
+    FROM targets AS t
+    -- (`IS NOT DISTINCT FROM` and `status::text`: the same tests as `=` on the owner (set on
+    -- every Processing row) and the status, but no index on them can serve these forms, so a
+    -- plan made once always finds the rows by primary key, never by walking every Processing
+    -- row through jobs_processing_idx.)
+    -- (`j.id = ANY (ARRAY[t.id])`: `j.id = t.id`, written so that the planner cannot read
+    -- the whole primary key index first and join afterwards. With `=`, a plan made while the
+    -- table had been analysed empty (a new install, a VACUUM ANALYZE, a prune that emptied
+    -- it) does exactly that, on every call, for as long as the plan lives (a worker's
+    -- session): each call then reads every row, and the table grows. `= ANY` of a one-element
+    -- array is no merge key, so the index is only ever probed, once per row of the batch, and
+    -- it is still estimated as one row per probe (a range, `BETWEEN t.id AND t.id`, was
+    -- estimated at 0.5% of the table per probe: JIT compilation on every call at a million
+    -- rows). The same for every key join of the worker's statements below.)
+    -- A picked job is Pending and locked by this statement; a finished one must still be
+    -- this owner's lease at that attempt.
+    WHERE j.id = ANY (ARRAY[t.id])
+      AND (t.attempt IS NULL
+           OR (j.attempts = t.attempt AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+               AND j.status::text = 'Processing'))
+    RETURNING j.*, t.attempt IS NOT NULL AS completing
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'completed', ended_at = now(), heartbeat_at = c.heartbeat_at
+    FROM changed AS c
+    WHERE c.completing AND a.job_id = ANY (ARRAY[c.id]) AND a.attempt = c.attempts
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
-    SELECT id, attempts, lease_owner, now(), now() FROM claimed
+    SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
 )
 -- (No ORDER BY: the store puts the few rows of a batch in claim order itself, cheaper than a
 -- Sort node the executor would set up on every call.)
 SELECT c.*, d.ids AS completed_ids
-FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true;
+FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
+LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
 -- name: jobs_claim_expired
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.

@@ -138,6 +138,53 @@ def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Store, db
     assert store.get_job(job_id).lease_owner == "winner"
 
 
+@pytest.mark.parametrize("generic_plans", [True, False], ids=["worker plans", "custom plans"])
+def test_a_completion_waiting_on_a_heartbeat_is_accepted(
+    db_dsn: str, sql_conn: psycopg.Connection[Any], generic_plans: bool
+) -> None:
+    """A worker's round trip completes leases that its own heartbeat renews at that moment: the
+    completion waits for the heartbeat's row locks, re-checks each row as it is now (renewed,
+    still this owner's at that attempt) and completes it, in the same statement that claims
+    more. (A UNION ALL of the finished and the picked jobs once failed that re-check.)"""
+    with Store.connect(db_dsn, "leasectl", max_size=4, generic_plans=generic_plans) as store:
+        store.enqueue([{}] * 6, queue="q")
+        held = store.claim("q", "w", TTL, 4)
+        heartbeat_sql = queries.get("jobs_heartbeat").render("leasectl")
+        fence = {
+            "ids": "{" + ",".join(str(lease.job_id) for lease in held) + "}",
+            "attempts": "{" + ",".join(str(lease.attempt) for lease in held) + "}",
+            "owner": "w",
+            "ttl": TTL,
+        }
+        result: list[Any] = []
+        with psycopg.connect(db_dsn) as beat:
+            with beat.transaction():
+                assert len(beat.execute(heartbeat_sql, fence).fetchall()) == 4
+                trip = threading.Thread(
+                    target=lambda: result.append(store.complete_and_claim(held, "q", "w", TTL, 2))
+                )
+                trip.start()
+                wait_until(
+                    lambda: (
+                        sql_conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                        ).fetchone()
+                        == (1,)
+                    ),
+                    what="the round trip to wait on the heartbeat's row locks",
+                )
+            trip.join(10)
+        [(claimed, refused)] = result
+        assert refused == set()
+        assert len(claimed) == 2
+        for lease in held:
+            assert store.get_job(lease.job_id).status == JobStatus.COMPLETED
+            assert attempts_of(sql_conn, lease.job_id) == [(1, "w", "completed")]
+        for lease in claimed:
+            assert attempts_of(sql_conn, lease.job_id) == [(1, "w", "running")]
+
+
 def test_claim_by_id_takes_over_an_expired_lease_and_closes_the_old_attempt(
     store: Store, sql_conn: psycopg.Connection[Any]
 ) -> None:

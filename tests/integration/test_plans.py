@@ -163,8 +163,10 @@ def test_complete_and_claim_walks_the_claim_index(
     assert "Index Scan using jobs_claimable_idx on jobs" in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the completions, by id
     assert "Index Scan using job_attempts_pkey on job_attempts" in plan, plan
-    assert has_rows(30, plan.split("CTE done_closed")[1].split("CTE picked")[0]), plan
-    assert has_rows(limit, plan.split("CTE picked")[1].split("CTE claimed")[0]), plan
+    assert has_rows(limit, plan.split("CTE picked")[1].split("CTE changed")[0]), plan
+    # One update of jobs: the 30 completions and the claims.
+    assert has_rows(30 + limit, plan.split("CTE changed")[1].split("CTE closed")[0]), plan
+    assert has_rows(30, plan.split("CTE closed")[1].split("CTE opened")[0]), plan
 
 
 def test_a_resumed_claim_starts_its_walk_of_the_claim_index_at_its_key(
@@ -188,7 +190,7 @@ def test_a_resumed_claim_starts_its_walk_of_the_claim_index_at_its_key(
     [at] = [i for i, line in enumerate(lines) if "Index Scan using jobs_claimable_idx" in line]
     condition = next(x for x in node_details(lines, at).splitlines() if "Index Cond:" in x)
     assert "ROW(priority, run_at, id) >= ROW(" in condition, plan
-    assert has_rows(5, plan.split("CTE picked")[1].split("CTE claimed")[0]), plan
+    assert has_rows(5, plan.split("CTE picked")[1].split("CTE changed")[0]), plan
 
 
 def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
