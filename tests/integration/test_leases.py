@@ -150,16 +150,11 @@ def test_a_completion_waiting_on_a_heartbeat_is_accepted(
         store.enqueue([{}] * 6, queue="q")
         held = store.claim("q", "w", TTL, 4)
         heartbeat_sql = queries.get("jobs_heartbeat").render("leasectl")
-        fence = {
-            "ids": "{" + ",".join(str(lease.job_id) for lease in held) + "}",
-            "attempts": "{" + ",".join(str(lease.attempt) for lease in held) + "}",
-            "owner": "w",
-            "ttl": TTL,
-        }
         result: list[Any] = []
         with psycopg.connect(db_dsn) as beat:
-            with beat.transaction():
-                assert len(beat.execute(heartbeat_sql, fence).fetchall()) == 4
+            with beat.transaction():  # the heartbeat Store.heartbeat sends, left uncommitted
+                renew = {**store._fence(held), "ttl": TTL}
+                assert len(beat.execute(heartbeat_sql, renew).fetchall()) == 4
                 trip = threading.Thread(
                     target=lambda: result.append(store.complete_and_claim(held, "q", "w", TTL, 2))
                 )
