@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import psycopg
 
 T = TypeVar("T")
 
@@ -21,3 +23,17 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+def wait_for_lock_wait(conn: psycopg.Connection[Any], *, what: str) -> None:
+    """Wait until exactly one session of ``conn``'s database waits on a lock."""
+    wait_until(
+        lambda: (
+            conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()
+            == (1,)
+        ),
+        what=what,
+    )

@@ -21,7 +21,7 @@ from leasectl.errors import SchemaMissing
 from leasectl.hot import BINARY, ENCODERS
 from leasectl.models import Lease
 from leasectl.store import Store
-from tests.util import wait_until
+from tests.util import wait_for_lock_wait
 
 TTL = timedelta(seconds=30)
 INTERVAL = 1186
@@ -173,16 +173,7 @@ def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running
                     target=lambda out=result, held=done: out.append(claim_one(worker_store, held))
                 )
                 call.start()
-                wait_until(
-                    lambda: (
-                        sql_conn.execute(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                        ).fetchone()
-                        == (1,)
-                    ),
-                    what="the claim to wait for the lock",
-                )
+                wait_for_lock_wait(sql_conn, what="the claim to wait for the lock")
                 assert call.is_alive()  # seen waiting while it waits
                 call.join(30)
                 assert not call.is_alive()

@@ -19,7 +19,7 @@ from leasectl import queries
 from leasectl.models import JobStatus
 from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
-from tests.util import wait_until
+from tests.util import wait_for_lock_wait, wait_until
 
 TTL = timedelta(seconds=30)
 
@@ -123,16 +123,7 @@ def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Store, db
             )
             loser.start()
             with psycopg.connect(db_dsn, autocommit=True) as probe:
-                wait_until(
-                    lambda: (
-                        probe.execute(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                        ).fetchone()
-                        == (1,)
-                    ),
-                    what="the loser to wait on the row lock",
-                )
+                wait_for_lock_wait(probe, what="the loser to wait on the row lock")
         loser.join(10)
     assert result == [None]
     assert store.get_job(job_id).lease_owner == "winner"
@@ -159,16 +150,7 @@ def test_a_completion_waiting_on_a_heartbeat_is_accepted(
                     target=lambda: result.append(store.complete_and_claim(held, "q", "w", TTL, 2))
                 )
                 trip.start()
-                wait_until(
-                    lambda: (
-                        sql_conn.execute(
-                            "SELECT count(*) FROM pg_stat_activity "
-                            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                        ).fetchone()
-                        == (1,)
-                    ),
-                    what="the round trip to wait on the heartbeat's row locks",
-                )
+                wait_for_lock_wait(sql_conn, what="the round trip to wait on the heartbeat's locks")
             trip.join(10)
         [(claimed, refused)] = result
         assert refused == set()
