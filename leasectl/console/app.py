@@ -17,7 +17,6 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
 
@@ -161,15 +160,18 @@ class ConsoleApp(App[None]):
         )
 
     def _tick(self) -> None:
-        if self.screen is not self.main or not self.main.is_attached:
+        if self.screen_stack and self.screen is self.main:
+            self._redraw(full=False)
+
+    def _redraw(self, *, full: bool) -> None:
+        """Show the app's state on the main screen, unless the app is shutting down.
+
+        Poll results, privilege checks and ticks arrive from threads and timers at any
+        moment, including while the app closes and removes its screens and widgets.
+        """
+        if not self.is_running or not self.screen_stack or not self.main.is_attached:
             return
-        try:
-            self.main.refresh_view(full=False)
-        except NoMatches:
-            # The tick timer fired while the app was shutting down and its widgets were
-            # already being removed. A tick only moves clocks; a real fault shows on the
-            # next poll's full refresh, which does not swallow this.
-            return
+        self.main.refresh_view(full=full)
 
     # -- polling ----------------------------------------------------------------------------
 
@@ -179,6 +181,8 @@ class ConsoleApp(App[None]):
         return len(self.screen_stack) > 1
 
     def poll_now(self) -> None:
+        if not self.is_running:
+            return  # e.g. an action that finished as the console closed
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
@@ -195,7 +199,7 @@ class ConsoleApp(App[None]):
         due = self.next_poll_at is not None and self.clock() >= self.next_poll_at
         if self.poll_pending or due:
             self.poll_now()
-        self.main.refresh_view(full=False)
+        self._redraw(full=False)
 
     def _arm(self, delay: float) -> None:
         if self.poll_pending:
@@ -221,6 +225,8 @@ class ConsoleApp(App[None]):
 
     def on_snapshot_loaded(self, message: SnapshotLoaded) -> None:
         self.polling = False
+        if not self.is_running:
+            return  # the console closed while this poll ran: nothing to show, nothing to arm
         if message.filter != self.filter:
             self.poll_now()  # the filter changed while this poll ran: its rows are stale
             return
@@ -235,18 +241,20 @@ class ConsoleApp(App[None]):
         listed = {j.id for j in (*self.snapshot.pending, *self.snapshot.processing)}
         listed |= {j.id for j in self.snapshot.stuck}
         self.selected &= listed
-        self.main.refresh_view(full=True)
+        self._redraw(full=True)
         self._arm(self.schedule.succeeded())
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.polling = False
+        if not self.is_running:
+            return
         self.failures += 1
         if message.lost:
             self.connected = False
         self.error = message.error
         self.polls += 1
         self._arm(self.schedule.failed())
-        self.main.refresh_view(full=False)
+        self._redraw(full=False)
 
     # -- privileges -------------------------------------------------------------------------
 
@@ -268,8 +276,9 @@ class ConsoleApp(App[None]):
                 severity="warning",
                 timeout=10,
             )
-        self.main.refresh_bindings()
-        self.main.refresh_view(full=False)
+        if self.is_running and self.screen_stack:
+            self.main.refresh_bindings()
+            self._redraw(full=False)
 
     # -- navigation -------------------------------------------------------------------------
 
