@@ -860,7 +860,7 @@ class Store:
         estimate = {r["status"]: int(r["jobs"]) for r in estimated}
         # Statistics that list one finished status and not the other found none of the other
         # in their sample: about zero, as `status` says, not unknown.
-        unknown = None if not estimate else 0
+        missing = None if not estimate else 0
         owner_health = self._owner_health(owner_rows, db_now)
         holds = {j.lease_owner for j in (*processing, *stuck)}
         owners = [
@@ -878,8 +878,8 @@ class Store:
                 at_risk=counts_row["at_risk"],
                 expired=counts_row["expired"],
                 stuck=counts_row["stuck"],
-                completed_estimate=estimate.get("Completed", unknown),
-                failed_estimate=estimate.get("Failed", unknown),
+                completed_estimate=estimate.get("Completed", missing),
+                failed_estimate=estimate.get("Failed", missing),
             ),
             throughput=throughput.completed,
             failed_recent=throughput.failed,

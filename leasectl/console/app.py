@@ -268,6 +268,8 @@ class ConsoleApp(App[None]):
 
     def on_privilege_checked(self, message: PrivilegeChecked) -> None:
         self.privileges_checked = True
+        if not self.is_running:
+            return
         if not message.can_update and self.read_only is None:
             self.read_only = "the database role has no UPDATE privilege on the jobs table"
             self.notify(
@@ -276,9 +278,9 @@ class ConsoleApp(App[None]):
                 severity="warning",
                 timeout=10,
             )
-        if self.is_running and self.screen_stack:
+        if self.screen_stack:
             self.main.refresh_bindings()
-            self._redraw(full=False)
+        self._redraw(full=False)
 
     # -- navigation -------------------------------------------------------------------------
 
