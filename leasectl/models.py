@@ -309,6 +309,17 @@ class OwnerHealth:
         return max(times) if times else None
 
 
+def finished_estimates(estimate: dict[str, int]) -> tuple[int | None, int | None]:
+    """(Completed, Failed) from the planner's statistics of the status column, by status.
+
+    Both None while the table has no statistics. Statistics that list one finished status and
+    not the other found none of the other in their sample: about zero, not unknown.
+    """
+    if not estimate:
+        return None, None
+    return estimate.get(JobStatus.COMPLETED, 0), estimate.get(JobStatus.FAILED, 0)
+
+
 @dataclass(frozen=True)
 class StatusReport:
     db_now: datetime

@@ -35,6 +35,7 @@ from leasectl.models import (
     QueueCounts,
     StatusReport,
     WatcherResult,
+    finished_estimates,
 )
 
 STATUS_STYLE = {
@@ -144,10 +145,8 @@ def totals(report: StatusReport) -> QueueCounts:
 
 def finished_estimate(report: StatusReport) -> dict[str, int | None]:
     """All-time totals from planner statistics; None for both while the table has none."""
-    est = report.finished_estimate
-    if not est:
-        return {"completed": None, "failed": None}
-    return {"completed": est.get("Completed", 0), "failed": est.get("Failed", 0)}
+    completed, failed = finished_estimates(report.finished_estimate)
+    return {"completed": completed, "failed": failed}
 
 
 def check_json(report: StatusReport) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from leasectl.models import (
     Skipped,
     Snapshot,
     StatusReport,
+    finished_estimates,
 )
 from leasectl.throughput import GRACE, ThroughputCounts
 
@@ -857,10 +858,9 @@ class Store:
         expired = [j for j in processing if j.lease_until is not None and j.lease_until < db_now]
         stuck = tuple(sorted((*expired, *stuck_only), key=self._lapsed_order)[: params["limit"]])
         throughput = self._throughput.merge(queue, params["since"], per_minute, db_now, minutes)
-        estimate = {r["status"]: int(r["jobs"]) for r in estimated}
-        # Statistics that list one finished status and not the other found none of the other
-        # in their sample: about zero, as `status` says, not unknown.
-        missing = None if not estimate else 0
+        completed_estimate, failed_estimate = finished_estimates(
+            {r["status"]: int(r["jobs"]) for r in estimated}
+        )
         owner_health = self._owner_health(owner_rows, db_now)
         holds = {j.lease_owner for j in (*processing, *stuck)}
         owners = [
@@ -878,8 +878,8 @@ class Store:
                 at_risk=counts_row["at_risk"],
                 expired=counts_row["expired"],
                 stuck=counts_row["stuck"],
-                completed_estimate=estimate.get("Completed", missing),
-                failed_estimate=estimate.get("Failed", missing),
+                completed_estimate=completed_estimate,
+                failed_estimate=failed_estimate,
             ),
             throughput=throughput.completed,
             failed_recent=throughput.failed,
