@@ -160,7 +160,7 @@ class ConsoleApp(App[None]):
         )
 
     def _tick(self) -> None:
-        if self.screen_stack and self.screen is self.main:
+        if not self.paused:  # the main screen is in sight
             self._redraw(full=False)
 
     def _redraw(self, *, full: bool) -> None:
@@ -278,8 +278,7 @@ class ConsoleApp(App[None]):
                 severity="warning",
                 timeout=10,
             )
-        if self.screen_stack:
-            self.main.refresh_bindings()
+        self.main.refresh_bindings()
         self._redraw(full=False)
 
     # -- navigation -------------------------------------------------------------------------
