@@ -1,0 +1,2 @@
+-- (reserved: written in a later commit)
+SELECT 1;
