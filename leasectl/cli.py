@@ -150,13 +150,17 @@ def _emit_json(document: Any, *, indent: int | None = 2) -> None:
 
 def _warn(message: str) -> None:
     """A one-line notice on stderr for outcomes that are not errors but set the exit code."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {scrub(message, secrets_in(_given_args))}", file=sys.stderr, flush=True)
 
 
 def _setup_logging(level: LogLevel) -> None:
     """Long-running commands log to stderr with timestamps."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _RedactingFormatter(
+            "%(asctime)s %(levelname)-7s %(name)s: %(message)s", secrets_in(_given_args)
+        )
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -693,8 +697,15 @@ def tui(
 
 # -- the one place errors become lines and exit codes ------------------------------------------
 
-_URI_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@:]*:([^@/]*)@", re.IGNORECASE)
-_KV_PASSWORD = re.compile(r"\bpassword\s*=\s*('(?:[^'\\]|\\.)*'?|\S+)")
+# Up to the LAST "@": a raw "/" or "@" in the password makes libpq stop earlier, so this takes
+# more than libpq does; the generous reading is the right one for scrubbing.
+_URI_USERINFO = re.compile(r"^\s*postgres(?:ql)?://(?P<userinfo>.*)@", re.IGNORECASE | re.DOTALL)
+_KV_PASSWORD = re.compile(r"\bpassword\s*=\s*")
+_URI_SEPARATORS = re.compile(r"[/@:?#&,]+")
+MIN_PIECE = 3  # shorter pieces of a password are not scrubbed: they would garble every message
+
+# The arguments main() was called with: notices and log lines are scrubbed with them too.
+_given_args: list[str] = []
 
 
 def _dsn_candidates(args: Sequence[str]) -> list[str]:
@@ -707,26 +718,86 @@ def _dsn_candidates(args: Sequence[str]) -> list[str]:
     return [c for c in found if c]
 
 
+def _kv_value(text: str, start: int) -> tuple[str, str]:
+    """The value libpq reads at ``start`` of a key=value DSN (quoted or not, backslash escapes
+    undone; an unterminated quote runs to the end) and its raw text."""
+    quoted = text.startswith("'", start)
+    i = start + 1 if quoted else start
+    value: list[str] = []
+    while i < len(text):
+        char = text[i]
+        if char == "\\" and i + 1 < len(text):
+            value.append(text[i + 1])
+            i += 2
+            continue
+        if (quoted and char == "'") or (not quoted and char.isspace()):
+            break
+        value.append(char)
+        i += 1
+    return "".join(value), text[start + 1 if quoted else start : i]
+
+
+def _uri_password_pieces(dsn: str) -> set[str]:
+    """Everything between the user's ":" and the last "@", raw and decoded, and each piece of it
+    libpq may have read as a host, port or database name; for an ambiguous URI, also the host,
+    port and database libpq did read."""
+    found: set[str] = set()
+    match = _URI_USERINFO.match(dsn)
+    if match is None:
+        return found
+    user, colon, password = match.group("userinfo").partition(":")
+    if colon and password:
+        for form in (password, unquote(password)):
+            found.add(form)
+            found.update(p for p in _URI_SEPARATORS.split(form) if len(p) >= MIN_PIECE)
+    if config.ambiguous_uri(dsn):
+        with contextlib.suppress(Exception):
+            params = conninfo.conninfo_to_dict(dsn)
+            for key in ("host", "port", "dbname"):
+                value = str(params.get(key) or "")
+                found.update(
+                    p for p in {value, *value.split(",")} if len(p) >= MIN_PIECE and p != user
+                )
+    return found
+
+
 def secrets_in(args: Sequence[str]) -> list[str]:
-    """Passwords in any DSN we may have been given, even one too broken to parse."""
-    secrets: set[str] = set()
+    """Passwords in any DSN we may have been given, even one too broken to parse, and in
+    $PGPASSWORD; longest first, so that a password goes before the pieces of it."""
+    secrets: set[str] = {os.environ.get("PGPASSWORD") or ""}
     for dsn in _dsn_candidates(args):
         with contextlib.suppress(Exception):
-            password = conninfo.conninfo_to_dict(dsn).get("password")
-            if password:
-                secrets.add(str(password))
-        if m := _URI_PASSWORD.match(dsn.strip()):
-            secrets.update({m.group(1), unquote(m.group(1))})
+            secrets.add(str(conninfo.conninfo_to_dict(dsn).get("password") or ""))
+        secrets.update(_uri_password_pieces(dsn))
         for m in _KV_PASSWORD.finditer(dsn):
-            raw = m.group(1)
-            secrets.update({raw, raw.strip("'"), raw.strip("'").replace("\\'", "'")})
+            value, raw = _kv_value(dsn, m.end())
+            secrets.update({value, raw})
+            if config.is_uri(dsn):  # ?password=... in a URI's query ends at "&"
+                first = raw.split("&", 1)[0]
+                secrets.update({first, unquote(first), unquote(raw)})
     return sorted((s for s in secrets if s), key=len, reverse=True)
 
 
-def scrub(message: str, secrets: Sequence[str]) -> str:
+def redact(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
-        message = message.replace(secret, "***")
+        text = text.replace(secret, "***")
+    return text
+
+
+def scrub(message: str, secrets: Sequence[str]) -> str:
+    message = redact(message, secrets)
     return " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
+
+
+class _RedactingFormatter(logging.Formatter):
+    """Log lines (and the tracebacks in them) without any of ``secrets``."""
+
+    def __init__(self, fmt: str, secrets: Sequence[str]) -> None:
+        super().__init__(fmt)
+        self.secrets = list(secrets)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record), self.secrets)
 
 
 def _error(message: str, args: Sequence[str], *, kind: str = "error") -> None:
@@ -748,9 +819,12 @@ def _stdout_gone() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (never raises for user errors)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _given_args[:] = args
     debug = os.environ.get("LEASECTL_DEBUG") == "1"
     if debug:
         logging.basicConfig(level=logging.DEBUG)
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(_RedactingFormatter(logging.BASIC_FORMAT, secrets_in(args)))
     else:
         # Nothing logs to stderr unless a command asks for it (worker, watch).
         logging.getLogger().addHandler(logging.NullHandler())
@@ -780,6 +854,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if debug else " (set LEASECTL_DEBUG=1 for the traceback)"
         _error(f"{type(exc).__name__}: {exc}{hint}", args, kind="internal error")
         if debug:
-            traceback.print_exc()
+            print(redact(traceback.format_exc(), secrets_in(args)), file=sys.stderr, end="")
         return 1
     return result if isinstance(result, int) else 0

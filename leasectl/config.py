@@ -19,11 +19,18 @@ DEFAULT_SCHEMA = "leasectl"
 _DURATION = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 MAX_DURATION = timedelta(days=3650)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-_QUOTED = re.compile(r'"[^"]*"')
+_URI_SCHEME = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
+# Tokens of libpq's parse errors that are its own words, not a piece of the DSN.
+_LIBPQ_TOKENS = {'"="': "\0eq\0", '"]"': "\0br\0"}
 
 NO_DSN_MESSAGE = (
     "no database given: pass --dsn, or set LEASECTL_DSN or DATABASE_URL "
     "(to try leasectl without a database, run `leasectl demo`)"
+)
+PERCENT_ENCODE_HINT = "percent-encode / and @ in the password (%2F, %40)"
+AMBIGUOUS_URI_MESSAGE = (
+    'invalid DSN: a raw "@" or "/" makes the URI\'s user name, password, server and database '
+    f"ambiguous: {PERCENT_ENCODE_HINT}"
 )
 
 
@@ -37,19 +44,72 @@ def resolve_dsn(cli_value: str | None) -> str:
 
 
 def validate_dsn(dsn: str) -> dict[str, Any]:
+    """The connection parameters libpq reads from ``dsn``, or a ConfigError that quotes none of
+    it: libpq's own message can hold fragments of the DSN, so any quoted part is dropped."""
+    if ambiguous_uri(dsn):
+        raise ConfigError(AMBIGUOUS_URI_MESSAGE)
     try:
-        return conninfo.conninfo_to_dict(dsn)
+        params = conninfo.conninfo_to_dict(dsn)
     except Exception as exc:  # psycopg raises ProgrammingError with libpq's text
-        # libpq quotes fragments of the string, which may hold the password: drop them.
-        detail = _QUOTED.sub("…", str(exc).splitlines()[0] if str(exc) else "")
+        detail = _unquoted(str(exc))
+        if is_uri(dsn) and detail.startswith("invalid percent-encoded token"):
+            detail += " (write a % in the password as %25)"
         raise ConfigError(f"invalid DSN: {detail}".rstrip(": ")) from None
+    if not all(p.strip().isdigit() for p in str(params.get("port") or "").split(",") if p.strip()):
+        hint = f"; {PERCENT_ENCODE_HINT}" if is_uri(dsn) else ""
+        raise ConfigError(f"invalid DSN: the port is not a number{hint}")
+    return params
+
+
+def is_uri(dsn: str) -> bool:
+    return _URI_SCHEME.match(dsn) is not None
+
+
+def ambiguous_uri(dsn: str) -> bool:
+    """A URI whose user name and password libpq may have cut short: two "@", or a "/" before
+    the "@".
+
+    libpq reads the userinfo up to the first "@" (a "/" before it means there is none), so
+    ``postgresql://u:pa/ss@h/db`` connects to host "u", port "pa", database "ss@h/db", and
+    ``postgresql://u:pa@ss@h/db`` to host "ss@h". Any "@" other than the one that ends the
+    userinfo must be percent-encoded (%40), wherever it is; so must a "/" in the password.
+    """
+    match = _URI_SCHEME.match(dsn)
+    if match is None:
+        return False
+    rest = dsn[match.end() :]
+    first_at, first_slash = rest.find("@"), rest.find("/")
+    if first_at < 0:
+        return False
+    if 0 <= first_slash < first_at:
+        return True
+    return "@" in rest[first_at + 1 :]
+
+
+def _unquoted(message: str) -> str:
+    """The first line of a libpq parse error without the parts it quotes from the DSN.
+
+    Everything from the first quote to the last goes (a quoted fragment may itself hold a
+    quote), except libpq's own quoted tokens such as "="."""
+    line = message.strip().splitlines()[0] if message.strip() else ""
+    for token, mark in _LIBPQ_TOKENS.items():
+        line = line.replace(token, mark)
+    first, last = line.find('"'), line.rfind('"')
+    if first >= 0:
+        line = line[:first] + "…" + (line[last + 1 :] if last > first else "")
+    for token, mark in _LIBPQ_TOKENS.items():
+        line = line.replace(mark, token)
+    return line.strip()
 
 
 def safe_dsn(dsn: str) -> str:
-    """host:port/dbname for messages; the password never appears."""
+    """host:port/dbname for messages, from the parameters libpq reads; never the password.
+
+    A DSN that validate_dsn refuses shows as "<invalid DSN>": the host, port or database libpq
+    reads from an ambiguous URI may be pieces of the password."""
     try:
-        params = conninfo.conninfo_to_dict(dsn)
-    except Exception:
+        params = validate_dsn(dsn)
+    except ConfigError:
         return "<invalid DSN>"
     host = str(params.get("host") or os.environ.get("PGHOST") or "localhost")
     port = str(params.get("port") or os.environ.get("PGPORT") or "5432")

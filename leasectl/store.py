@@ -23,7 +23,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leasectl import health, queries
-from leasectl.config import safe_dsn
+from leasectl.config import safe_dsn, validate_dsn
 from leasectl.errors import (
     ConnectionFailed,
     JobNotFound,
@@ -192,6 +192,7 @@ class Store:
         the worker, whose statements are written so that such plans hold for any parameters
         and any table size.
         """
+        validate_dsn(dsn)  # an ambiguous URI would connect where its password says
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": CONNECT_TIMEOUT_S,

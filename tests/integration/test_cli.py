@@ -252,7 +252,7 @@ def test_unreachable_server(db_dsn: str) -> None:
         ),
         pytest.param(
             f"postgresql://app:{SECRET}@127.0.0.1:port/db",
-            'invalid integer value "port"',
+            "the port is not a number",
             id="uri-port",
         ),
     ],
