@@ -12,18 +12,25 @@ import contextlib
 import fcntl
 import os
 import select
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import termios
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+import psycopg
 import pytest
 
+from leasectl.demo.fleet import WORKER_MODULE
+from leasectl.embedded import EmbeddedServer
 from tests.integration.test_cli import _env
+from tests.util import wait_until
 
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2"
 GONE_WITHIN_S = 5.0  # the promise: a console whose terminal went away exits this quickly
@@ -129,6 +136,20 @@ def one_line(text: str) -> str:
     return lines[0]
 
 
+def console_sessions(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'leasectl console%'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def gone(term: Terminal) -> bool:
+    return term.proc.poll() is not None
+
+
 # -- no terminal: refuse before connecting -------------------------------------------------------
 
 
@@ -193,3 +214,139 @@ def test_demo_without_a_terminal_exits_2_before_starting_a_server(tmp_path: Path
     )
     assert stdout.read_bytes() == b""
     assert not server_dir.exists()  # no embedded server was set up
+
+
+# -- the terminal goes away: exit within seconds ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("controlling", "ignore_hup"),
+    [
+        pytest.param(True, False, id="sighup"),
+        pytest.param(True, True, id="sighup-ignored"),  # nohup: only the tty says it is gone
+        pytest.param(False, False, id="no-controlling-tty"),  # no SIGHUP at all: POLLHUP
+    ],
+)
+def test_tui_exits_when_its_terminal_goes_away(
+    db_dsn: str, controlling: bool, ignore_hup: bool
+) -> None:
+    with terminal(
+        leasectl("tui"), _env(db_dsn), controlling=controlling, ignore_hup=ignore_hup
+    ) as term:
+        term.wait_for(b"Pending")
+        wait_until(lambda: console_sessions(db_dsn) > 0, what="the console's connections")
+        term.hang_up()
+        wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the console to exit")
+        # Its own exit (SIGHUP's default would kill it: -1), and its connections are closed.
+        assert term.proc.returncode == 129
+    wait_until(lambda: console_sessions(db_dsn) == 0, timeout=10, what="the sessions to end")
+
+
+WATCHED = """
+import sys, threading
+from pathlib import Path
+from leasectl.terminal import HangupWatch, last_resort
+
+marks = Path(sys.argv[1])
+
+def mark(name):
+    with marks.open("a") as f:
+        f.write(name + "\\n")
+
+watch = HangupWatch(lambda: mark("asked"), abandon=lambda: mark("abandoned"))
+with last_resort(lambda: mark("caller released")), watch:
+    print("watching", flush=True)
+    threading.Event().wait()  # a console stuck for good: it never returns
+"""
+
+
+def test_a_console_that_does_not_close_is_abandoned(tmp_path: Path) -> None:
+    """The watchdog: the console is asked to close and does not; the watch releases what the
+    console and its caller hold, then the process exits on its own."""
+    marks = tmp_path / "marks"
+    with terminal(["-c", textwrap.dedent(WATCHED), str(marks)], _env(None)) as term:
+        term.wait_for(b"watching")
+        term.hang_up()
+        wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the process to exit")
+        assert term.proc.returncode == 129
+    assert marks.read_text().splitlines() == ["asked", "abandoned", "caller released"]
+
+
+def demo_workers_of(pid: int) -> list[int]:
+    """Live demo worker processes started by the demo process ``pid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        parent = argv[argv.index(b"--parent-pid") + 1] if b"--parent-pid" in argv else b""
+        if WORKER_MODULE.encode() in argv and parent == str(pid).encode() and state not in "ZX":
+            found.append(int(name))
+    return found
+
+
+@pytest.mark.slow
+def test_demo_stops_its_fleet_when_its_terminal_goes_away(empty_db_dsn: str) -> None:
+    with terminal(leasectl("--dsn", empty_db_dsn, "demo"), _env(None)) as term:
+        term.wait_for(b"Pending")
+        wait_until(lambda: demo_workers_of(term.proc.pid), what="the demo's workers")
+        term.hang_up()
+        wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the demo to exit")
+        assert term.proc.returncode == 130  # interrupted, like a SIGINT: it stopped cleanly
+        assert demo_workers_of(term.proc.pid) == []
+
+
+STUCK_DEMO = """
+import sys, threading
+from pathlib import Path
+from leasectl.demo import FleetConfig, run_demo
+from leasectl.terminal import HangupWatch
+
+def stuck_console(dsn, schema, *, refresh, queue, read_only):
+    # The real console's watch around a console that, like one stuck writing to its dead
+    # terminal, never closes: not when asked, not on the SIGINT the demo sends itself.
+    with HangupWatch(lambda: None, abandon=lambda: None):
+        print("console up", flush=True)
+        while True:
+            try:
+                threading.Event().wait()
+            except KeyboardInterrupt:
+                pass
+
+run_demo(dsn=None, schema="leasectl", fresh=True, headless=False, duration=None,
+         fleet=FleetConfig(), log_dir=Path(sys.argv[1]), console=stuck_console)
+"""
+
+
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A directory for the demo's embedded server that the server user can reach when root."""
+    parent = Path(tempfile.mkdtemp(prefix="leasectl-terminal-test-"))
+    os.chmod(parent, 0o755)  # we created it; as root, `nobody` must traverse it
+    try:
+        yield parent / "embedded"
+    finally:
+        EmbeddedServer(parent / "embedded").stop(remove=True, mode="immediate")
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_demo_whose_console_hangs_stops_its_fleet_and_server(
+    server_dir: Path, tmp_path: Path
+) -> None:
+    env = {**_env(None), "LEASECTL_EMBEDDED_DIR": str(server_dir)}
+    with terminal(["-c", STUCK_DEMO, str(tmp_path / "logs")], env) as term:
+        term.wait_for(b"console up")
+        pid = term.proc.pid
+        wait_until(lambda: demo_workers_of(pid), what="the demo's workers")
+        assert EmbeddedServer(server_dir).is_running()
+        term.hang_up()
+        wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the demo to exit")
+        assert term.proc.returncode == 129
+    # Its workers die with it; the server it started was told to stop before it went.
+    wait_until(lambda: demo_workers_of(pid) == [], timeout=10, what="the workers to go")
+    wait_until(lambda: not EmbeddedServer(server_dir).is_running(), timeout=30, what="the server")
