@@ -8,12 +8,13 @@ TERM does not say the terminal cannot move the cursor.
 
 When the terminal goes away (the window, ssh session or tmux pane closes), the kernel hangs up
 the tty: a SIGHUP for the foreground process group, EOF or EIO on reads, EIO on writes. Textual
-8's Linux driver handles none of these: with SIGHUP ignored or handled, its input thread spins
-on EOF, and once its writer thread dies on EIO the next 30 queued writes block the event loop
-for good. `HangupWatch` notices the hangup (the signal, or POLLHUP on the terminal's
-descriptors), points stdout and stderr at /dev/null so that shutting down can write freely,
-asks the console to exit, and if it has not within a few seconds, closes what ``abandon`` names
-and exits the process itself. This module does not import Textual: the core never does.
+8's Linux driver handles none of these: with SIGHUP ignored (nohup) or not sent (the tty is
+not the controlling terminal), its input thread spins on EOF and the console runs on, and once
+its writer thread dies on EIO the next 30 queued writes block the event loop for good.
+`HangupWatch` notices the hangup (the signal, or POLLHUP on the terminal's descriptors), points
+stdout and stderr at /dev/null so that shutting down can write freely, asks the console to
+exit, and if it has not within a few seconds, closes what ``abandon`` names and exits the
+process itself. This module does not import Textual: the core never does.
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-from leasectl.errors import UsageError
+from leasectl.errors import TerminalGone, UsageError
 
 DUMB_TERMS = ("dumb", "unknown")  # the values Rich also treats as a terminal without controls
 EXIT_GRACE_S = 2.0  # how long a console may take to close after its terminal went away
 CLEANUP_S = 2.0  # then: exit anyway (a server asked to stop goes on stopping without us)
 POLL_INTERVAL_S = 0.2
-EXIT_HANGUP = 129  # 128 + SIGHUP, what a shell reports for a process its terminal hung up on
 _STREAMS = (("stdin", 0), ("stdout", 1), ("stderr", 2))
 _GONE = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
@@ -66,8 +66,8 @@ class HangupWatch:
     and may block. ``abandon`` is the last resort, called from the watch's thread when the
     console has not closed ``grace`` seconds later: it must release what the process holds
     (database connections, child processes) without help from the stuck main thread, after
-    which the process exits with `EXIT_HANGUP`. A SIGHUP handler installed before this one
-    (the demo's) is still called.
+    which the process exits with TerminalGone's exit code (129, as if killed by SIGHUP). A
+    SIGHUP handler installed before this one (the demo's) is still called.
     """
 
     def __init__(
@@ -163,7 +163,7 @@ class HangupWatch:
         worker = threading.Thread(target=cleanups, name="leasectl hangup-cleanup", daemon=True)
         worker.start()
         worker.join(CLEANUP_S)
-        os._exit(EXIT_HANGUP)
+        os._exit(TerminalGone.exit_code)
 
 
 _LAST_RESORT: list[Callable[[], None]] = []
