@@ -30,6 +30,7 @@ from rich.console import Console, RenderableType
 from leasectl import config, grants, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.store import Store
+from leasectl.terminal import require_terminal
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 from leasectl.worker import Worker, WorkerConfig, load_handler
 
@@ -651,13 +652,18 @@ def demo(
     g = _globals(ctx)
     if g.dsn is not None:
         config.validate_dsn(g.dsn)
+    schema = config.resolve_schema(g.schema)
+    lasts = _duration(duration, "--duration") if duration else None
+    every = _duration(refresh, "--refresh")
+    if not headless:
+        require_terminal("to run the demo without it, use `leasectl demo --headless`")
     summary = run_demo(
         dsn=g.dsn,
-        schema=config.resolve_schema(g.schema),
+        schema=schema,
         fresh=fresh,
         headless=headless,
-        duration=_duration(duration, "--duration") if duration else None,
-        refresh=_duration(refresh, "--refresh"),
+        duration=lasts,
+        refresh=every,
     )
     if as_json:
         _emit_json(summary.to_json())
@@ -685,6 +691,7 @@ def tui(
     """Open the console."""
     dsn, schema = _globals(ctx).resolve()
     every = _duration(refresh, "--refresh")
+    require_terminal("for a one-shot view, run `leasectl status`")
     try:
         # Imported here: the core never imports Textual.
         from leasectl.console.app import run  # type: ignore[import-not-found, import-untyped, unused-ignore]

@@ -37,3 +37,10 @@ class PermissionDenied(LeasectlError):
 
 class EmbeddedServerError(LeasectlError):
     """The embedded PostgreSQL could not be started or stopped."""
+
+
+class TerminalGone(LeasectlError):
+    """The console's terminal went away (hung up): nobody sees the message, the exit code is
+    the one a shell reports for a process killed by SIGHUP."""
+
+    exit_code = 129

@@ -38,8 +38,9 @@ from leasectl.console.source import ConsoleSource, DatabaseSource
 from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
-from leasectl.errors import ConnectionFailed, LeasectlError
+from leasectl.errors import ConnectionFailed, LeasectlError, TerminalGone
 from leasectl.models import ActionResult, PanelJob, SeenState, Snapshot
+from leasectl.terminal import HangupWatch
 
 DEFAULT_LIMIT = 100
 RISK_WINDOW = timedelta(seconds=10)
@@ -53,12 +54,18 @@ def run(
     queue: str | None,
     read_only: bool,
 ) -> None:
-    """Connect (raising the core's typed errors before any screen is drawn), then run the app."""
+    """Connect (raising the core's typed errors before any screen is drawn), then run the app
+    until it is closed or its terminal goes away (then `TerminalGone`, within seconds: see
+    leasectl/terminal.py)."""
     source = DatabaseSource.connect(dsn, schema, risk_window=RISK_WINDOW)
     try:
-        ConsoleApp(source, refresh=refresh, queue=queue, read_only=read_only).run()
+        app = ConsoleApp(source, refresh=refresh, queue=queue, read_only=read_only)
+        with HangupWatch(lambda: app.call_from_thread(app.exit), abandon=source.close) as watch:
+            app.run()
     finally:
         source.close()
+    if watch.gone.is_set():
+        raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
 class ConsoleApp(App[None]):

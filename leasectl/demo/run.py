@@ -43,12 +43,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TextIO, cast
 
+from leasectl import terminal
 from leasectl.config import DEFAULT_SCHEMA, safe_dsn, validate_dsn
 from leasectl.demo import db
 from leasectl.demo.fleet import FLEET, Fleet, FleetConfig
 from leasectl.demo.traffic import Traffic
 from leasectl.embedded import EmbeddedServer
-from leasectl.errors import EmbeddedServerError, LeasectlError, UsageError
+from leasectl.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
 from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig, run_pass
 
@@ -248,6 +249,8 @@ class _Target:
     schema: str
     where: str
     server: str
+    # Stops the embedded server this demo owns, for an exit that cannot unwind (_abandon).
+    release: Callable[[], None] | None = None
 
 
 def _try_lock(conn: Any, key: str) -> bool:
@@ -298,7 +301,8 @@ def _embedded_target(schema: str, fresh: bool, say: Callable[[str], None]) -> It
             db.execute(conn, "demo_database_create", database=DEMO_DATABASE)
         dsn = server.dsn(DEMO_DATABASE)
         _migrate(dsn, schema)
-        yield _Target(dsn, schema, safe_dsn(dsn), mode)
+        release = server.stop if owns else None
+        yield _Target(dsn, schema, safe_dsn(dsn), mode, release)
     finally:
         conn.close()
         if owns:
@@ -627,7 +631,7 @@ def run_demo(
         elif console_run is not None:
             threading.Thread(
                 target=_console_hang_guard,
-                args=(signals_seen, current, force),
+                args=(signals_seen, lambda: _abandon(current, force)),
                 name="leasectl demo-hang-guard",
                 daemon=True,
             ).start()
@@ -649,7 +653,8 @@ def run_demo(
                         if console_run is None:
                             run.wait(duration)
                         else:
-                            _console(console_run, run, signals, target, refresh, duration, say)
+                            with terminal.last_resort(lambda: _abandon(current, force)):
+                                _console(console_run, run, signals, target, refresh, duration, say)
                     if signals.received is not None:
                         say(f"{signal.Signals(signals.received).name}: stopping the demo")
                     summary = run.finish(drain=headless, force=force)
@@ -669,17 +674,29 @@ def run_demo(
 CONSOLE_EXIT_GRACE = 5.0  # seconds a stopping console may take before the demo exits without it
 
 
-def _console_hang_guard(signals: list[_Signals], runs: list[_Run], force: threading.Event) -> None:
-    """A console whose terminal went away (SIGHUP: the terminal or tmux closed) can hang in
-    Textual's shutdown, its writer thread blocked on the dead tty. Give it a few seconds; if it
-    is still in front then, stop the fleet here and leave, so no worker outlives the demo."""
+def _console_hang_guard(signals: list[_Signals], abandon: Callable[[], None]) -> None:
+    """A console asked to stop by a signal can hang in Textual's shutdown, its writer thread
+    blocked on a terminal that does not read. Give it a few seconds; if it is still in front
+    then, stop the fleet and the server here and leave, so nothing outlives the demo. (A
+    terminal that went away is the console's own watch: leasectl/terminal.py.)"""
     time.sleep(CONSOLE_EXIT_GRACE)
     if not any(s.in_console for s in signals):
         return
+    abandon()
+    os._exit(129)
+
+
+def _abandon(runs: list[_Run], force: threading.Event) -> None:
+    """Stop what the demo started, from any thread, before the process exits without unwinding
+    (the main thread is stuck in the console): the fleet (SIGKILL), the watcher, the pool and
+    the embedded server this demo owns. Its demo.owner file stays: the next demo stops such a
+    server anyway."""
     force.set()
     for run in runs:
+        run.fleet.stop(force=True)
+        if run.target.release is not None:  # first: the workers die with the demo, it does not
+            run.target.release()
         run.close(force)
-    os._exit(129)
 
 
 def _console(
@@ -731,4 +748,7 @@ def _console(
         except KeyboardInterrupt:
             if not fired.is_set():
                 run.interrupted.set()
+        except TerminalGone as exc:
+            say(str(exc))
+            run.interrupted.set()
     say("console closed")
