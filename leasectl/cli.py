@@ -29,6 +29,7 @@ from rich.console import Console, RenderableType
 
 from leasectl import config, grants, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
+from leasectl.literal import ECHO_LIMIT, echo, shorten, visible
 from leasectl.store import Store
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 from leasectl.worker import Worker, WorkerConfig, load_handler
@@ -39,6 +40,9 @@ PROG = "leasectl"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 EXIT_CHECK_FAILED = 3
 EXIT_INTERRUPTED = 130
+# The longest line an error or a notice may take on stderr: a message quotes at most
+# ECHO_LIMIT characters of any one value, so only a message that quotes too much gets here.
+MESSAGE_LIMIT = 1000
 
 
 class Mode(enum.StrEnum):
@@ -138,7 +142,9 @@ def _queue_name(name: str, option: str = "--queue") -> str:
 
 
 def _show(parts: Sequence[RenderableType]) -> None:
-    console = Console(highlight=False)
+    # Data reaches these parts as output.lit cells; plain strings (our own) are not read as
+    # markup or emoji codes either.
+    console = Console(highlight=False, markup=False, emoji=False)
     for part in parts:
         console.print(part)
 
@@ -148,15 +154,33 @@ def _emit_json(document: Any, *, indent: int | None = 2) -> None:
     sys.stdout.flush()
 
 
+def _say(message: str) -> None:
+    """A one-line result on stdout; a value it names is shown, never acted on."""
+    typer.echo(visible(message))
+
+
+def _one_line(message: str) -> str:
+    """What stderr may carry of a message: one line, every control visible, bounded."""
+    return shorten(visible(message), MESSAGE_LIMIT)
+
+
 def _warn(message: str) -> None:
     """A one-line notice on stderr for outcomes that are not errors but set the exit code."""
-    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {_one_line(message)}", file=sys.stderr, flush=True)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """Log lines quote worker ids, queues and server messages: they are shown, not acted on
+    (newlines and tabs stay, for tracebacks)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record), multiline=True)
 
 
 def _setup_logging(level: LogLevel) -> None:
     """Long-running commands log to stderr with timestamps."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(_VisibleFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -176,12 +200,12 @@ def init(ctx: typer.Context) -> None:
     latest = queries.migrations()[-1].version
     where = config.safe_dsn(dsn)
     if applied:
-        typer.echo(
-            f"applied migration(s) {output.format_ids(applied)} to schema {schema!r} at {where}; "
-            f"now at version {latest}"
+        _say(
+            f"applied migration(s) {output.format_ids(applied)} to schema {echo(schema)} at "
+            f"{where}; now at version {latest}"
         )
     else:
-        typer.echo(f"schema {schema!r} is up to date (version {latest}) at {where}")
+        _say(f"schema {echo(schema)} is up to date (version {latest}) at {where}")
 
 
 @app.command()
@@ -219,7 +243,7 @@ def enqueue(
         _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
         return
     when = f", due in {config.format_duration(wait)}" if wait else ""
-    typer.echo(f"enqueued {len(ids)} job(s) on queue {queue!r}{when}: {output.format_ids(ids)}")
+    _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {output.format_ids(ids)}")
 
 
 @app.command()
@@ -354,7 +378,7 @@ def watch(
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
             "watching %s every %s (mode %s) at %s",
-            f"queue {queue!r}" if queue else "all queues",
+            f"queue {echo(queue)}" if queue else "all queues",
             config.format_duration(watcher_config.interval),
             watcher_config.mode,
             store.where,
@@ -502,7 +526,7 @@ def status(
     if check and (report.expired or report.stuck):
         _warn(
             f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"
-            + (f" in queue {queue!r}" if queue else "")
+            + (f" in queue {echo(queue)}" if queue else "")
         )
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -607,14 +631,16 @@ def grant(
         raise UsageError("name at least one role: --viewer, --operator, --worker or --producer")
     if print_sql:
         schema = config.resolve_schema(_globals(ctx).schema)
-        sys.stdout.write(grants.render(wanted, schema))
+        # Role and schema names are the caller's own, but an escape in one must not act on the
+        # terminal: such a name is shown escaped (and the SQL then names it that way).
+        sys.stdout.write(visible(grants.render(wanted, schema), multiline=True))
         return
     with _store(ctx) as store:
         grants.apply(store, wanted)
         where, schema = store.where, store.schema
     for g in wanted:
-        typer.echo(
-            f"granted {g.kind.value} privileges on schema {schema!r} to role {g.role!r} "
+        _say(
+            f"granted {g.kind.value} privileges on schema {echo(schema)} to role {echo(g.role)} "
             f"at {where} ({grants.WHAT[g.kind]})"
         )
 
@@ -730,7 +756,8 @@ def scrub(message: str, secrets: Sequence[str]) -> str:
 
 
 def _error(message: str, args: Sequence[str], *, kind: str = "error") -> None:
-    print(f"{PROG}: {kind}: {scrub(message, secrets_in(args))}", file=sys.stderr, flush=True)
+    line = _one_line(scrub(message, secrets_in(args)))
+    print(f"{PROG}: {kind}: {line}", file=sys.stderr, flush=True)
 
 
 def _usage_hint(exc: typer.TyperException) -> str:
@@ -769,7 +796,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.format_message())
             return 0
-        _error(exc.format_message() + _usage_hint(exc), args)
+        # Click quotes the value it rejects (an option name, a choice) in full, around words of
+        # its own that take well under 100 characters: keep about ECHO_LIMIT of the value.
+        message = shorten(exc.format_message(), ECHO_LIMIT + 100)
+        _error(message + _usage_hint(exc), args)
         return exc.exit_code
     except BrokenPipeError:
         _stdout_gone()
