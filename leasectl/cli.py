@@ -29,6 +29,7 @@ from rich.console import Console, RenderableType
 
 from leasectl import config, grants, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
+from leasectl.literal import ECHO_LIMIT, echo, shorten, visible
 from leasectl.store import Store
 from leasectl.terminal import require_terminal
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
@@ -40,6 +41,9 @@ PROG = "leasectl"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 EXIT_CHECK_FAILED = 3
 EXIT_INTERRUPTED = 130
+# The longest line an error or a notice may take on stderr: a message quotes at most
+# ECHO_LIMIT characters of any one value, so only a message that quotes too much gets here.
+MESSAGE_LIMIT = 1000
 
 
 class Mode(enum.StrEnum):
@@ -139,7 +143,9 @@ def _queue_name(name: str, option: str = "--queue") -> str:
 
 
 def _show(parts: Sequence[RenderableType]) -> None:
-    console = Console(highlight=False)
+    # Data reaches these parts as output.lit cells; plain strings (our own) are not read as
+    # markup or emoji codes either.
+    console = Console(highlight=False, markup=False, emoji=False)
     for part in parts:
         console.print(part)
 
@@ -149,18 +155,27 @@ def _emit_json(document: Any, *, indent: int | None = 2) -> None:
     sys.stdout.flush()
 
 
+def _say(message: str) -> None:
+    """A one-line result on stdout; a value it names is shown, never acted on."""
+    typer.echo(visible(message))
+
+
+def _one_line(message: str) -> str:
+    """What stderr may carry of a message: one line, every control visible, bounded."""
+    return shorten(visible(message), MESSAGE_LIMIT)
+
+
 def _warn(message: str) -> None:
     """A one-line notice on stderr for outcomes that are not errors but set the exit code."""
-    print(f"{PROG}: {scrub(message, secrets_in(_given_args))}", file=sys.stderr, flush=True)
+    line = _one_line(scrub(message, secrets_in(_given_args)))
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 
 def _setup_logging(level: LogLevel) -> None:
     """Long-running commands log to stderr with timestamps."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        _RedactingFormatter(
-            "%(asctime)s %(levelname)-7s %(name)s: %(message)s", secrets_in(_given_args)
-        )
+        _SafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", secrets_in(_given_args))
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -181,12 +196,12 @@ def init(ctx: typer.Context) -> None:
     latest = queries.migrations()[-1].version
     where = config.safe_dsn(dsn)
     if applied:
-        typer.echo(
-            f"applied migration(s) {output.format_ids(applied)} to schema {schema!r} at {where}; "
-            f"now at version {latest}"
+        _say(
+            f"applied migration(s) {output.format_ids(applied)} to schema {echo(schema)} at "
+            f"{where}; now at version {latest}"
         )
     else:
-        typer.echo(f"schema {schema!r} is up to date (version {latest}) at {where}")
+        _say(f"schema {echo(schema)} is up to date (version {latest}) at {where}")
 
 
 @app.command()
@@ -224,7 +239,7 @@ def enqueue(
         _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
         return
     when = f", due in {config.format_duration(wait)}" if wait else ""
-    typer.echo(f"enqueued {len(ids)} job(s) on queue {queue!r}{when}: {output.format_ids(ids)}")
+    _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {output.format_ids(ids)}")
 
 
 @app.command()
@@ -359,7 +374,7 @@ def watch(
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
             "watching %s every %s (mode %s) at %s",
-            f"queue {queue!r}" if queue else "all queues",
+            f"queue {echo(queue)}" if queue else "all queues",
             config.format_duration(watcher_config.interval),
             watcher_config.mode,
             store.where,
@@ -507,7 +522,7 @@ def status(
     if check and (report.expired or report.stuck):
         _warn(
             f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"
-            + (f" in queue {queue!r}" if queue else "")
+            + (f" in queue {echo(queue)}" if queue else "")
         )
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -612,14 +627,16 @@ def grant(
         raise UsageError("name at least one role: --viewer, --operator, --worker or --producer")
     if print_sql:
         schema = config.resolve_schema(_globals(ctx).schema)
-        sys.stdout.write(grants.render(wanted, schema))
+        # Role and schema names are the caller's own, but an escape in one must not act on the
+        # terminal: such a name is shown escaped (and the SQL then names it that way).
+        sys.stdout.write(visible(grants.render(wanted, schema), multiline=True))
         return
     with _store(ctx) as store:
         grants.apply(store, wanted)
         where, schema = store.where, store.schema
     for g in wanted:
-        typer.echo(
-            f"granted {g.kind.value} privileges on schema {schema!r} to role {g.role!r} "
+        _say(
+            f"granted {g.kind.value} privileges on schema {echo(schema)} to role {echo(g.role)} "
             f"at {where} ({grants.WHAT[g.kind]})"
         )
 
@@ -796,19 +813,22 @@ def scrub(message: str, secrets: Sequence[str]) -> str:
     return " ".join(part.strip() for part in message.strip().splitlines() if part.strip())
 
 
-class _RedactingFormatter(logging.Formatter):
-    """Log lines (and the tracebacks in them) without any of ``secrets``."""
+class _SafeFormatter(logging.Formatter):
+    """Log lines (and the tracebacks in them) without any of ``secrets``; the worker ids,
+    queues and server messages they quote are shown, not acted on (newlines and tabs stay,
+    for tracebacks)."""
 
     def __init__(self, fmt: str, secrets: Sequence[str]) -> None:
         super().__init__(fmt)
         self.secrets = list(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record), self.secrets)
+        return visible(redact(super().format(record), self.secrets), multiline=True)
 
 
 def _error(message: str, args: Sequence[str], *, kind: str = "error") -> None:
-    print(f"{PROG}: {kind}: {scrub(message, secrets_in(args))}", file=sys.stderr, flush=True)
+    line = _one_line(scrub(message, secrets_in(args)))
+    print(f"{PROG}: {kind}: {line}", file=sys.stderr, flush=True)
 
 
 def _usage_hint(exc: typer.TyperException) -> str:
@@ -831,7 +851,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if debug:
         logging.basicConfig(level=logging.DEBUG)
         for handler in logging.getLogger().handlers:
-            handler.setFormatter(_RedactingFormatter(logging.BASIC_FORMAT, secrets_in(args)))
+            handler.setFormatter(_SafeFormatter(logging.BASIC_FORMAT, secrets_in(args)))
     else:
         # Nothing logs to stderr unless a command asks for it (worker, watch).
         logging.getLogger().addHandler(logging.NullHandler())
@@ -850,7 +870,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":
             typer.echo(exc.format_message())
             return 0
-        _error(exc.format_message() + _usage_hint(exc), args)
+        # Click quotes the value it rejects (an option name, a choice) in full, around words of
+        # its own that take well under 100 characters: keep about ECHO_LIMIT of the value.
+        message = shorten(exc.format_message(), ECHO_LIMIT + 100)
+        _error(message + _usage_hint(exc), args)
         return exc.exit_code
     except BrokenPipeError:
         _stdout_gone()
@@ -861,6 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if debug else " (set LEASECTL_DEBUG=1 for the traceback)"
         _error(f"{type(exc).__name__}: {exc}{hint}", args, kind="internal error")
         if debug:
-            print(redact(traceback.format_exc(), secrets_in(args)), file=sys.stderr, end="")
+            shown = redact(traceback.format_exc(), secrets_in(args))
+            print(visible(shown, multiline=True), file=sys.stderr, end="")
         return 1
     return result if isinstance(result, int) else 0

@@ -13,6 +13,7 @@ from typing import Any
 from psycopg import conninfo
 
 from leasectl.errors import ConfigError, UsageError
+from leasectl.literal import echo
 
 DEFAULT_SCHEMA = "leasectl"
 
@@ -123,13 +124,13 @@ def resolve_schema(cli_value: str | None) -> str:
         cli_value if cli_value is not None else os.environ.get("LEASECTL_SCHEMA", DEFAULT_SCHEMA)
     )
     if not value or len(value.encode()) > 63 or "\x00" in value:
-        raise UsageError(f"invalid schema name {value!r}: 1 to 63 bytes, no NUL")
+        raise UsageError(f"invalid schema name {echo(value)}: 1 to 63 bytes, no NUL")
     return value
 
 
-def _shown(text: str, limit: int = 40) -> str:
+def _shown(text: str) -> str:
     """The user's value, quoted, cut short so that an error stays one readable line."""
-    return repr(text if len(text) <= limit else text[:limit] + "…")
+    return echo(text)
 
 
 def parse_duration(text: str, *, allow_zero: bool = False, what: str = "duration") -> timedelta:

@@ -17,6 +17,7 @@ from psycopg_pool import PoolTimeout
 
 from leasectl import queries
 from leasectl.errors import ConnectionFailed, LeasectlError, PermissionDenied, UsageError
+from leasectl.literal import echo
 from leasectl.store import Store
 
 
@@ -43,7 +44,7 @@ class Grant:
 
 def validate_role(name: str) -> str:
     if not name or not name.strip() or len(name.encode()) > 63 or "\x00" in name:
-        raise UsageError(f"invalid role name {name!r}: 1 to 63 bytes, not blank, no NUL")
+        raise UsageError(f"invalid role name {echo(name)}: 1 to 63 bytes, not blank, no NUL")
     return name
 
 
@@ -77,7 +78,7 @@ def apply(store: Store, grants: Sequence[Grant]) -> None:
             missing = sorted(set(roles) - {r[0] for r in rows})
             if missing:
                 raise LeasectlError(
-                    f"role {missing[0]!r} does not exist in {store.where}; create it first "
+                    f"role {echo(missing[0])} does not exist in {store.where}; create it first "
                     f"(CREATE ROLE {sql.Identifier(missing[0]).as_string(None)} LOGIN)"
                 )
             # A GRANT by a role without the grant option only warns ("no privileges were

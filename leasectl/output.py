@@ -1,8 +1,13 @@
 """Formatting for the command line: models to JSON documents and to Rich renderables.
 
 Every relative time ("expired 42s ago") is computed against a database timestamp handed in by
-the caller, never against this machine's clock. Data from the database is wrapped in ``Text``
-so that a queue called ``[red]`` is shown as is rather than read as Rich markup.
+the caller, never against this machine's clock.
+
+Everything that comes from the database or the command line is data: it reaches a cell only
+through ``lit`` (a Rich ``Text``, which parses no markup, of ``literal.visible``, which escapes
+what a terminal would act on). JSON keeps every value exact, but writes the characters that a
+terminal acts on or that reorder text as ``\\u`` escapes, so that a JSON document is safe to
+``cat`` too.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from leasectl.config import format_duration
+from leasectl.literal import visible
 from leasectl.models import (
     ActionResult,
     Attempt,
@@ -82,8 +89,33 @@ def jsonable(value: Any) -> Any:
     return value
 
 
+# json.dumps escapes C0 controls in strings; DEL, C1 controls, bidi and other format
+# characters it leaves raw. Outside strings a JSON document is ASCII, so every match is in one.
+_BEYOND_ASCII = re.compile(r"[^\x00-\x7e]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if visible(char) == char:
+        return char  # text: accents, CJK, emoji stay readable
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells these as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
 def dumps(document: Any, *, indent: int | None = 2) -> str:
-    return json.dumps(jsonable(document), indent=indent, ensure_ascii=False)
+    """JSON that parses back to the exact values and carries no byte a terminal acts on."""
+    text = json.dumps(jsonable(document), indent=indent, ensure_ascii=False)
+    return _BEYOND_ASCII.sub(_json_escape, text)
+
+
+def lit(value: str, style: str = "", *, multiline: bool = False) -> Text:
+    """A value from the database or the command line as a cell: literal text, never markup,
+    with controls, escapes and bidi characters shown as visible escapes. ``multiline`` keeps
+    newlines and tabs (a traceback, a reason); otherwise the value stays on one line."""
+    return Text(visible(value, multiline=multiline), style=style)
 
 
 def _age_s(db_now: datetime, then: datetime | None) -> float | None:
@@ -314,7 +346,7 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
 
     def row(q: QueueCounts, *, style: str = "") -> None:
         queues.add_row(
-            Text(q.queue, style=style),
+            lit(q.queue, style),
             _num(q.pending),
             _num(q.due),
             Text(format_duration(now - q.oldest_due_at) if q.oldest_due_at else "-"),
@@ -375,7 +407,7 @@ def owners_table(owners: Sequence[OwnerHealth], db_now: datetime) -> RenderableT
     table.add_column("hb/ttl", justify="right")
     for o in owners:
         table.add_row(
-            Text(o.owner),
+            lit(o.owner),
             Text(o.freshness.value, style=FRESHNESS_STYLE.get(o.freshness, "")),
             _num(o.held),
             _num(o.expired, alert="bold red"),
@@ -399,10 +431,10 @@ def detail_renderables(detail: JobDetail) -> list[RenderableType]:
         fields.add_row(name, value if isinstance(value, Text) else Text(value))
 
     add("status", _status(job.status))
-    add("queue", job.queue)
+    add("queue", lit(job.queue))
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
-    owner = Text(job.lease_owner or "-")
+    owner = lit(job.lease_owner or "-")
     if job.lease_owner and job.status != JobStatus.PROCESSING:
         owner.append("  (last holder)", style="dim")
     add("lease owner", owner)
@@ -423,7 +455,7 @@ def detail_renderables(detail: JobDetail) -> list[RenderableType]:
     if job.status == JobStatus.PENDING:
         run_at += f"  ({'due' if job.run_at <= now else 'due ' + ago(now, job.run_at)})"
     add("run at", run_at)
-    add("last error", Text(job.last_error, style="red") if job.last_error else "-")
+    add("last error", lit(job.last_error, "red", multiline=True) if job.last_error else "-")
     add("created", timestamp(job.created_at))
     add("updated", timestamp(job.updated_at))
     add("finished", timestamp(job.finished_at))
@@ -431,7 +463,8 @@ def detail_renderables(detail: JobDetail) -> list[RenderableType]:
     parts: list[RenderableType] = [
         Panel(fields, title=f"job {job.id}", title_align="left", box=box.ROUNDED),
         Panel(
-            Syntax(json.dumps(job.payload, indent=2, ensure_ascii=False), "json", word_wrap=True),
+            # The JSON text of dumps: string contents escaped before they are highlighted.
+            Syntax(dumps(job.payload), "json", word_wrap=True),
             title="payload",
             title_align="left",
             box=box.ROUNDED,
@@ -458,13 +491,19 @@ def attempts_table(attempts: Sequence[Attempt], db_now: datetime) -> RenderableT
         took = format_duration(end - a.started_at)
         table.add_row(
             str(a.attempt),
-            Text(a.lease_owner),
+            lit(a.lease_owner),
             clock(a.started_at),
             took if a.ended_at is not None else f"{took}…",
-            Text(a.outcome, style=OUTCOME_STYLE.get(a.outcome, "")),
-            Text(a.error or "", style="dim"),
+            lit(a.outcome, OUTCOME_STYLE.get(a.outcome, "")),
+            lit(a.error or "", "dim", multiline=True),
         )
     return table
+
+
+def _doc_status(document: Any) -> str:
+    """The status an event's before/after document names; anyone with the table can write it."""
+    value = document.get("status") if isinstance(document, dict) else None
+    return "?" if value is None else str(value)
 
 
 def events_table(events: Sequence[Event]) -> RenderableType:
@@ -477,14 +516,14 @@ def events_table(events: Sequence[Event]) -> RenderableType:
     table.add_column("change")
     table.add_column("reason", overflow="fold")
     for e in events:
-        before = (e.before or {}).get("status", "?")
-        after = (e.after or {}).get("status", "?")
+        before, after = _doc_status(e.before), _doc_status(e.after)
+        arrow = " →\n" if len(f"{before}{after}") > 14 else " → "
         table.add_row(
             clock(e.at),
-            Text(e.actor),
-            Text(e.action),
-            Text(f"{before} →\n{after}" if len(f"{before}{after}") > 14 else f"{before} → {after}"),
-            Text(e.reason or ""),
+            lit(e.actor),
+            lit(e.action),
+            Text.assemble(lit(before), arrow, lit(after)),
+            lit(e.reason or "", multiline=True),
         )
     return table
 
@@ -523,8 +562,8 @@ def watcher_renderables(
             lapsed.append(f"\n{ago(db_now, j.lease_until)}", style="red")
         table.add_row(
             str(j.id),
-            Text(j.queue),
-            Text(j.lease_owner or "-"),
+            lit(j.queue),
+            lit(j.lease_owner or "-"),
             lapsed,
             f"{j.attempts}/{j.max_attempts}",
             _status(status),
@@ -576,6 +615,6 @@ def action_renderables(result: ActionResult) -> list[RenderableType]:
         table.add_column("id", justify="right")
         table.add_column("reason", overflow="fold")
         for s in result.skipped:
-            table.add_row(str(s.id), Text(s.reason))
+            table.add_row(str(s.id), lit(s.reason))
         parts.append(table)
     return parts

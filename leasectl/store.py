@@ -33,6 +33,7 @@ from leasectl.errors import (
     UsageError,
 )
 from leasectl.hot import HotConnection
+from leasectl.literal import echo
 from leasectl.models import (
     JOB_FIELDS,
     STATUS_BY_VALUE,
@@ -265,7 +266,7 @@ class Store:
 
     def _schema_missing_message(self) -> str:
         return (
-            f"leasectl schema {self.schema!r} is not initialised in {self.where}; "
+            f"leasectl schema {echo(self.schema)} is not initialised in {self.where}; "
             "run `leasectl init`"
         )
 
@@ -353,7 +354,7 @@ class Store:
         latest = queries.migrations()[-1].version
         if not applied or max(applied) < latest:
             raise SchemaMissing(
-                f"leasectl schema {self.schema!r} in {self.where} is at version "
+                f"leasectl schema {echo(self.schema)} in {self.where} is at version "
                 f"{max(applied, default=0)}, this leasectl needs {latest}; run `leasectl init`"
             )
 
@@ -646,7 +647,9 @@ class Store:
     def get_job(self, job_id: int) -> Job:
         row = self._one("job_get", {"id": job_id})
         if row is None:
-            raise JobNotFound(f"job {job_id} not found in {self.where} (schema {self.schema!r})")
+            raise JobNotFound(
+                f"job {job_id} not found in {self.where} (schema {echo(self.schema)})"
+            )
         return Job.from_row(row)
 
     def inspect(self, job_id: int) -> JobDetail:

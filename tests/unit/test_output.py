@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from rich.console import Console, RenderableType
 
-from leasectl import output
+from leasectl import cli, output
+from leasectl.literal import visible
 from leasectl.models import (
     ActionResult,
     Attempt,
@@ -23,6 +26,7 @@ from leasectl.models import (
     StatusReport,
     WatcherResult,
 )
+from tests.hostile import CORPUS, ESC, NAMES
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 OWNER = "worker-host-17.example:48213:a1b2c3"
@@ -393,3 +397,92 @@ def test_action_output() -> None:
     assert fits(text)
     assert "requeued 3 job(s): 1-3" in text
     assert "a Completed job cannot be requeued" in text
+
+
+# -- untrusted text ---------------------------------------------------------------------------
+
+
+def acting(text: str) -> set[str]:
+    """The characters of ``text`` a terminal would act on, or that reorder or hide text."""
+    return {c for c in text if c != "\n" and visible(c) != c}
+
+
+@pytest.mark.parametrize("text", CORPUS, ids=range(len(CORPUS)))
+def test_lit_is_the_literal_text_with_controls_visible(text: str) -> None:
+    cell = output.lit(text, "red")
+    assert cell.plain == visible(text) and ESC not in cell.plain
+    assert cell.style == "red" and cell.spans == []  # no markup read from the value
+    several = output.lit(text, multiline=True)
+    assert several.plain == visible(text, multiline=True) and ESC not in several.plain
+
+
+def test_json_gives_back_exact_values_and_carries_nothing_a_terminal_acts_on() -> None:
+    values = [*CORPUS, "\U000e0001tag", "\udc80lone", "\x85next line"]
+    document = {"values": values, **{v: v for v in values}}
+    for indent in (2, None):
+        text = output.dumps(document, indent=indent)
+        assert json.loads(text) == document
+        assert not acting(text), acting(text)
+    # Readable text stays readable; what acts on a terminal is a JSON escape.
+    assert output.dumps("日本語🙂 e\u0301") == '"日本語🙂 e\u0301"'
+    assert output.dumps("\x9b\u202e\x7f\U000e0001") == '"\\u009b\\u202e\\u007f\\udb40\\udc01"'
+
+
+def hostile_detail(value: str) -> JobDetail:
+    job = make_job(
+        queue=value,
+        payload={value: [value], "v": value},
+        lease_owner=value,
+        last_error=value,
+    )
+    attempt = Attempt(42, 1, value, NOW - timedelta(minutes=1), None, NOW, "failed", value)
+    events = (
+        Event(7, 42, NOW, value, value, value, {"status": value}, {"status": value}),
+        Event(8, 42, NOW, "operator:x", "requeue", None, value, [value]),  # type: ignore[arg-type]
+    )
+    return JobDetail(job, (attempt,), events, NOW)
+
+
+def hostile_report(value: str) -> StatusReport:
+    report = make_report()
+    owner = dataclasses.replace(report.owners[0], owner=value, hostname=value, queues=(value,))
+    queue = dataclasses.replace(report.queues[0], queue=value)
+    return dataclasses.replace(report, queues=(queue,), owners=(owner,))
+
+
+@pytest.mark.parametrize("value", NAMES, ids=range(len(NAMES)))
+def test_every_cell_shows_hostile_text_as_text(value: str) -> None:
+    expired = ExpiredJob(9, value, JobStatus.PROCESSING, 1, 5, value, NOW, None)
+    action = ActionResult("requeue", (), (Skipped(9, f"lease live: held by {value}"),))
+    for what, parts in (
+        ("status", output.status_renderables(hostile_report(value))),
+        ("inspect", output.detail_renderables(hostile_detail(value))),
+        ("dry run", output.watcher_renderables(WatcherResult(True, jobs=(expired,)), NOW, "x")),
+        ("pass", output.watcher_renderables(WatcherResult(requeued=1, jobs=(expired,)), NOW, "x")),
+        ("action", output.action_renderables(action)),
+    ):
+        text = render(parts, width=400)
+        assert not acting(text), (what, acting(text))
+        assert visible(value).strip() in text, what
+    # The payload is its JSON text, escaped as --json escapes it.
+    assert output.dumps(value) in render(output.detail_renderables(hostile_detail(value)), 400)
+
+
+def test_events_whose_documents_are_not_objects_still_render() -> None:
+    text = render([output.events_table(hostile_detail("x").events[1:])])
+    assert "? → ?" in text
+
+
+def test_error_and_warning_lines_are_one_visible_bounded_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    cli._error("server said: \x1b]0;PWNED\x07\n\u202eevil " + "x" * 5000, [])
+    cli._warn("skipped: held by \x9b31m\r" + "y" * 5000)
+    err = capsys.readouterr().err
+    error, warning = err.splitlines()
+    assert error.startswith("leasectl: error: server said: \\x1b]0;PWNED\\x07 \\u202eevil x")
+    assert warning.startswith("leasectl: skipped: held by \\x9b31m\\ry")
+    assert not acting(err)
+    for line in (error, warning):
+        assert len(line) <= len("leasectl: error: ") + cli.MESSAGE_LIMIT
+        assert line.endswith("chars)")
