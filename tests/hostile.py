@@ -63,9 +63,16 @@ NAMES: list[str] = [s for s in CORPUS if len(s) <= 200]
 
 
 def literal_probe(text: str) -> str:
-    """A printable piece of ``text`` that must appear verbatim when the text is shown."""
-    for part in text.replace("\r", "\n").split("\n"):
-        clean = "".join(c for c in part if c.isprintable() and c.isascii())
-        if len(clean) >= 3:
-            return clean[:20].strip() or clean[:20]
-    return ""
+    """The longest run (at most 20 characters) of printable ASCII in ``text``: a piece that
+    must appear verbatim wherever the text is shown, escaped or not ("" when there is none of
+    three characters or more)."""
+    runs, run = [], []
+    for char in text:
+        if char.isascii() and char.isprintable():
+            run.append(char)
+        else:
+            runs.append("".join(run))
+            run = []
+    runs.append("".join(run))
+    best = max(runs, key=len)[:20].strip()
+    return best if len(best) >= 3 else ""
