@@ -167,7 +167,7 @@ def _one_line(message: str) -> str:
 
 def _warn(message: str) -> None:
     """A one-line notice on stderr for outcomes that are not errors but set the exit code."""
-    line = _one_line(scrub(message, secrets_in(_given_args)))
+    line = _one_line(redact(message, secrets_in(_given_args)))
     print(f"{PROG}: {line}", file=sys.stderr, flush=True)
 
 

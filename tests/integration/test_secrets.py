@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import select
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -104,6 +106,10 @@ def make_dsn(
     return base, {"PGPASSWORD": password}
 
 
+# The commands that open the console refuse to start without a terminal: they run on a pty.
+CONSOLE_COMMANDS = {"tui", "demo"}
+
+
 def run(
     args: list[str],
     dsn: str,
@@ -112,7 +118,8 @@ def run(
     env: dict[str, str] | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """The real command, with the DSN given through ``channel``."""
+    """The real command, with the DSN given through ``channel`` (on a terminal when it opens
+    the console)."""
     environ = {k: v for k, v in _env(None).items() if k != "PGPASSWORD"}
     environ.update(env or {})
     if channel == "--dsn":
@@ -122,14 +129,46 @@ def run(
     else:
         argv = list(args)
         environ[channel] = dsn
+    command = [sys.executable, "-m", "leasectl", *argv]
+    if args[0] in CONSOLE_COMMANDS and "--headless" not in args:
+        return _on_terminal(command, environ, timeout)
     return subprocess.run(
-        [sys.executable, "-m", "leasectl", *argv],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+        command, env=environ, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def _on_terminal(
+    command: list[str], environ: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``command`` with stdin, stdout and stderr on a pseudo-terminal; everything it wrote
+    comes back as its stderr (a terminal does not tell the two apart)."""
+    master, slave = os.openpty()
+    environ = {**environ, "TERM": "xterm-256color"}
+    proc = subprocess.Popen(
+        command, stdin=slave, stdout=slave, stderr=slave, env=environ, start_new_session=True
+    )
+    os.close(slave)
+    output = b""
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired(command, timeout, output)
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the command and its children closed the terminal
+                break
+            if not chunk:
+                break
+            output += chunk
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = output.decode(errors="replace").replace("\r\n", "\n")
+    return subprocess.CompletedProcess(command, proc.returncode, "", text)
 
 
 def assert_hidden(
