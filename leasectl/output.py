@@ -467,6 +467,14 @@ def attempts_table(attempts: Sequence[Attempt], db_now: datetime) -> RenderableT
     return table
 
 
+def event_actor(event: Event) -> str:
+    """Who made an audited change: the name the client gave, and the database role that the
+    database recorded (rows from before it did have none)."""
+    if event.db_role is None:
+        return event.actor
+    return f"{event.actor} (role {event.db_role})"
+
+
 def events_table(events: Sequence[Event]) -> RenderableType:
     if not events:
         return Text("events: none (no operator or watcher action)", style="dim")
@@ -481,7 +489,7 @@ def events_table(events: Sequence[Event]) -> RenderableType:
         after = (e.after or {}).get("status", "?")
         table.add_row(
             clock(e.at),
-            Text(e.actor),
+            Text(event_actor(e)),
             Text(e.action),
             Text(f"{before} →\n{after}" if len(f"{before}{after}") > 14 else f"{before} → {after}"),
             Text(e.reason or ""),
