@@ -52,6 +52,19 @@ def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -
 
 # The worker's statements run with plan_cache_mode = force_generic_plan (see Store.connect).
 WORKER_GENERIC = {"jobs_complete_and_claim", "jobs_heartbeat"}
+# Calls of the audited functions of migration 6: what is shown is the plan of the statement
+# inside, as the function ran it (auto_explain; needs a superuser).
+FUNCTIONS = {"jobs_requeue_expired", "jobs_operator_requeue", "jobs_operator_mark_stuck"}
+# Guarded actions on two expired leases (ids of the seed's Processing rows), forced.
+OPERATOR = {
+    "ids": [1_010_001, 1_010_002],
+    "statuses": ["Processing", "Processing"],
+    "attempts": [1, 1],
+    "owners": ["w-1", "w-2"],
+    "force": True,
+    "actor": "explain",
+    "reason": None,
+}
 
 PARAMS: dict[str, dict[str, Any]] = {
     "jobs_complete_and_claim": {
@@ -78,6 +91,8 @@ PARAMS: dict[str, dict[str, Any]] = {
         "reason": "explain",
         "detail": False,
     },
+    "jobs_operator_requeue": OPERATOR,
+    "jobs_operator_mark_stuck": OPERATOR,
     "jobs_expired_list": {"limit": 500, "queue": None},
     "status_live_counts": {"queue": None},
     "status_finished_recent": {"queue": None, "window": timedelta(hours=1)},
@@ -127,17 +142,18 @@ def main() -> None:
             try:
                 if qname in WORKER_GENERIC:  # as the worker runs them: one plan, made once
                     lines = queries.explain_generic(conn, query, params).splitlines()
+                elif qname in FUNCTIONS:
+                    _, plan = queries.explain_nested(conn, query, params)[0]
+                    lines = plan.splitlines()
                 else:
                     with conn.transaction(force_rollback=True):
-                        if qname == "jobs_requeue_expired":  # as the store runs a batch
-                            conn.execute(queries.get("watcher_batch_plan").render(SCHEMA))
                         lines = [r[0] for r in conn.execute(explain, params or None)]
             except psycopg.Error as exc:
                 print(f"== {qname}: cannot explain ({exc})", file=sys.stderr)
                 continue
             generic = " (generic plan)" if qname in WORKER_GENERIC else ""
-            if qname == "jobs_requeue_expired":
-                generic = " (under watcher_batch_plan)"
+            if qname in FUNCTIONS:
+                generic = " (the statement inside the function, as it ran)"
             print(f"== {qname}{generic}")
             for line in lines:
                 print("   " + line)

@@ -195,8 +195,21 @@ def default_worker_id() -> str:
 
 
 def operator_actor() -> str:
-    user = os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    """The operator's name for the audit (job_events.actor, beside the database role):
+    $USER, else $LOGNAME, else the name of the process's OS account (cron and systemd units
+    often set neither), else its uid."""
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or _os_account()
     return f"operator:{user}@{socket.gethostname()}"
+
+
+def _os_account() -> str:
+    uid = os.getuid()
+    try:
+        import pwd  # (POSIX only)
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):  # a uid without a passwd entry (some containers)
+        return f"uid{uid}"
 
 
 def watcher_actor() -> str:

@@ -174,6 +174,9 @@ class Event:
     reason: str | None
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    # The database role that made the change (the login role, recorded by the database; the
+    # actor is only the name the client gave). None in rows written before migration 6.
+    db_role: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Self:

@@ -506,6 +506,14 @@ def _doc_status(document: Any) -> str:
     return "?" if value is None else str(value)
 
 
+def event_actor(event: Event) -> str:
+    """Who made an audited change: the name the client gave, and the database role that the
+    database recorded (rows from before it did have none)."""
+    if event.db_role is None:
+        return event.actor
+    return f"{event.actor} (role {event.db_role})"
+
+
 def events_table(events: Sequence[Event]) -> RenderableType:
     if not events:
         return Text("events: none (no operator or watcher action)", style="dim")
@@ -520,7 +528,7 @@ def events_table(events: Sequence[Event]) -> RenderableType:
         arrow = " →\n" if len(f"{before}{after}") > 14 else " → "
         table.add_row(
             clock(e.at),
-            lit(e.actor),
+            lit(event_actor(e)),
             lit(e.action),
             Text.assemble(lit(before), arrow, lit(after)),
             lit(e.reason or "", multiline=True),

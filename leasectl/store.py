@@ -278,19 +278,12 @@ class Store:
             return cur.fetchall() if cur.description is not None else []
 
     def _tuples(
-        self, name: str, params: dict[str, Any] | None = None, *, plan: str | None = None
+        self, name: str, params: dict[str, Any] | None = None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """A query's column names and its rows as tuples (for many rows: no dict per row).
-        With ``plan``, that named query (planner settings local to the transaction) runs first,
-        in the same transaction."""
+        """A query's column names and its rows as tuples (for many rows: no dict per row)."""
         query = queries.get(name).render(self.schema)
         with self._errors(), self.pool.connection() as conn:
-            if plan is None:
-                cur = conn.execute(query, params)
-            else:
-                with conn.transaction():
-                    conn.execute(queries.get(plan).render(self.schema))
-                    cur = conn.execute(query, params)
+            cur = conn.execute(query, params)
             if cur.description is None:
                 return [], []
             return [c.name for c in cur.description], cur.fetchall()
@@ -383,7 +376,8 @@ class Store:
         return row
 
     def can_update_jobs(self) -> bool:
-        row = self._one("jobs_update_privilege", {"jobs_table": self._table("jobs")})
+        """Whether this role may run the operator's actions: EXECUTE on their functions."""
+        row = self._one("jobs_update_privilege", {"schema": self.schema})
         return bool(row and row["can_update"])
 
     # -- producer ---------------------------------------------------------------------------
@@ -569,7 +563,6 @@ class Store:
                 "reason": reason,
                 "detail": detail,
             },
-            plan="watcher_batch_plan",
         )
         # A row per moved job (n = 1) when listed, else a row per new status with its count.
         status, count = (names.index("status"), names.index("n")) if names else (0, 0)

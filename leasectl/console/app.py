@@ -278,7 +278,7 @@ class ConsoleApp(App[None]):
         if not self.is_running:
             return
         if not message.can_update and self.read_only is None:
-            self.read_only = "the database role has no UPDATE privilege on the jobs table"
+            self.read_only = "the database role may not EXECUTE the operator's actions"
             self.notify(
                 f"Read-only: {self.read_only}. Actions are disabled.",
                 title="Read-only console",

@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from psycopg import ClientCursor, Connection, sql
+from psycopg.errors import Diagnostic
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _SCHEMA_TOKEN = "{schema}"
@@ -203,3 +204,51 @@ def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str
     """The plan the worker's sessions (WORKER_SETTINGS) make for ``query``, made now."""
     with generic_plan(conn, query) as explain:
         return explain(params)
+
+
+# auto_explain's settings for explain_nested: every statement, with the rows each node
+# returned, including the statements that functions run.
+_AUTO_EXPLAIN = {
+    "auto_explain.log_min_duration": "0",
+    "auto_explain.log_analyze": "on",
+    "auto_explain.log_timing": "off",
+    "auto_explain.log_nested_statements": "on",
+    "client_min_messages": "log",
+}
+
+
+def explain_nested(
+    conn: Connection[Any], query: sql.Composed, params: dict[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """The statements that running ``query`` executes and their plans, as they ran (EXPLAIN
+    ANALYZE of a function call shows only a Function Scan; the audited operations of migration
+    6 are functions): (statement text, plan) for each plan auto_explain logged, the innermost
+    first, ``query`` itself last. In a transaction rolled back. LOAD of auto_explain needs a
+    superuser."""
+    plans: list[tuple[str, str]] = []
+
+    def on_notice(diag: Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if diag.severity_nonlocalized != "LOG" or "plan:\n" not in message:
+            return
+        lines = message.split("plan:\n", 1)[1].splitlines()
+        # "Query Text: ..." (any number of lines), then the plan, whose first line is its
+        # root node: the first line with a cost.
+        root = next(i for i, line in enumerate(lines) if "  (cost=" in line)
+        text = "\n".join(lines[:root]).removeprefix("Query Text: ")
+        plans.append((text, "\n".join(lines[root:])))
+
+    conn.add_notice_handler(on_notice)
+    try:
+        with conn.transaction(force_rollback=True):
+            conn.execute("LOAD 'auto_explain'")
+            conn.execute(
+                "SELECT set_config(name, value, true) FROM unnest(%s::text[], %s::text[])"
+                " AS s(name, value)",
+                (list(_AUTO_EXPLAIN), list(_AUTO_EXPLAIN.values())),
+            )
+            plans.clear()  # (the statement above was logged too)
+            conn.execute(query, params)
+    finally:
+        conn.remove_notice_handler(on_notice)
+    return plans

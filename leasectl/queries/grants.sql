@@ -1,6 +1,8 @@
 -- Least-privilege grants for `leasectl grant`. {schema} and {role} are rendered as quoted
 -- identifiers (psycopg.sql.Identifier); nothing else is ever spliced in. No block grants
 -- DELETE, TRUNCATE, REFERENCES, TRIGGER or ownership: no role made here can drop or empty a table.
+-- Each block may run again on a role granted by an older leasectl: it takes back what that
+-- version granted and this one does not.
 
 -- name: grant_viewer
 -- Read-only: status, inspect, requeue-stuck --dry-run and the console in read-only mode.
@@ -9,14 +11,20 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {sche
     {schema}.schema_migrations TO {role};
 
 -- name: grant_operator
--- Viewer plus guarded operator actions and the watcher (requeue, mark-stuck, requeue-stuck, watch).
--- UPDATE on jobs is table-wide because the console enables its actions on has_table_privilege.
+-- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch): EXECUTE only.
+-- The guarded actions and the watcher's batch are functions of migration 6 that run with the
+-- owner's rights and write the audit row of every change; an operator changes no table itself.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations TO {role};
-GRANT UPDATE ON {schema}.jobs TO {role};
-GRANT UPDATE (outcome, ended_at, heartbeat_at, error) ON {schema}.job_attempts TO {role};
-GRANT INSERT (job_id, actor, action, reason, before, after) ON {schema}.job_events TO {role};
+-- Taken back: what operators were granted before, which let them change any column of any job,
+-- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
+-- role that is a worker too: `leasectl grant` runs --worker after --operator in one command.)
+REVOKE UPDATE ON {schema}.jobs FROM {role};
+REVOKE UPDATE ON {schema}.job_attempts FROM {role};
+REVOKE INSERT ON {schema}.job_events FROM {role};
+GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
+    {schema}.jobs_requeue_expired TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.

@@ -30,8 +30,13 @@ SELECT current_setting('server_version') AS server_version, now() AS db_now,
        current_database() AS database;
 
 -- name: jobs_update_privilege
--- Whether the current role may change jobs (the console turns read-only when it may not).
-SELECT has_table_privilege(%(jobs_table)s, 'UPDATE') AS can_update;
+-- Whether the current role may run the operator's actions (else the console is read-only).
+-- They are the audited functions of migration 6 (an operator has no UPDATE on jobs).
+SELECT count(*) = 2 AND bool_and(has_function_privilege(p.oid, 'EXECUTE')) AS can_update
+FROM pg_catalog.pg_proc AS p
+JOIN pg_catalog.pg_namespace AS n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s
+  AND p.proname IN ('jobs_operator_requeue', 'jobs_operator_mark_stuck');
 
 -- name: prepared_parameter_types
 -- The parameter types the server inferred for a statement this session prepared (by name).

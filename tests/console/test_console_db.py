@@ -267,7 +267,7 @@ def test_read_only_by_itself_without_update_privilege(
     target = seeded.expired[0].job_id
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
-        assert app.read_only is not None and "UPDATE" in app.read_only
+        assert app.read_only is not None and "EXECUTE" in app.read_only
         assert any("Read-only" in n.message for n in app._notifications)
         status_bar = str(app.main.query_one("#status-right").render())
         assert "READ-ONLY" in status_bar

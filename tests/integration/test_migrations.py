@@ -173,3 +173,36 @@ def test_pages_that_status_changes_rewrite_keep_room_for_new_versions(
         ],
         "job_attempts_pkey": ["fillfactor=70"],
     }
+
+
+def test_events_from_before_migration_6_keep_no_role_and_new_ones_must_have_one(
+    empty_db_dsn: str,
+) -> None:
+    """Who wrote the audit rows of an older installation was not recorded: they keep NULL, not
+    the role that ran the upgrade. Every row written after it names its role."""
+    schema = "leasectl"
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute(queries.get("migrations_table_create").render(schema))
+            for migration in queries.migrations()[:5]:
+                conn.execute(migration.render(schema))
+                conn.execute(
+                    queries.get("migration_record").render(schema),
+                    {"version": migration.version, "name": migration.name},
+                )
+        conn.execute(
+            "INSERT INTO leasectl.job_events (job_id, actor, action) VALUES (1, 'old', 'requeue')"
+        )
+    with Store.connect(empty_db_dsn, schema, check_schema=False) as store:
+        assert store.migrate() == [6]
+        [job_id] = store.enqueue([{}])
+        store.operator_mark_stuck(store.seen_now([job_id]), actor="new", reason=None)
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        me = conn.execute("SELECT session_user::text").fetchone()
+        rows = conn.execute("SELECT actor, db_role FROM leasectl.job_events ORDER BY id").fetchall()
+        assert me is not None and rows == [("old", None), ("new", me[0])]
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute(
+                "INSERT INTO leasectl.job_events (job_id, actor, action, db_role) "
+                "VALUES (1, 'x', 'requeue', NULL)"
+            )

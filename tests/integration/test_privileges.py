@@ -6,7 +6,14 @@ carries a password, which must never be printed.
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
 import secrets
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +28,8 @@ from leasectl.console.view import ConsoleFilter
 from leasectl.errors import PermissionDenied
 from leasectl.models import JobStatus
 from leasectl.store import Store
-from tests.integration.test_cli import SECRET, assert_one_line_error, cli, snapshot
+from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
+from tests.util import wait_until
 
 KINDS = ("viewer", "operator", "worker", "producer")
 
@@ -214,7 +222,35 @@ def test_viewer_console_is_read_only(granted: Roles, db_dsn: str) -> None:
     assert snapshot(db_dsn) == before
 
 
+def cli_env(*args: str, dsn: str, env: dict[str, str | None]) -> subprocess.CompletedProcess[str]:
+    """``cli`` with environment variables set (or, None, unset)."""
+    full = _env(dsn)
+    for name, value in env.items():
+        if value is None:
+            full.pop(name, None)
+        else:
+            full[name] = value
+    return subprocess.run(
+        [sys.executable, "-m", "leasectl", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def audit(db_dsn: str) -> list[tuple[int, str, str, str | None]]:
+    """(job_id, action, actor, db_role) of every job_events row, oldest first."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT job_id, action, actor, db_role FROM leasectl.job_events ORDER BY id"
+        ).fetchall()
+
+
 def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_dsn: str) -> None:
+    """Through the audited functions: each change has its row, with the operator's name (from
+    $USER) as actor and the operator's database role (recorded by the database) as db_role."""
     s = seed(db_dsn)
     dsn = granted.dsn("operator")
     for args in (
@@ -224,7 +260,7 @@ def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_
         ["status", "--json"],
         ["inspect", str(s.pending)],
     ):
-        proc = cli(*args, dsn=dsn)
+        proc = cli_env(*args, dsn=dsn, env={"USER": "ops-alice"})
         assert proc.returncode == 0, (args, proc.stderr)
         assert SECRET not in proc.stdout + proc.stderr
     with psycopg.connect(db_dsn, autocommit=True) as conn:
@@ -232,11 +268,19 @@ def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_
             "SELECT job_id, action, reason FROM leasectl.job_events ORDER BY id"
         ).fetchall()
         statuses = dict(conn.execute("SELECT id, status::text FROM leasectl.jobs").fetchall())
+        owner_role = conn.execute("SELECT session_user::text").fetchone()
     assert events[1:] == [
         (s.stuck, "requeue", "ops"),
         (s.pending, "mark_stuck", "poison"),
         (s.expired, "requeue", "cron"),
     ]
+    operator, host = granted.names["operator"], socket.gethostname()
+    [seeded, requeued, marked, watched] = audit(db_dsn)
+    assert seeded[2:] == ("operator:test", owner_role[0] if owner_role else None)
+    assert requeued[2:] == marked[2:] == (f"operator:ops-alice@{host}", operator)
+    assert watched[2].startswith(f"watcher@{host}:") and watched[3] == operator
+    shown = cli("inspect", str(s.pending), "--json", dsn=dsn)
+    assert [e["db_role"] for e in json.loads(shown.stdout)["events"]] == [operator], shown.stderr
     assert statuses == {
         s.completed: "Completed",
         s.expired: "Pending",
@@ -257,6 +301,210 @@ def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_
         ["grant", "--operator", granted.names["nobody"]],
     ):
         refused(granted, "operator", db_dsn, *args)
+
+
+# What an operator role could do before migration 6: change any column of any job, close
+# attempts and write audit rows, all without its audit row.
+UNAUDITED = [
+    "UPDATE leasectl.jobs SET payload = '{\"evil\": 1}'",
+    "UPDATE leasectl.jobs SET queue = 'hijacked'",
+    "UPDATE leasectl.jobs SET status = 'Pending', lease_owner = NULL, lease_until = NULL",
+    "UPDATE leasectl.job_attempts SET outcome = 'completed', error = 'forged'",
+    "INSERT INTO leasectl.job_events (job_id, actor, action) VALUES (1, 'forged', 'requeue')",
+    "INSERT INTO leasectl.jobs (queue) VALUES ('q')",
+]
+
+
+def test_operator_changes_jobs_only_through_the_audited_operations(
+    granted: Roles, db_dsn: str
+) -> None:
+    seed(db_dsn)
+    before = snapshot(db_dsn)
+    with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
+        for statement in UNAUDITED:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)
+    assert snapshot(db_dsn) == before
+
+
+# The audited operations, called as a role would call them directly.
+FUNCTION_CALLS = [
+    "SELECT * FROM leasectl.jobs_operator_requeue("
+    "'{1}', '{Stuck}', '{1}', '{owner-1}', true, 'x', NULL)",
+    "SELECT * FROM leasectl.jobs_operator_mark_stuck("
+    "'{1}', '{Pending}', '{0}', '{NULL}', true, 'x', NULL)",
+    "SELECT * FROM leasectl.jobs_requeue_expired(500, NULL, false, 'x', NULL, true)",
+]
+
+
+def test_only_operators_may_run_the_audited_operations(granted: Roles, db_dsn: str) -> None:
+    """EXECUTE is revoked from PUBLIC: a viewer or a worker role (both may use the schema)
+    cannot run them, and a role with UPDATE on jobs but not EXECUTE gets no console actions."""
+    seed(db_dsn)
+    before = snapshot(db_dsn)
+    for kind in ("viewer", "worker"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            for call in FUNCTION_CALLS:
+                with pytest.raises(errors.InsufficientPrivilege, match="function"):
+                    conn.execute(call)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        public = conn.execute(
+            "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') "
+            "FROM pg_proc AS p WHERE p.pronamespace = 'leasectl'::regnamespace "
+            "AND p.proname LIKE 'jobs\\_%%' AND p.prorettype <> 'trigger'::regtype ORDER BY 1"
+        ).fetchall()
+        conn.execute(
+            sql.SQL("GRANT UPDATE ON leasectl.jobs TO {}").format(
+                sql.Identifier(granted.names["viewer"])
+            )
+        )
+    assert public == [
+        ("jobs_operator_mark_stuck", False),
+        ("jobs_operator_requeue", False),
+        ("jobs_requeue_expired", False),
+    ]
+    assert snapshot(db_dsn) == before
+    source = DatabaseSource.connect(granted.dsn("viewer"), "leasectl")
+    try:
+        assert source.can_update() is False  # UPDATE on jobs alone offers no action now
+    finally:
+        source.close()
+
+
+def test_watch_as_operator_moves_expired_leases_with_audit_rows(
+    granted: Roles, db_dsn: str
+) -> None:
+    s = seed(db_dsn)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "leasectl", "watch", "--interval", "200ms"],
+        env=_env(granted.dsn("operator")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: any(e[0] == s.expired for e in audit(db_dsn)),
+            timeout=30,
+            what="the watcher's audit row",
+        )
+        watcher.send_signal(signal.SIGTERM)
+        _, err = watcher.communicate(timeout=30)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    assert watcher.returncode == 0, err
+    assert "watcher: requeued 1, failed 0, marked stuck 0" in err
+    [(_, action, actor, db_role)] = [e for e in audit(db_dsn) if e[0] == s.expired]
+    assert (action, db_role) == ("requeue", granted.names["operator"])
+    assert actor.startswith(f"watcher@{socket.gethostname()}:")
+
+
+def test_operator_name_falls_back_to_the_os_account(granted: Roles, db_dsn: str) -> None:
+    """Without $USER and $LOGNAME (cron, systemd) the actor is the process's account, not
+    "unknown"; the role is recorded either way."""
+    s = seed(db_dsn)
+    proc = cli_env(
+        "mark-stuck",
+        str(s.pending),
+        dsn=granted.dsn("operator"),
+        env={"USER": None, "LOGNAME": None},
+    )
+    assert proc.returncode == 0, proc.stderr
+    account = pwd.getpwuid(os.getuid()).pw_name
+    assert audit(db_dsn)[-1] == (
+        s.pending,
+        "mark_stuck",
+        f"operator:{account}@{socket.gethostname()}",
+        granted.names["operator"],
+    )
+
+
+# The operator grant of leasectl before migration 6.
+OLD_OPERATOR_GRANT = """
+GRANT USAGE ON SCHEMA leasectl TO {role};
+GRANT SELECT ON leasectl.jobs, leasectl.job_attempts, leasectl.job_events, leasectl.workers,
+    leasectl.schema_migrations TO {role};
+GRANT UPDATE ON leasectl.jobs TO {role};
+GRANT UPDATE (outcome, ended_at, heartbeat_at, error) ON leasectl.job_attempts TO {role};
+GRANT INSERT (job_id, actor, action, reason, before, after) ON leasectl.job_events TO {role};
+"""
+
+
+def direct_privileges(db_dsn: str, role: str) -> dict[str, bool]:
+    """Whether ``role`` may change each table directly (any column), and run the operations."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT has_table_privilege(%(r)s, 'leasectl.jobs', 'UPDATE'),"
+            " has_any_column_privilege(%(r)s, 'leasectl.jobs', 'UPDATE'),"
+            " has_any_column_privilege(%(r)s, 'leasectl.job_attempts', 'UPDATE'),"
+            " has_any_column_privilege(%(r)s, 'leasectl.job_events', 'INSERT'),"
+            " (SELECT bool_and(has_function_privilege(%(r)s, p.oid, 'EXECUTE')) FROM pg_proc AS p"
+            "  WHERE p.pronamespace = 'leasectl'::regnamespace AND p.proname = ANY(%(f)s))",
+            {
+                "r": role,
+                "f": ["jobs_operator_requeue", "jobs_operator_mark_stuck", "jobs_requeue_expired"],
+            },
+        ).fetchone()
+    assert row is not None
+    names = ("update jobs", "update a job column", "update attempts", "insert events", "execute")
+    return dict(zip(names, row, strict=True))
+
+
+def test_grant_operator_takes_the_old_privileges_back(roles: Roles, db_dsn: str) -> None:
+    """An installation whose operators were granted by an older leasectl: granting --operator
+    again (idempotent) revokes the direct privileges and grants EXECUTE; --print-sql shows it."""
+    role = roles.names["operator"]
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL(OLD_OPERATOR_GRANT).format(role=sql.Identifier(role)))
+    assert direct_privileges(db_dsn, role) == {
+        "update jobs": True,
+        "update a job column": True,
+        "update attempts": True,
+        "insert events": True,
+        "execute": False,
+    }
+    shown = cli("grant", "--operator", role, "--print-sql", dsn=None)
+    assert f'REVOKE UPDATE ON "leasectl".jobs FROM "{role}";' in shown.stdout, shown.stderr
+    assert f'REVOKE INSERT ON "leasectl".job_events FROM "{role}";' in shown.stdout
+    for _ in range(2):
+        proc = cli("grant", "--operator", role, dsn=db_dsn)
+        assert proc.returncode == 0, proc.stderr
+        assert direct_privileges(db_dsn, role) == {
+            "update jobs": False,
+            "update a job column": False,
+            "update attempts": False,
+            "insert events": False,
+            "execute": True,
+        }
+    s = seed(db_dsn)
+    with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(UNAUDITED[0])
+    proc = cli("requeue", str(s.stuck), dsn=roles.dsn("operator"))
+    assert proc.returncode == 0, proc.stderr
+    source = DatabaseSource.connect(roles.dsn("operator"), "leasectl")
+    try:
+        assert source.can_update() is True
+    finally:
+        source.close()
+
+
+def test_a_role_granted_operator_and_worker_in_one_command_keeps_both(
+    roles: Roles, db_dsn: str
+) -> None:
+    """The operator grant's REVOKEs run before the worker's GRANTs."""
+    role = roles.names["worker"]
+    proc = cli("grant", "--worker", role, "--operator", role, dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    [job_id] = seed_pending(db_dsn, 1)
+    with Store.connect(roles.dsn("worker"), "leasectl") as store:
+        [lease] = store.claim("q", "w-both", timedelta(seconds=30))
+        moved = store.operator_requeue([lease.job.seen()], actor="x", reason=None, force=True)
+        assert moved.changed == (job_id,)
+        [again] = store.claim("q", "w-both", timedelta(seconds=30))
+        assert store.complete([again]) == {job_id}
 
 
 def test_worker_role_runs_the_lease_protocol_only(granted: Roles, db_dsn: str) -> None:
@@ -331,4 +579,6 @@ def test_print_sql_quotes_identifiers_and_needs_no_database() -> None:
     assert 'GRANT USAGE ON SCHEMA "odd""schema" TO "x""; DROP TABLE jobs; --";' in proc.stdout
     assert "DELETE" not in proc.stdout and "TRUNCATE" not in proc.stdout
     rendered = grants.render([grants.Grant(grants.Kind.OPERATOR, "ops")], "leasectl")
-    assert 'GRANT UPDATE ON "leasectl".jobs TO "ops";' in rendered
+    assert "GRANT UPDATE" not in rendered and "GRANT INSERT" not in rendered
+    assert 'REVOKE UPDATE ON "leasectl".jobs FROM "ops";' in rendered
+    assert 'GRANT EXECUTE ON FUNCTION "leasectl".jobs_operator_requeue' in rendered

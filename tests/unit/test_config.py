@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
+import socket
 from datetime import timedelta
 from urllib.parse import quote
 
@@ -204,3 +207,19 @@ def test_safe_dsn_never_shows_password_key_value(password: str) -> None:
 
 def test_safe_dsn_of_broken_dsn() -> None:
     assert config.safe_dsn("host=db password='open") == "<invalid DSN>"
+
+
+def test_operator_actor_is_user_then_logname_then_the_os_account(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The audit's operator name: never "unknown" when $USER and $LOGNAME are unset (cron,
+    systemd units), but the account the process runs as."""
+    host = socket.gethostname()
+    monkeypatch.setenv("USER", "alice")
+    monkeypatch.setenv("LOGNAME", "bob")
+    assert config.operator_actor() == f"operator:alice@{host}"
+    monkeypatch.delenv("USER")
+    assert config.operator_actor() == f"operator:bob@{host}"
+    monkeypatch.delenv("LOGNAME")
+    account = pwd.getpwuid(os.getuid()).pw_name
+    assert config.operator_actor() == f"operator:{account}@{host}"

@@ -486,3 +486,30 @@ def test_error_and_warning_lines_are_one_visible_bounded_line(
     for line in (error, warning):
         assert len(line) <= len("leasectl: error: ") + cli.MESSAGE_LIMIT
         assert line.endswith("chars)")
+
+
+def test_inspect_shows_the_database_role_beside_the_actor() -> None:
+    """The role comes from the database (job_events.db_role); the actor is only the name the
+    client gave. Events from before the role was recorded show the actor alone."""
+    recorded, older = (
+        Event(
+            n,
+            42,
+            NOW - timedelta(minutes=1),
+            "operator:ceo@ops-1",
+            "requeue",
+            None,
+            {"status": "Stuck"},
+            {"status": "Pending"},
+            role,
+        )
+        for n, role in ((8, "lc_ops"), (9, None))
+    )
+    text = render(
+        output.detail_renderables(JobDetail(make_job(), (), (recorded, older), NOW)), width=140
+    )
+    assert "operator:ceo@ops-1 (role lc_ops)" in text
+    assert text.count("(role ") == 1
+    doc = output.detail_json(JobDetail(make_job(), (), (recorded, older), NOW))
+    assert [e["db_role"] for e in doc["events"]] == ["lc_ops", None]
+    assert [e["actor"] for e in doc["events"]] == ["operator:ceo@ops-1"] * 2
