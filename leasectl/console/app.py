@@ -17,6 +17,7 @@ from typing import ClassVar
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
@@ -39,6 +40,7 @@ from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
 from leasectl.errors import ConnectionFailed, LeasectlError, TerminalGone
+from leasectl.literal import visible
 from leasectl.models import ActionResult, PanelJob, SeenState, Snapshot
 from leasectl.terminal import HangupWatch
 
@@ -127,10 +129,31 @@ class ConsoleApp(App[None]):
 
     def start(self) -> None:
         """Called once the main screen is mounted: only then can results be shown."""
-        self.sub_title = self.source.where
+        self.sub_title = visible(self.source.where)
         self.set_interval(1.0, self._tick)
         self._check_privileges()
         self.poll_now()
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification (widgets' and screens' too) is plain text: never markup, whatever
+        ``markup`` says, and controls escaped. Messages quote filters, owners, skip reasons and
+        database errors; the data in them is escaped where the message is made, so that a
+        newline in a value does not pass for the message's own."""
+        super().notify(
+            visible(message, multiline=True),
+            title=visible(title),
+            severity=severity,
+            timeout=timeout,
+            markup=False,
+        )
 
     # -- time -------------------------------------------------------------------------------
 
@@ -313,7 +336,8 @@ class ConsoleApp(App[None]):
             return
         self.filter = flt
         self.selected.clear()
-        self.notify(f"filter: {flt}" if not flt.empty else "filter cleared", timeout=3)
+        shown = f"filter: {visible(str(flt))}" if not flt.empty else "filter cleared"
+        self.notify(shown, timeout=3)
         self.poll_now()
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from leasectl.config import format_duration
+from leasectl.literal import visible
 from leasectl.models import (
     ActionResult,
     Freshness,
@@ -161,8 +162,10 @@ def owners_by_id(snapshot: Snapshot) -> dict[str, OwnerHealth]:
 
 
 def short_owner(owner: str | None, width: int = 22) -> str:
+    """An owner id cut to ``width``, escaped first (an escape is wider than the character)."""
     if owner is None:
         return "-"
+    owner = visible(owner)
     return owner if len(owner) <= width else owner[: width - 1] + "…"
 
 
@@ -325,7 +328,7 @@ def result_text(action: Action, result: ActionResult, limit: int = 6) -> ResultT
     if result.skipped:
         lines.append(f"skipped {len(result.skipped)}:")
         for s in result.skipped[:limit]:
-            lines.append(f"  #{s.id}: {s.reason}")
+            lines.append(f"  #{s.id}: {visible(s.reason)}")  # names owners: untrusted
         if len(result.skipped) > limit:
             lines.append(f"  … and {len(result.skipped) - limit} more")
     severity: Severity = "information" if not result.skipped else "warning"

@@ -130,6 +130,22 @@ def test_result_text_lists_skipped_with_reasons() -> None:
     assert none.title == "Mark stuck: 0 of 1 marked stuck"
 
 
+def test_result_text_escapes_the_owner_a_skip_reason_names() -> None:
+    """One line per skipped job, whatever the owner id it quotes holds."""
+    reason = "lease live: held by w\n\x1b[2J#9: fake until 2024; use --force to override"
+    result = ActionResult("requeue", changed=(), skipped=(Skipped(3, reason),))
+    body = view.result_text(Action.REQUEUE, result).body
+    assert body.splitlines() == [
+        "skipped 1:",
+        "  #3: lease live: held by w\\n\\x1b[2J#9: fake until 2024; use --force to override",
+    ]
+
+
+def test_short_owner_escapes_before_it_cuts() -> None:
+    assert view.short_owner("\x1b]0;PWNED\x07", 22) == "\\x1b]0;PWNED\\x07"
+    assert view.short_owner("\u202e" * 30, 10) == "\\u202e\\u2…"
+
+
 def test_condition_text_names_the_guard() -> None:
     text = view.condition_text(Action.REQUEUE)
     assert "lease_until < now()" in text and "what you saw" in text

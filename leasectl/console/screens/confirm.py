@@ -16,6 +16,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from leasectl.console import view
 from leasectl.console.view import Action, Verdict
+from leasectl.console.widgets import LiteralInput, literal
 from leasectl.models import JobStatus, OwnerHealth, PanelJob
 
 LISTED = 6
@@ -59,7 +60,7 @@ class ConfirmScreen(ModalScreen[str | None]):
             if warnings is not None:
                 yield Static(warnings, id="confirm-warnings")
             yield Label("Reason (recorded in job_events with your name):")
-            yield Input(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
+            yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
                 verb = "Mark stuck" if self.action is Action.MARK_STUCK else "Requeue"
@@ -73,7 +74,7 @@ class ConfirmScreen(ModalScreen[str | None]):
         text = Text()
         for job in self.jobs[:LISTED]:
             text.append(f"#{job.id}", style="bold")
-            text.append(f"  {job.queue}  {job.status}", style="")
+            text.append_text(literal(f"  {job.queue}  {job.status}"))
             if job.status == JobStatus.PROCESSING:
                 text.append(f"  lease {view.lease_text(job, self.now)}")
             text.append(f"  attempt {job.attempts}/{job.max_attempts}", style="dim")

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from rich.console import Group, RenderableType
-from rich.json import JSON
+from rich.highlighter import JSONHighlighter
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -20,11 +20,18 @@ from textual.widgets import Footer, Static
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.messages import DetailFailed, DetailLoaded
+from leasectl.console.widgets import literal
 from leasectl.errors import LeasectlError
+from leasectl.literal import shorten
 from leasectl.models import JobDetail, JobStatus
 
 if TYPE_CHECKING:
     from leasectl.console.app import ConsoleApp
+
+
+# An error or a reason in a table cell is cut here: the column is narrow, and 100,000 characters
+# folded into it would be thousands of lines. (The job's last error is shown whole.)
+CELL_LIMIT = 2000
 
 
 class DetailScreen(Screen[None]):
@@ -75,7 +82,7 @@ class DetailScreen(Screen[None]):
 
     def on_detail_failed(self, message: DetailFailed) -> None:
         self.query_one("#detail-content", Static).update(
-            Text(f"cannot load job #{message.job_id}: {message.error}", style="red")
+            literal(f"cannot load job #{message.job_id}: {message.error}", "red")
         )
 
 
@@ -83,7 +90,7 @@ def title(d: JobDetail) -> Text:
     job = d.job
     text = Text()
     text.append(f" Job #{job.id} ", style="bold reverse")
-    text.append(f"  {job.queue}  ", style="bold")
+    text.append_text(literal(f"  {job.queue}  ", "bold"))
     style = {
         JobStatus.PROCESSING: "bold blue",
         JobStatus.COMPLETED: "bold green",
@@ -111,9 +118,9 @@ def render_detail(d: JobDetail) -> RenderableType:
     job, now = d.job, d.db_now
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="dim", no_wrap=True)
-    fields.add_column()
+    fields.add_column(overflow="fold")  # a long queue or owner id is read whole, not cut
     fields.add_column(style="dim", no_wrap=True)
-    fields.add_column()
+    fields.add_column(overflow="fold")
     lease = Text("-", style="dim")
     if job.lease_until is not None:
         lease = _when(now, job.lease_until)
@@ -121,10 +128,10 @@ def render_detail(d: JobDetail) -> RenderableType:
             lease.append("  ✖ expired", style="bold red")
     pairs: list[tuple[str, RenderableType]] = [
         ("status", Text(str(job.status), style="bold")),
-        ("queue", Text(job.queue)),
+        ("queue", literal(job.queue)),
         ("attempts", Text(f"{job.attempts} of {job.max_attempts}")),
         ("priority", Text(str(job.priority))),
-        ("lease owner", Text(job.lease_owner or "-")),
+        ("lease owner", literal(job.lease_owner or "-")),
         ("lease until", lease),
         ("heartbeat", _when(now, job.heartbeat_at)),
         ("run at", _when(now, job.run_at)),
@@ -138,7 +145,7 @@ def render_detail(d: JobDetail) -> RenderableType:
         fields.add_row(k1, v1, k2, v2)
     parts: list[RenderableType] = [_heading("Job"), fields]
     if job.last_error:
-        parts += [_heading("Last error"), Text(job.last_error, style="red")]
+        parts += [_heading("Last error"), literal(job.last_error, "red", multiline=True)]
     parts += [_heading("Payload"), _payload(job.payload)]
     parts += [_heading(f"Attempts ({len(d.attempts)})"), _attempts(d)]
     parts += [_heading(f"Audit events ({len(d.events)})"), _events(d)]
@@ -150,10 +157,15 @@ def _heading(text: str) -> Text:
 
 
 def _payload(payload: Any) -> RenderableType:
+    """Indented, highlighted JSON, as Rich's ``JSON`` shows it; but that one writes DEL, C1 and
+    bidi characters inside strings as they are (``ensure_ascii=False``): escape them."""
     try:
-        return JSON(json.dumps(payload, sort_keys=True, default=str), indent=2)
+        dumped = json.dumps(payload, sort_keys=True, default=str, indent=2, ensure_ascii=False)
     except (TypeError, ValueError):
-        return Text(repr(payload))
+        return literal(repr(payload))
+    text = literal(dumped, multiline=True, no_wrap=True)
+    JSONHighlighter().highlight(text)
+    return text
 
 
 def _attempts(d: JobDetail) -> RenderableType:
@@ -161,7 +173,8 @@ def _attempts(d: JobDetail) -> RenderableType:
         return Text("never leased", style="dim")
     table = Table(box=None, padding=(0, 1), header_style="bold dim", expand=False)
     for name in ("#", "OWNER", "STARTED", "LAST HEARTBEAT", "ENDED", "OUTCOME", "ERROR"):
-        table.add_column(name, no_wrap=name != "ERROR")
+        wraps = name == "ERROR"
+        table.add_column(name, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
     for a in d.attempts:
         outcome_style = {
             "completed": "green",
@@ -172,12 +185,12 @@ def _attempts(d: JobDetail) -> RenderableType:
         }.get(a.outcome, "")
         table.add_row(
             str(a.attempt),
-            a.lease_owner,
+            literal(a.lease_owner),
             view.stamp_text(a.started_at),
             view.ago(d.db_now, a.heartbeat_at) + " ago" if a.heartbeat_at else "-",
             view.stamp_text(a.ended_at) if a.ended_at else "-",
             Text(a.outcome, style=outcome_style),
-            Text(a.error or "", style="dim"),
+            literal(shorten(a.error or "", CELL_LIMIT), "dim", multiline=True),
         )
     return table
 
@@ -200,13 +213,14 @@ def _events(d: JobDetail) -> RenderableType:
         return Text("no watcher or operator action on this job", style="dim")
     table = Table(box=None, padding=(0, 1), header_style="bold dim", expand=False)
     for name in ("AT", "ACTOR", "ACTION", "CHANGE", "REASON"):
-        table.add_column(name, no_wrap=name not in ("REASON", "CHANGE"))
+        wraps = name in ("REASON", "CHANGE")
+        table.add_column(name, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
     for e in d.events:
         table.add_row(
             view.stamp_text(e.at),
-            e.actor,
-            Text(e.action, style="bold"),
-            _change(e.before, e.after),
-            e.reason or "",
+            literal(e.actor),
+            literal(e.action, "bold"),
+            literal(_change(e.before, e.after)),
+            literal(shorten(e.reason or "", CELL_LIMIT), multiline=True),
         )
     return table

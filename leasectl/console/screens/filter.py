@@ -14,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from leasectl.console.view import ConsoleFilter, FilterError, parse_filter
+from leasectl.console.widgets import LiteralInput, literal
+from leasectl.literal import visible
 
 HINT = (
     "queue:NAME  owner:PREFIX  id:N (or #N, or N) — a bare word is a known queue, else an owner "
@@ -37,10 +39,13 @@ class FilterScreen(ModalScreen[ConsoleFilter | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="filter-dialog"):
             yield Label(Text("Filter", style="bold"))
-            yield Input(value=str(self.current), placeholder="queue:payments", id="filter-input")
+            # Shown escaped (LiteralInput): submitted unchanged, it keeps the current filter.
+            yield LiteralInput(
+                value=str(self.current), placeholder="queue:payments", id="filter-input"
+            )
             yield Static(Text(HINT, style="dim"), id="filter-hint")
             if self.queues:
-                yield Static(Text("queues: " + ", ".join(self.queues[:12]), style="dim"))
+                yield Static(literal("queues: " + ", ".join(self.queues[:12]), "dim"))
             yield Static("", id="filter-error")
 
     def on_mount(self) -> None:
@@ -48,10 +53,13 @@ class FilterScreen(ModalScreen[ConsoleFilter | None]):
 
     @on(Input.Submitted, "#filter-input")
     def _submit(self, event: Input.Submitted) -> None:
+        if event.value == visible(str(self.current)):
+            self.dismiss(self.current)
+            return
         try:
             flt = parse_filter(event.value, self.queues, self.owners)
         except FilterError as exc:
-            self.query_one("#filter-error", Static).update(Text(str(exc), style="red"))
+            self.query_one("#filter-error", Static).update(literal(str(exc), "red"))
             return
         self.dismiss(flt)
 

@@ -14,7 +14,7 @@ from textual.widgets import Sparkline, Static
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import ConsoleFilter
-from leasectl.console.widgets import show_text
+from leasectl.console.widgets import literal, show_text
 from leasectl.models import Snapshot
 
 
@@ -50,10 +50,10 @@ class StatusBar(Horizontal):
         else:
             left.append(" ✖ disconnected ", style="bold white on red")
         left.append("  ")
-        left.append(s.where, style="bold")
+        left.append_text(literal(s.where, "bold"))  # DSN parts: untrusted
         if s.server_version:
             version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
-            left.append(f"  PostgreSQL {version}", style="dim")
+            left.append_text(literal(f"  PostgreSQL {version}", "dim"))
         right = Text()
         if s.read_only:
             right.append(" READ-ONLY ", style="bold white on dark_red")
@@ -86,7 +86,7 @@ def banner_text(s: Status) -> Text | None:
         text.append("✖ DATABASE UNREACHABLE ", style="bold")
     else:
         text.append("✖ REFRESH FAILED ", style="bold")
-    text.append(s.error)
+    text.append_text(literal(s.error))  # the server's message may quote stored values
     if s.polling:
         text.append(f" · retrying now (attempt {s.attempt + 1})", style="bold")
     elif s.retry_in is not None:
@@ -139,7 +139,7 @@ class Summary(Horizontal):
 def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Text]:
     """The summary in groups that are never split across lines."""
     c = snap.counts
-    scope = Text(f"queue {flt.queue}" if flt.queue else "all queues", style="bold underline")
+    scope = literal(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
     pending = Text.assemble(
         ("Pending ", "dim"),
         (view.count_text(c.pending), "bold"),

@@ -33,7 +33,7 @@ from textual.widgets import DataTable
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import LeaseState, Verdict
-from leasectl.console.widgets import same_cells, same_text
+from leasectl.console.widgets import literal, same_cells, same_text
 from leasectl.models import Freshness, JobStatus, OwnerHealth, PanelJob
 
 Row = TypeVar("Row")
@@ -425,7 +425,7 @@ class PendingTable(JobTable):
         dim = "dim" if delayed else ""
         return (
             self.id_cell(item, ctx, dim),
-            Text(item.queue, style=dim),
+            literal(item.queue, dim),
             Text(str(item.priority), style=dim, justify="right"),
             Text(view.waiting_text(item, ctx.now), justify="right"),
             self.attempts_cell(item, dim),
@@ -460,9 +460,9 @@ class ProcessingTable(JobTable):
         return (
             marker,
             self.id_cell(item, ctx, style),
-            Text(item.queue, style=style),
+            literal(item.queue, style),
             Text(view.lease_text(item, ctx.now), style=style, justify="right"),
-            Text(view.short_owner(item.lease_owner, 24), style=style),
+            literal(view.short_owner(item.lease_owner, 24), style),
             Text(view.ago(ctx.now, item.heartbeat_at), justify="right"),
             self.attempts_cell(item, style),
         )
@@ -490,16 +490,16 @@ class StuckTable(JobTable):
             Verdict.UNKNOWN: Text("? " + diagnosis.text, style="dim"),
         }[diagnosis.verdict]
         lapsed = item.lapsed_at or item.lease_until
-        error = (item.last_error or "").replace("\n", " ")
+        error = (item.last_error or "")[:200].replace("\n", " ")
         return (
             self.id_cell(item, ctx, EXPIRED_STYLE if expired else ""),
-            Text(item.queue),
+            literal(item.queue),
             Text("expired", style=EXPIRED_STYLE) if expired else Text("Stuck", style="magenta"),
             Text(view.ago(ctx.now, lapsed), justify="right"),
             self.attempts_cell(item),
             diag,
-            Text(view.short_owner(item.lease_owner, 24)),
-            Text(error[:200], style="dim", no_wrap=True, overflow="ellipsis"),
+            literal(view.short_owner(item.lease_owner, 24)),
+            literal(error, "dim", no_wrap=True, overflow="ellipsis"),
         )
 
 
@@ -544,10 +544,10 @@ class OwnersTable(PanelTable[OwnerHealth]):
             if item.heartbeat_every is not None and item.lease_ttl is not None
             else "-"
         )
-        owner = Text(item.owner)
+        owner = literal(item.owner)
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
-            owner.append(f" ({host})", style="dim")  # the default worker id already says it
+            owner.append_text(literal(f" ({host})", "dim"))  # the default worker id already says it
         return (
             owner,
             Text(view.FRESHNESS_MARK[item.freshness], style=style),
@@ -556,5 +556,5 @@ class OwnersTable(PanelTable[OwnerHealth]):
             Text(str(item.expired), style=EXPIRED_STYLE if item.expired else "", justify="right"),
             next_text,
             Text(intervals, style="dim"),
-            Text(", ".join(item.queues), style="dim"),
+            literal(", ".join(item.queues), "dim"),
         )
