@@ -24,6 +24,7 @@ from leasectl.console.widgets import literal
 from leasectl.errors import LeasectlError
 from leasectl.literal import shorten
 from leasectl.models import JobDetail, JobStatus
+from leasectl.output import event_actor
 
 if TYPE_CHECKING:
     from leasectl.console.app import ConsoleApp
@@ -218,7 +219,7 @@ def _events(d: JobDetail) -> RenderableType:
     for e in d.events:
         table.add_row(
             view.stamp_text(e.at),
-            literal(e.actor),
+            literal(event_actor(e)),
             literal(e.action, "bold"),
             literal(_change(e.before, e.after)),
             literal(shorten(e.reason or "", CELL_LIMIT), multiline=True),
