@@ -32,9 +32,11 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -396,18 +398,40 @@ def _check_import(sandbox: Path, dsn: str) -> None:
 _PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:textual-snapshot")
 
 
+_running: set[subprocess.Popen[str]] = set()  # stopped when the run is interrupted
+_stopping = threading.Event()
+
+
 def _pytest(sandbox: Path, dsn: str, tests: Sequence[str]) -> tuple[int, str, float]:
     started = time.monotonic()
-    proc = subprocess.run(
+    if _stopping.is_set():
+        return 130, "interrupted", 0.0
+    proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-x", "-q", "--no-header", *_PLUGINS_OFF, *tests],
         cwd=sandbox,
         env=_env(sandbox, dsn),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
-        timeout=900,
-        check=False,
-    )  # fmt: skip
-    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+    )
+    _running.add(proc)
+    try:
+        output, _ = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        output += "\ntimed out after 900 s"
+    finally:
+        _running.discard(proc)
+    return proc.returncode, output, time.monotonic() - started
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM or Ctrl+C: interrupt the running tests as Ctrl+C would (pytest then runs its
+    teardown, which drops the test databases) and start no more."""
+    _stopping.set()
+    for proc in list(_running):
+        proc.send_signal(signal.SIGINT)
 
 
 def run_one(m: Mutant, sandbox: Path, dsn: str, tests: Sequence[str] | None) -> Outcome:
@@ -489,7 +513,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m tests.mutation", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "-k", dest="select", default="", help="only mutants whose name contains this"
+        "-k",
+        dest="select",
+        action="append",
+        help="only mutants whose name contains this (repeatable)",
     )
     parser.add_argument(
         "--tests", nargs="+", help="run these tests for every mutant instead of its own"
@@ -500,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    mutants = [m for m in MUTANTS if args.select in m.name]
+    mutants = [m for m in MUTANTS if not args.select or any(k in m.name for k in args.select)]
     names = [m.name for m in MUTANTS]
     if len(set(names)) != len(names):
         raise SystemExit("mutation: two mutants have the same name")
@@ -540,8 +567,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {m.name}: {outcome.result} ({outcome.seconds:.1f} s)", flush=True)
             return outcome
 
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _interrupted)
         with ThreadPoolExecutor(jobs) as pool:
             outcomes = list(pool.map(task, mutants))
+        if _stopping.is_set():
+            print("mutation: interrupted")
+            return 130
     print()
     print(table(outcomes))
     bad = [o for o in outcomes if not o.ok]
