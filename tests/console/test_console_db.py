@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from textual.widgets import Input
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.confirm import ConfirmScreen
+from leasectl.console.screens.help import HelpScreen
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import Action
 from leasectl.console.widgets.tables import (
@@ -33,10 +35,26 @@ from tests.console.seed import ALIVE, SILENT, seed
 Scenario = Callable[[ConsoleApp, Pilot[None]], Awaitable[None]]
 
 
-def drive(dsn: str, scenario: Scenario, *, read_only: bool = False) -> ConsoleApp:
+class FakeClock:
+    """The console's local monotonic clock, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def drive(
+    dsn: str,
+    scenario: Scenario,
+    *,
+    read_only: bool = False,
+    clock: Callable[[], float] = time.monotonic,
+) -> ConsoleApp:
     """Run the real console (database source) at 160x48 through a scenario."""
     source = DatabaseSource.connect(dsn, SCHEMA)
-    app = ConsoleApp(source, refresh=timedelta(milliseconds=300), read_only=read_only)
+    app = ConsoleApp(source, refresh=timedelta(milliseconds=300), read_only=read_only, clock=clock)
 
     async def run() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
@@ -58,6 +76,17 @@ async def highlight(app: ConsoleApp, pilot: Pilot[None], panel: str, job_id: int
     await wait_until(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
     table.move_cursor(row=[table.key_of(item) for item in table.items].index(str(job_id)))
     await pilot.pause()
+
+
+async def no_confirmation_after(pilot: Pilot[None], *keys: str) -> None:
+    """Press ``keys``, then `?`: keys are handled in order, so once the help screen is up every
+    one of them has been handled, and none of them may have asked for a confirmation."""
+    app = pilot.app
+    await pilot.press(*keys, "question_mark")
+    await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+    assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
+    await pilot.press("escape")
+    await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the main screen")
 
 
 async def confirm(app: ConsoleApp, pilot: Pilot[None], key: str, reason: str) -> None:
@@ -93,6 +122,7 @@ def test_panels_fill_from_seeded_jobs(
     db_dsn: str, store: Store, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed(store, sql_conn)
+    clock = FakeClock()  # no poll falls due unless the test moves it
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         main = app.main
@@ -116,13 +146,14 @@ def test_panels_fill_from_seeded_jobs(
         assert "Completed ≈" in counts  # history is only ever an estimate
         header = str(main.query_one("#status-left").render())
         assert "connected" in header and "password" not in header
-        # Countdowns tick between polls from the database clock, not the wall clock.
-        before = app.db_now()
-        await pilot.pause(1.1)
-        after = app.db_now()
-        assert before is not None and after is not None and after > before
+        # Countdowns tick between polls from the database clock (the last poll's now()) moved
+        # by local monotonic time, not from the wall clock: the local clock alone moves 90 s.
+        assert app.snapshot is not None
+        assert app.db_now() == app.snapshot.db_now
+        clock.now += 90
+        assert app.db_now() == app.snapshot.db_now + timedelta(seconds=90)
 
-    drive(db_dsn, scenario)
+    drive(db_dsn, scenario, clock=clock)
 
 
 def test_requeue_from_the_console_changes_the_row_and_writes_the_event(
@@ -202,6 +233,12 @@ def test_requeue_all_expired_in_the_filter(
 ) -> None:
     seeded = seed(store, sql_conn)
     expired = sorted(le.job_id for le in seeded.expired)
+    # The seed's at-risk lease ends 4 s after seeding; on a slow machine it lapsed before the
+    # console had loaded, and "all expired" had three jobs. This test needs only the two.
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() + interval '1 hour' WHERE id = %s",
+        (seeded.at_risk.job_id,),
+    )
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await pilot.press("R")
@@ -230,10 +267,7 @@ def test_read_only_flag_hides_and_refuses(
         footer = {b.binding.key for b in app.main.active_bindings.values() if b.enabled}
         assert not {"r", "s", "R"} & footer
         await highlight(app, pilot, "stuck", target)
-        for key in ("r", "s", "R"):
-            await pilot.press(key)
-            await pilot.pause(0.1)
-            assert not isinstance(app.screen, ConfirmScreen)
+        await no_confirmation_after(pilot, "r", "s", "R")
         # Even a request that gets past the keys is refused.
         app.request_action(Action.REQUEUE, app.main.targets())
         assert not isinstance(app.screen, ConfirmScreen)
@@ -272,9 +306,7 @@ def test_read_only_by_itself_without_update_privilege(
         status_bar = str(app.main.query_one("#status-right").render())
         assert "READ-ONLY" in status_bar
         await highlight(app, pilot, "stuck", target)
-        await pilot.press("r")
-        await pilot.pause(0.1)
-        assert not isinstance(app.screen, ConfirmScreen)
+        await no_confirmation_after(pilot, "r")
 
     drive(reader_dsn, scenario)
     assert status(sql_conn, target) == "Processing"
@@ -287,10 +319,13 @@ def test_polling_pauses_while_a_modal_is_open(
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await pilot.press("question_mark")
-        await pilot.pause(0.2)
+        await wait_until(pilot, lambda: app.paused, "the help screen")
+        # The poll already running when it opened may finish; then its next one falls due
+        # (the refresh timer fires) and must wait instead of running.
+        await wait_until(pilot, lambda: not app.polling, "the running poll to finish")
         polls = app.polls
-        await pilot.pause(1.2)  # four refresh intervals
-        assert app.polls <= polls + 1  # at most the one already running when it opened
+        await wait_until(pilot, lambda: app.poll_pending, "a poll to fall due meanwhile")
+        assert (app.polls, app.polling) == (polls, False)
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.polls >= polls + 2, "polling to resume")
 

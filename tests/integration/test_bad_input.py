@@ -7,6 +7,7 @@ stored exactly as given and harmlessly: nothing is ever interpolated into SQL.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,8 +36,9 @@ WEIRD = [SQLI, QUOTES, UNICODE, LONG, MARKUP]
 
 @pytest.fixture(scope="module")
 def seeded(server_dsn: str, template_db: str) -> Iterator[tuple[str, dict[str, int]]]:
-    """One database for every rejected input (none may change it): a job in each state."""
-    name = "leasectl_bad_input"
+    """One database for every rejected input (none may change it): a job in each state. Its
+    name is this session's own: test sessions share a server (LEASECTL_TEST_DSN)."""
+    name = f"leasectl_bad_input_{os.getpid()}"
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))

@@ -230,26 +230,48 @@ def test_worker_offline_presumes_its_lease_lost_then_recovers(
 
 
 def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
-    server: EmbeddedServer, dsn: str
+    server: EmbeddedServer, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The handler learns that its lease is presumed lost from the lease's own deadline, not
+    from a database call: a heartbeat stuck on the network (held here until the test lets it
+    go) must not keep the handler from being told once the lease has lapsed. No clock is read
+    by the test: it checks that the cancel came while that heartbeat was still in flight, and
+    not before the deadline the worker gave the handler."""
     with Store.connect(dsn, "leasectl") as store:
         store.enqueue([{}], queue="q")
     handler = Blocker()
-    ttl = timedelta(milliseconds=1500)
-    worker = Worker(dsn, "leasectl", config(lease_ttl=ttl), handler)
-    with running(worker):
+    store = Store.connect(dsn, "leasectl", max_size=3, pool_timeout=0.5)
+    in_flight, let_go, returned = threading.Event(), threading.Event(), threading.Event()
+    hold = threading.Event()
+    heartbeat = store.heartbeat
+
+    def stuck_heartbeat(*args: Any, **kwargs: Any) -> Any:
+        if hold.is_set():
+            in_flight.set()
+            let_go.wait(60)
+            returned.set()
+        return heartbeat(*args, **kwargs)
+
+    monkeypatch.setattr(store, "heartbeat", stuck_heartbeat)
+    worker = Worker(
+        dsn, "leasectl", config(lease_ttl=timedelta(milliseconds=1500)), handler, store=store
+    )
+    with contextlib.closing(store), running(worker):
         assert handler.started.wait(20)
-        stopped_at = time.monotonic()
-        server.stop(mode="immediate")
-        # The lease was renewed at most one heartbeat before the stop, so it lapses on the
-        # server by stopped_at + ttl: the handler must know by then (with a little slack).
+        hold.set()
         try:
+            wait_until(in_flight.is_set, what="a heartbeat to be stuck in flight")
+            server.stop(mode="immediate")
             wait_until(
                 lambda: handler.cancelled_at is not None,
-                timeout=stopped_at + ttl.total_seconds() + 0.3 - time.monotonic(),
+                timeout=40,
                 what="the handler to be cancelled by its lease deadline",
             )
+            assert not returned.is_set(), "the cancel waited for the stuck heartbeat"
+            assert handler.deadline_at_cancel is not None and handler.cancelled_at is not None
+            assert handler.cancelled_at >= handler.deadline_at_cancel, "cancelled too early"
         finally:
+            let_go.set()
             server.start()
 
 

@@ -148,23 +148,27 @@ def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running
 ) -> None:
     """The call waits without the GIL: a worker's heartbeats and deadlines go on meanwhile.
 
-    Another process locks the jobs table for a few seconds; the claims (the first one, which
-    prepares the statement, and a later one) wait for it. This thread must see each of them
-    waiting on the lock while it waits: if the call held the GIL, this thread could look only
-    once the lock was gone and the call had returned."""
+    Another process locks the jobs table until this thread lets it go; the claims (the first
+    one, which prepares the statement, and a later one) wait for it. This thread must see each
+    of them waiting on the lock while it waits, and only then lets the lock go: if the call held
+    the GIL, this thread could not look at all while the lock was held (the holder gives up
+    after a minute, so such a failure ends as a timeout, not a hang)."""
     store.enqueue([{}, {}], queue="q")
     holder = (
-        "import sys, time, psycopg\n"
+        "import select, sys, psycopg\n"
         "with psycopg.connect(sys.argv[1]) as conn:\n"
         "    conn.execute('LOCK TABLE leasectl.jobs IN ACCESS EXCLUSIVE MODE')\n"
         "    print('locked', flush=True)\n"
-        "    time.sleep(float(sys.argv[2]))\n"
+        "    select.select([sys.stdin], [], [], float(sys.argv[2]))\n"
     )
     with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
         done: list[Lease] = []
         for _ in range(2):  # the first call prepares, the second only executes
             locker = subprocess.Popen(
-                [sys.executable, "-c", holder, db_dsn, "3"], stdout=subprocess.PIPE, text=True
+                [sys.executable, "-c", holder, db_dsn, "60"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             try:
                 assert locker.stdout is not None and locker.stdout.readline() == "locked\n"
@@ -175,11 +179,16 @@ def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running
                 call.start()
                 wait_for_lock_wait(sql_conn, what="the claim to wait for the lock")
                 assert call.is_alive()  # seen waiting while it waits
+                assert locker.poll() is None, "the lock was let go before the claim was seen"
+                assert locker.stdin is not None
+                locker.stdin.close()  # let the lock go
                 call.join(30)
                 assert not call.is_alive()
                 done = result[0]
             finally:
-                locker.wait(30)
+                if locker.stdin is not None and not locker.stdin.closed:
+                    locker.stdin.close()
+                locker.wait(90)
                 if locker.stdout is not None:
                     locker.stdout.close()
         assert len(done) == 1

@@ -1,0 +1,597 @@
+"""SQL mutation testing of the lease fences: ``python -m tests.mutation``.
+
+Each mutant below deletes one predicate of a fenced or guarded statement (or, in a disjunction,
+turns one alternative off or on), keeping the SQL valid. For each mutant the tool copies the
+package and the tests to a scratch directory, applies the mutation there, and runs the tests
+that can see that statement in a subprocess with the copy first on PYTHONPATH, so that
+``leasectl`` subprocesses run the mutated SQL too and the test template database is migrated
+from the mutated migrations. A mutant is killed when a selected test fails.
+
+The run fails (exit 1) when a mutant that is not listed as equivalent survives, when a listed
+equivalent mutant is killed (its review is wrong), when a mutant's text is not found exactly
+once in its statement (the list is stale: the SQL changed under it), or when the unmutated
+copy does not pass the selected tests.
+
+A mutant names its file under leasectl/queries (migrations included) and its statement: the
+text must occur exactly once in that ``-- name:`` block, or in the whole file when the file has
+no block of that name (a migration's function, say).
+
+Database: LEASECTL_TEST_DSN when set, else one embedded server started for the whole run and
+passed to every subprocess as LEASECTL_TEST_DSN.
+
+    python -m tests.mutation                 # every mutant, its own tests
+    python -m tests.mutation -k takeover     # mutants whose name contains "takeover"
+    python -m tests.mutation --tests tests/integration/test_model.py  # other tests for all
+    python -m tests.mutation --list          # check the list against the SQL; run nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+QUERIES = Path("leasectl") / "queries"
+FENCES = "tests/integration/test_fences.py"
+_BLOCK = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_INVALID_SQL = (
+    "errors.SyntaxError",
+    "errors.UndefinedColumn",
+    "errors.UndefinedFunction",
+    "errors.DatatypeMismatch",
+    "errors.AmbiguousColumn",
+    "errors.UndefinedTable",
+)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # under leasectl/queries
+    statement: str
+    edits: tuple[tuple[str, str], ...]  # (exact text, replacement), applied in order
+    tests: tuple[str, ...]  # pytest node ids, run from the repository root
+    equivalent: str = ""  # why no test can tell it from the original (reviewed by hand)
+
+
+def fence(*names: str) -> tuple[str, ...]:
+    return tuple(f"{FENCES}::{name}" for name in names)
+
+
+def mutant(
+    name: str,
+    file: str,
+    statement: str,
+    text: str,
+    replacement: str,
+    tests: tuple[str, ...],
+    *,
+    also: tuple[tuple[str, str], ...] = (),
+    equivalent: str = "",
+) -> Mutant:
+    return Mutant(name, file, statement, ((text, replacement), *also), tests, equivalent)
+
+
+SAME_OWNER = "test_same_owner_stale_attempt_{}_is_refused"
+OTHER_OWNER = "test_a_lease_token_of_another_owner_is_refused[{}]"
+QUARANTINED = "test_a_lease_the_watcher_quarantined_is_not_touched_by_its_late_handler[{}]"
+ONLY_OWN_JOB = "test_a_fenced_call_changes_only_its_own_job[{}]"
+
+# The expiry and status re-checks in the UPDATE of a takeover and of a watcher batch: the rows
+# the UPDATE joins are exactly the ones its locking read (FOR UPDATE SKIP LOCKED) returned, and
+# that read returned them only after locking them and only if they passed its own checks as
+# they were once locked (a row locked by anyone else is skipped, never waited for). From the
+# lock to the UPDATE, in the same statement, no other transaction can change the row, and
+# now() is the transaction's start time, the same in both places. So the UPDATE's copy of a
+# check can never be false where the read's copy was true: deleting it alone changes nothing.
+# (It stays as a guard in depth for anyone who drops SKIP LOCKED or the lock.) Deleting the
+# read's copy instead is not equivalent: the read has a LIMIT, so rows the UPDATE then rejects
+# use up the batch, which the tests below catch; and deleting both copies is caught too.
+RECHECK = (
+    "re-check of what the locking read (FOR UPDATE SKIP LOCKED, same statement, same now()) "
+    "already checked on the locked row: the UPDATE only ever sees rows that passed it"
+)
+
+# fmt: off
+MUTANTS: tuple[Mutant, ...] = (
+    # -- claim: due Pending jobs of the queue, from the claim key ---------------------------
+    mutant("claim-status", "jobs.sql", "jobs_complete_and_claim",
+           "WHERE status = 'Pending' AND queue", "WHERE queue",
+           fence("test_claim_leaves_finished_and_stuck_jobs_alone")),
+    mutant("claim-queue", "jobs.sql", "jobs_complete_and_claim",
+           " AND queue = %(queue)s AND run_at", " AND run_at",
+           fence("test_claim_takes_only_its_queue")),
+    mutant("claim-due", "jobs.sql", "jobs_complete_and_claim",
+           " AND run_at <= now()", "",
+           fence("test_claim_leaves_jobs_that_are_not_due")),
+    mutant("claim-from-key", "jobs.sql", "jobs_complete_and_claim",
+           "AND (priority, run_at, id) >= (%(from_priority)s, %(from_run_at)s, %(from_id)s)",
+           "AND TRUE",
+           fence("test_claim_from_a_key_starts_there")),
+    # -- complete (the completion half of the worker's round trip) ---------------------------
+    mutant("complete-id", "jobs.sql", "jobs_complete_and_claim",
+           "WHERE j.id = ANY (ARRAY[t.id])", "WHERE TRUE",
+           fence(ONLY_OWN_JOB.format("complete"))),
+    mutant("complete-attempt", "jobs.sql", "jobs_complete_and_claim",
+           "(j.attempts = t.attempt AND j.lease_owner", "(j.lease_owner",
+           fence(SAME_OWNER.format("complete"))),
+    mutant("complete-owner", "jobs.sql", "jobs_complete_and_claim",
+           " AND j.lease_owner IS NOT DISTINCT FROM %(owner)s", "",
+           fence(OTHER_OWNER.format("complete"))),
+    mutant("complete-status", "jobs.sql", "jobs_complete_and_claim",
+           "AND j.status::text = 'Processing'))", "AND TRUE))",
+           fence(QUARANTINED.format("complete"))),
+    # -- takeover of lapsed leases -------------------------------------------------------------
+    mutant("takeover-status-read", "jobs.sql", "jobs_claim_expired",
+           "WHERE status = 'Processing' AND queue", "WHERE queue",
+           fence("test_takeover_is_not_hidden_by_a_stuck_job_ahead_of_it")),
+    mutant("takeover-status-update", "jobs.sql", "jobs_claim_expired",
+           " AND j.status::text = 'Processing'", "",
+           fence("test_takeover_never_takes_a_stuck_job",
+                 "test_takeover_is_not_hidden_by_a_stuck_job_ahead_of_it"),
+           equivalent=RECHECK),
+    mutant("takeover-status-both", "jobs.sql", "jobs_claim_expired",
+           "WHERE status = 'Processing' AND queue", "WHERE queue",
+           fence("test_takeover_never_takes_a_stuck_job"),
+           also=((" AND j.status::text = 'Processing'", ""),)),
+    mutant("takeover-queue", "jobs.sql", "jobs_claim_expired",
+           "queue = %(queue)s AND lease_until", "lease_until",
+           fence("test_takeover_takes_only_its_queue")),
+    mutant("takeover-expiry-read", "jobs.sql", "jobs_claim_expired",
+           " AND lease_until < now()", "",
+           fence("test_takeover_is_not_hidden_by_a_live_lease_ahead_of_it")),
+    mutant("takeover-expiry-update", "jobs.sql", "jobs_claim_expired",
+           " AND j.lease_until < now()", "",
+           fence("test_takeover_never_takes_a_live_lease",
+                 "test_takeover_is_not_hidden_by_a_live_lease_ahead_of_it"),
+           equivalent=RECHECK),
+    mutant("takeover-expiry-both", "jobs.sql", "jobs_claim_expired",
+           " AND lease_until < now()", "",
+           fence("test_takeover_never_takes_a_live_lease"),
+           also=((" AND j.lease_until < now()", ""),)),
+    mutant("takeover-attempts-left", "jobs.sql", "jobs_claim_expired",
+           "AND attempts < max_attempts", "AND TRUE",
+           fence("test_takeover_leaves_a_lapsed_lease_without_attempts_left_to_the_watcher")),
+    mutant("takeover-id", "jobs.sql", "jobs_claim_expired",
+           "WHERE j.id = ANY (ARRAY[p.id])", "WHERE TRUE",
+           fence("test_takeover_takes_only_the_leases_it_picked")),
+    # -- claim by id ---------------------------------------------------------------------------
+    mutant("claim-by-id-id", "jobs.sql", "job_claim_by_id",
+           "WHERE j.id = %(id)s", "WHERE TRUE",
+           fence("test_claim_by_id_takes_a_pending_job_and_only_that_one")),
+    mutant("claim-by-id-pending-off", "jobs.sql", "job_claim_by_id",
+           "(j.status = 'Pending' OR", "(FALSE OR",
+           fence("test_claim_by_id_takes_a_pending_job_and_only_that_one")),
+    mutant("claim-by-id-any-status", "jobs.sql", "job_claim_by_id",
+           "(j.status = 'Pending' OR", "(TRUE OR",
+           fence("test_claim_by_id_refuses_finished_jobs")),
+    mutant("claim-by-id-processing", "jobs.sql", "job_claim_by_id",
+           "(j.status = 'Processing' AND j.lease_until", "(j.lease_until",
+           fence("test_claim_by_id_refuses_a_stuck_job_with_a_lapsed_lease")),
+    mutant("claim-by-id-expiry", "jobs.sql", "job_claim_by_id",
+           " AND j.lease_until < now()))", "))",
+           fence("test_claim_by_id_refuses_a_live_lease_and_takes_a_lapsed_one")),
+    # -- heartbeat -----------------------------------------------------------------------------
+    mutant("heartbeat-id", "jobs.sql", "jobs_heartbeat",
+           "WHERE j.id = ANY (ARRAY[f.id]) AND", "WHERE TRUE AND",
+           fence(ONLY_OWN_JOB.format("heartbeat"),
+                 "test_heartbeat_reports_only_the_leases_it_renewed")),
+    mutant("heartbeat-attempt", "jobs.sql", "jobs_heartbeat",
+           " AND j.attempts = f.attempt", "",
+           fence(SAME_OWNER.format("heartbeat"))),
+    mutant("heartbeat-owner", "jobs.sql", "jobs_heartbeat",
+           "j.lease_owner IS NOT DISTINCT FROM %(owner)s AND ", "",
+           fence(OTHER_OWNER.format("heartbeat"))),
+    mutant("heartbeat-status", "jobs.sql", "jobs_heartbeat",
+           " AND j.status::text = 'Processing'", "",
+           fence(QUARANTINED.format("heartbeat"))),
+    # -- fail ----------------------------------------------------------------------------------
+    mutant("fail-id", "jobs.sql", "job_fail",
+           "WHERE j.id = %(id)s AND", "WHERE TRUE AND",
+           fence(ONLY_OWN_JOB.format("fail"))),
+    mutant("fail-attempt", "jobs.sql", "job_fail",
+           " AND j.attempts = %(attempt)s", "",
+           fence(SAME_OWNER.format("fail"))),
+    mutant("fail-owner", "jobs.sql", "job_fail",
+           " AND j.lease_owner = %(owner)s", "",
+           fence(OTHER_OWNER.format("fail"))),
+    mutant("fail-status", "jobs.sql", "job_fail",
+           "AND j.status = 'Processing'", "AND TRUE",
+           fence(QUARANTINED.format("fail"))),
+    # -- release -------------------------------------------------------------------------------
+    mutant("release-id", "jobs.sql", "jobs_release",
+           "WHERE j.id = ANY (ARRAY[f.id]) AND", "WHERE TRUE AND",
+           fence(ONLY_OWN_JOB.format("release"))),
+    mutant("release-attempt", "jobs.sql", "jobs_release",
+           " AND j.attempts = f.attempt", "",
+           fence(SAME_OWNER.format("release"))),
+    mutant("release-owner", "jobs.sql", "jobs_release",
+           "j.lease_owner IS NOT DISTINCT FROM %(owner)s AND ", "",
+           fence(OTHER_OWNER.format("release"))),
+    mutant("release-status", "jobs.sql", "jobs_release",
+           " AND j.status::text = 'Processing'", "",
+           fence(QUARANTINED.format("release"))),
+    # -- watcher batch -------------------------------------------------------------------------
+    mutant("watcher-status-read", "watcher.sql", "jobs_requeue_expired",
+           "WHERE status = 'Processing' AND lease_until", "WHERE lease_until",
+           fence("test_watcher_never_moves_a_stuck_job_again")),
+    mutant("watcher-status-update", "watcher.sql", "jobs_requeue_expired",
+           " AND j.status = 'Processing'", "",
+           fence("test_watcher_never_moves_a_stuck_job_again"),
+           equivalent=RECHECK),
+    mutant("watcher-status-both", "watcher.sql", "jobs_requeue_expired",
+           "WHERE status = 'Processing' AND lease_until", "WHERE lease_until",
+           fence("test_watcher_never_moves_a_stuck_job_again"),
+           also=((" AND j.status = 'Processing'", ""),)),
+    mutant("watcher-expiry-read", "watcher.sql", "jobs_requeue_expired",
+           " AND lease_until < now()", "",
+           fence("test_watcher_is_not_stopped_by_live_leases_in_its_batch")),
+    mutant("watcher-expiry-update", "watcher.sql", "jobs_requeue_expired",
+           " AND j.lease_until < now()", "",
+           fence("test_watcher_never_moves_a_live_lease",
+                 "test_watcher_is_not_stopped_by_live_leases_in_its_batch"),
+           equivalent=RECHECK),
+    mutant("watcher-expiry-both", "watcher.sql", "jobs_requeue_expired",
+           " AND lease_until < now()", "",
+           fence("test_watcher_never_moves_a_live_lease"),
+           also=((" AND j.lease_until < now()", ""),)),
+    mutant("watcher-queue", "watcher.sql", "jobs_requeue_expired",
+           "(%(queue)s::text IS NULL OR queue = %(queue)s::text)", "TRUE",
+           fence("test_watcher_with_a_queue_moves_only_that_queue")),
+    mutant("watcher-id", "watcher.sql", "jobs_requeue_expired",
+           "WHERE j.id = e.id AND", "WHERE TRUE AND",
+           fence("test_watcher_with_a_queue_moves_only_that_queue")),
+    # -- retention -----------------------------------------------------------------------------
+    mutant("prune-queue", "retention.sql", "jobs_prune",
+           "(%(queue)s::text IS NULL OR queue = %(queue)s::text)", "TRUE",
+           fence("test_prune_with_a_queue_leaves_other_queues_alone")),
+    mutant("prune-count-queue", "retention.sql", "jobs_prune_count",
+           "(%(queue)s::text IS NULL OR queue = %(queue)s::text)", "TRUE",
+           fence("test_prune_with_a_queue_leaves_other_queues_alone")),
+)
+# fmt: on
+
+
+def _operator(action: str, statement: str, statuses: str, only_statuses: str) -> list[Mutant]:
+    """The guards shared by the two operator actions, with each action's own tests."""
+    p = f"[{action}]"
+    return [
+        mutant(f"{action}-seen-status", "operator.sql", statement,
+               "j.status::text = s.status AND ", "",
+               fence("test_requeue_after_the_watcher_quarantined_the_job_is_skipped"
+                     if action == "requeue" else
+                     "test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped")),
+        mutant(f"{action}-seen-attempts", "operator.sql", statement,
+               " AND j.attempts = s.attempts", "",
+               fence("test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped" + p)),
+        mutant(f"{action}-seen-owner", "operator.sql", statement,
+               "AND j.lease_owner IS NOT DISTINCT FROM s.lease_owner", "AND TRUE",
+               fence("test_an_action_on_another_owner_than_the_operator_saw_is_skipped" + p)),
+        mutant(f"{action}-statuses", "operator.sql", statement,
+               f"AND j.status IN ({statuses})", "AND TRUE",
+               fence(only_statuses)),
+        mutant(f"{action}-force-guard", "operator.sql", statement,
+               "(%(force)s OR j.status <> 'Processing' OR j.lease_until < now())", "TRUE",
+               fence("test_an_action_on_a_live_lease_needs_force" + p)),
+        mutant(f"{action}-force-ignored", "operator.sql", statement,
+               "(%(force)s OR j.status", "(FALSE OR j.status",
+               fence("test_an_action_on_a_live_lease_needs_force" + p)),
+        mutant(f"{action}-force-unless-leased-off", "operator.sql", statement,
+               "OR j.status <> 'Processing' OR", "OR FALSE OR",
+               fence("test_requeue_of_stuck_and_failed_jobs_needs_no_force"
+                     if action == "requeue" else only_statuses)),
+        mutant(f"{action}-force-unless-expired-off", "operator.sql", statement,
+               "OR j.lease_until < now())", "OR FALSE)",
+               fence("test_an_action_on_an_expired_lease_needs_no_force" + p)),
+        mutant(f"{action}-seen-id", "operator.sql", statement,
+               "JOIN seen AS s ON s.id = j.id", "JOIN seen AS s ON TRUE",
+               fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
+        mutant(f"{action}-update-id", "operator.sql", statement,
+               "WHERE j.id = t.id", "WHERE TRUE",
+               fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
+    ]  # fmt: skip
+
+
+MUTANTS += (
+    *_operator("requeue", "jobs_operator_requeue", "'Processing', 'Stuck', 'Failed'",
+               "test_requeue_applies_only_to_processing_stuck_and_failed_jobs"),
+    *_operator("mark-stuck", "jobs_operator_mark_stuck", "'Processing', 'Pending'",
+               "test_mark_stuck_applies_only_to_pending_and_processing_jobs"),
+)  # fmt: skip
+
+
+class StaleMutant(Exception):
+    """The mutant's text is not where the list says it is: the SQL changed under the list."""
+
+
+def scope(source: str, statement: str) -> tuple[int, int]:
+    """The span of ``statement``'s named block in ``source``; the whole file when it has no
+    named blocks (a migration)."""
+    blocks = list(_BLOCK.finditer(source))
+    for i, block in enumerate(blocks):
+        if block.group(1) == statement:
+            end = blocks[i + 1].start() if i + 1 < len(blocks) else len(source)
+            return block.start(), end
+    if blocks:
+        raise StaleMutant(f"no block named {statement}")
+    return 0, len(source)
+
+
+def apply(m: Mutant, source: str) -> str:
+    """The file's text with the mutant's edits made, each found exactly once in its scope."""
+    for text, replacement in m.edits:
+        try:
+            start, end = scope(source, m.statement)
+        except StaleMutant as exc:
+            raise StaleMutant(f"{m.name}: {m.file}: {exc}") from None
+        found = source.count(text, start, end)
+        if found != 1:
+            where = "its block" if (start, end) != (0, len(source)) else "the file"
+            raise StaleMutant(f"{m.name}: {text!r} found {found} times in {where}, not once")
+        at = source.index(text, start, end)
+        source = source[:at] + replacement + source[at + len(text) :]
+    return source
+
+
+def source_of(m: Mutant) -> str:
+    path = ROOT / QUERIES / m.file
+    if not path.is_file():
+        raise StaleMutant(f"{m.name}: no file {path.relative_to(ROOT)}")
+    return path.read_text()
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    result: str  # killed / survived / equivalent / stale / error
+    seconds: float = 0.0
+    detail: str = ""
+    ok: bool = field(default=False)
+
+
+def _sandbox(base: Path) -> Path:
+    """A copy of the package and the tests (and pyproject.toml, the pytest configuration)."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in ("leasectl", "tests"):
+        shutil.copytree(ROOT / name, base / name, ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", base / "pyproject.toml")
+    return base
+
+
+def _env(sandbox: Path, dsn: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(sandbox), *filter(None, [env.get("PYTHONPATH")])])
+    env["LEASECTL_TEST_DSN"] = dsn
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def _check_import(sandbox: Path, dsn: str) -> None:
+    """Subprocesses must import the sandbox's leasectl, not the installed one."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import leasectl; print(leasectl.__file__)"],
+        env=_env(sandbox, dsn),
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not Path(out).resolve().is_relative_to(sandbox.resolve()):
+        raise SystemExit(f"mutation: the sandbox's leasectl is not imported first ({out})")
+
+
+# Plugins the selected tests do not need, and that cost each run seconds of imports (the
+# hypothesis plugin only reports; the model test imports hypothesis itself).
+_PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:textual-snapshot")
+
+
+_running: set[subprocess.Popen[str]] = set()  # stopped when the run is interrupted
+_stopping = threading.Event()
+
+
+def _pytest(sandbox: Path, dsn: str, tests: Sequence[str]) -> tuple[int, str, float]:
+    started = time.monotonic()
+    if _stopping.is_set():
+        return 130, "interrupted", 0.0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-x", "-q", "--no-header", *_PLUGINS_OFF, *tests],
+        cwd=sandbox,
+        env=_env(sandbox, dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    _running.add(proc)
+    try:
+        output, _ = proc.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+        output += "\ntimed out after 900 s"
+    finally:
+        _running.discard(proc)
+    return proc.returncode, output, time.monotonic() - started
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM or Ctrl+C: interrupt the running tests as Ctrl+C would (pytest then runs its
+    teardown, which drops the test databases) and start no more."""
+    _stopping.set()
+    for proc in list(_running):
+        proc.send_signal(signal.SIGINT)
+
+
+def run_one(m: Mutant, sandbox: Path, dsn: str, tests: Sequence[str] | None) -> Outcome:
+    path = sandbox / QUERIES / m.file
+    try:
+        original = source_of(m)
+        mutated = apply(m, original)
+    except StaleMutant as exc:
+        return Outcome(m, "stale", detail=str(exc))
+    path.write_text(mutated)
+    try:
+        code, output, seconds = _pytest(sandbox, dsn, tests or m.tests)
+    finally:
+        path.write_text(original)
+    if code == 0:
+        if m.equivalent:
+            return Outcome(m, "equivalent", seconds, ok=True)
+        return Outcome(m, "SURVIVED", seconds, detail="no selected test failed")
+    if code != 1:
+        return Outcome(m, "error", seconds, detail=f"pytest exit {code}: {_tail(output)}")
+    if any(marker in output for marker in _INVALID_SQL):
+        return Outcome(m, "error", seconds, detail="the mutated SQL is invalid: " + _tail(output))
+    if m.equivalent:
+        return Outcome(m, "KILLED", seconds, detail="listed as equivalent but killed: review")
+    return Outcome(m, "killed", seconds, detail=_first_failure(output), ok=True)
+
+
+def _first_failure(output: str) -> str:
+    """The test that killed the mutant (pytest's summary line, without the file)."""
+    for line in output.splitlines():
+        if line.startswith("FAILED "):
+            return line.removeprefix("FAILED ").split(" - ")[0].rpartition("::")[2]
+    return ""
+
+
+def _tail(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    return " | ".join(lines[-3:])[:300]
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    given = os.environ.get("LEASECTL_TEST_DSN")
+    if given:
+        yield given
+        return
+    from leasectl.embedded import EmbeddedServer
+
+    server = EmbeddedServer.temporary()
+    server.start()
+    try:
+        yield server.dsn()
+    finally:
+        server.stop(remove=True)
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    rows = [("mutant", "file", "statement", "result", "seconds", "killed by")]
+    rows += [
+        (
+            o.mutant.name,
+            o.mutant.file,
+            o.mutant.statement,
+            o.result,
+            f"{o.seconds:.1f}",
+            o.detail if o.result == "killed" else "",
+        )
+        for o in outcomes
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+             for r in rows]  # fmt: skip
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.mutation", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "-k",
+        dest="select",
+        action="append",
+        help="only mutants whose name contains this (repeatable)",
+    )
+    parser.add_argument(
+        "--tests", nargs="+", help="run these tests for every mutant instead of its own"
+    )
+    parser.add_argument("--jobs", "-j", type=int, default=1, help="mutants run at a time")
+    parser.add_argument(
+        "--list", action="store_true", help="check the list against the SQL; run nothing"
+    )
+    args = parser.parse_args(argv)
+
+    mutants = [m for m in MUTANTS if not args.select or any(k in m.name for k in args.select)]
+    names = [m.name for m in MUTANTS]
+    if len(set(names)) != len(names):
+        raise SystemExit("mutation: two mutants have the same name")
+    stale = []
+    for m in mutants:
+        try:
+            apply(m, source_of(m))
+        except StaleMutant as exc:
+            stale.append(str(exc))
+    if args.list:
+        for m in mutants:
+            print(
+                f"{m.name:40} {m.file}:{m.statement}" + ("  (equivalent)" if m.equivalent else "")
+            )
+        print("\n".join(f"STALE {s}" for s in stale) or f"{len(mutants)} mutants, all found")
+        return 1 if stale else 0
+
+    started = time.monotonic()
+    with database() as dsn, tempfile.TemporaryDirectory(prefix="leasectl-mutants-") as tmp:
+        jobs = max(1, min(args.jobs, len(mutants)))
+        sandboxes = [_sandbox(Path(tmp) / f"slot{i}") for i in range(jobs)]
+        _check_import(sandboxes[0], dsn)
+        everything = sorted({t for m in mutants for t in (args.tests or m.tests)})
+        code, output, seconds = _pytest(sandboxes[0], dsn, everything)
+        if code != 0:
+            print(f"mutation: the unmutated code fails the selected tests:\n{output[-3000:]}")
+            return 1
+        print(f"unmutated: {len(everything)} test selections pass ({seconds:.1f} s)", flush=True)
+        free = list(sandboxes)
+
+        def task(m: Mutant) -> Outcome:
+            sandbox = free.pop()
+            try:
+                outcome = run_one(m, sandbox, dsn, args.tests)
+            finally:
+                free.append(sandbox)
+            print(f"  {m.name}: {outcome.result} ({outcome.seconds:.1f} s)", flush=True)
+            return outcome
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _interrupted)
+        with ThreadPoolExecutor(jobs) as pool:
+            outcomes = list(pool.map(task, mutants))
+        if _stopping.is_set():
+            print("mutation: interrupted")
+            return 130
+    print()
+    print(table(outcomes))
+    bad = [o for o in outcomes if not o.ok]
+    killed = sum(o.result == "killed" for o in outcomes)
+    equivalent = sum(o.result == "equivalent" for o in outcomes)
+    print(
+        f"\n{len(outcomes)} mutants: {killed} killed, {equivalent} equivalent (reviewed), "
+        f"{len(bad)} failing the run; {time.monotonic() - started:.0f} s"
+    )
+    for o in bad:
+        print(f"FAIL {o.mutant.name}: {o.result}: {o.detail}")
+    reviewed = [m for m in mutants if m.equivalent]
+    if reviewed:
+        print("\nEquivalent (reviewed by hand): " + ", ".join(m.name for m in reviewed))
+        for reason in dict.fromkeys(m.equivalent for m in reviewed):
+            print(f"  {reason}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
