@@ -13,8 +13,9 @@ once in its statement (the list is stale: the SQL changed under it), or when the
 copy does not pass the selected tests.
 
 A mutant names its file under leasectl/queries (migrations included) and its statement: the
-text must occur exactly once in that ``-- name:`` block, or in the whole file when the file has
-no block of that name (a migration's function, say).
+text must occur exactly once in that ``-- name:`` block, or, in a migration, in the definition of
+the function of that name (the operator actions and the watcher batch are SECURITY DEFINER
+functions of migration 6).
 
 Database: LEASECTL_TEST_DSN when set, else one embedded server started for the whole run and
 passed to every subprocess as LEASECTL_TEST_DSN.
@@ -47,6 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 QUERIES = Path("leasectl") / "queries"
 FENCES = "tests/integration/test_fences.py"
 _BLOCK = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_FUNCTION = re.compile(r"^CREATE (?:OR REPLACE )?FUNCTION \{schema\}\.([a-z_]+)\(", re.MULTILINE)
+_BODY_END = "\n$$;"
 _INVALID_SQL = (
     "errors.SyntaxError",
     "errors.UndefinedColumn",
@@ -84,6 +87,9 @@ def mutant(
 ) -> Mutant:
     return Mutant(name, file, statement, ((text, replacement), *also), tests, equivalent)
 
+
+# The operator actions and the watcher batch: SECURITY DEFINER functions of this migration.
+AUDITED = "migrations/006_audited_operations.sql"
 
 SAME_OWNER = "test_same_owner_stale_attempt_{}_is_refused"
 OTHER_OWNER = "test_a_lease_token_of_another_owner_is_refused[{}]"
@@ -225,34 +231,34 @@ MUTANTS: tuple[Mutant, ...] = (
            " AND j.status::text = 'Processing'", "",
            fence(QUARANTINED.format("release"))),
     # -- watcher batch -------------------------------------------------------------------------
-    mutant("watcher-status-read", "watcher.sql", "jobs_requeue_expired",
-           "WHERE status = 'Processing' AND lease_until", "WHERE lease_until",
+    mutant("watcher-status-read", AUDITED, "jobs_requeue_expired",
+           "WHERE status = 'Processing'\n", "WHERE TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again")),
-    mutant("watcher-status-update", "watcher.sql", "jobs_requeue_expired",
-           " AND j.status = 'Processing'", "",
+    mutant("watcher-status-update", AUDITED, "jobs_requeue_expired",
+           "AND j.status = 'Processing'\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again"),
            equivalent=RECHECK),
-    mutant("watcher-status-both", "watcher.sql", "jobs_requeue_expired",
-           "WHERE status = 'Processing' AND lease_until", "WHERE lease_until",
+    mutant("watcher-status-both", AUDITED, "jobs_requeue_expired",
+           "WHERE status = 'Processing'\n", "WHERE TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again"),
-           also=((" AND j.status = 'Processing'", ""),)),
-    mutant("watcher-expiry-read", "watcher.sql", "jobs_requeue_expired",
-           " AND lease_until < now()", "",
+           also=(("AND j.status = 'Processing'\n", "AND TRUE\n"),)),
+    mutant("watcher-expiry-read", AUDITED, "jobs_requeue_expired",
+           "AND lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_is_not_stopped_by_live_leases_in_its_batch")),
-    mutant("watcher-expiry-update", "watcher.sql", "jobs_requeue_expired",
-           " AND j.lease_until < now()", "",
+    mutant("watcher-expiry-update", AUDITED, "jobs_requeue_expired",
+           "AND j.lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_live_lease",
                  "test_watcher_is_not_stopped_by_live_leases_in_its_batch"),
            equivalent=RECHECK),
-    mutant("watcher-expiry-both", "watcher.sql", "jobs_requeue_expired",
-           " AND lease_until < now()", "",
+    mutant("watcher-expiry-both", AUDITED, "jobs_requeue_expired",
+           "AND lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_live_lease"),
-           also=((" AND j.lease_until < now()", ""),)),
-    mutant("watcher-queue", "watcher.sql", "jobs_requeue_expired",
-           "(%(queue)s::text IS NULL OR queue = %(queue)s::text)", "TRUE",
+           also=(("AND j.lease_until < now()\n", "AND TRUE\n"),)),
+    mutant("watcher-queue", AUDITED, "jobs_requeue_expired",
+           "(only_queue IS NULL OR queue = only_queue)", "TRUE",
            fence("test_watcher_with_a_queue_moves_only_that_queue")),
-    mutant("watcher-id", "watcher.sql", "jobs_requeue_expired",
-           "WHERE j.id = e.id AND", "WHERE TRUE AND",
+    mutant("watcher-id", AUDITED, "jobs_requeue_expired",
+           "WHERE j.id = e.id\n", "WHERE TRUE\n",
            fence("test_watcher_with_a_queue_moves_only_that_queue")),
     # -- retention -----------------------------------------------------------------------------
     mutant("prune-queue", "retention.sql", "jobs_prune",
@@ -269,37 +275,37 @@ def _operator(action: str, statement: str, statuses: str, only_statuses: str) ->
     """The guards shared by the two operator actions, with each action's own tests."""
     p = f"[{action}]"
     return [
-        mutant(f"{action}-seen-status", "operator.sql", statement,
-               "j.status::text = s.status AND ", "",
+        mutant(f"{action}-seen-status", AUDITED, statement,
+               "WHERE j.status::text = s.status\n", "WHERE TRUE\n",
                fence("test_requeue_after_the_watcher_quarantined_the_job_is_skipped"
                      if action == "requeue" else
                      "test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped")),
-        mutant(f"{action}-seen-attempts", "operator.sql", statement,
-               " AND j.attempts = s.attempts", "",
+        mutant(f"{action}-seen-attempts", AUDITED, statement,
+               "AND j.attempts = s.attempts\n", "AND TRUE\n",
                fence("test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped" + p)),
-        mutant(f"{action}-seen-owner", "operator.sql", statement,
+        mutant(f"{action}-seen-owner", AUDITED, statement,
                "AND j.lease_owner IS NOT DISTINCT FROM s.lease_owner", "AND TRUE",
                fence("test_an_action_on_another_owner_than_the_operator_saw_is_skipped" + p)),
-        mutant(f"{action}-statuses", "operator.sql", statement,
+        mutant(f"{action}-statuses", AUDITED, statement,
                f"AND j.status IN ({statuses})", "AND TRUE",
                fence(only_statuses)),
-        mutant(f"{action}-force-guard", "operator.sql", statement,
-               "(%(force)s OR j.status <> 'Processing' OR j.lease_until < now())", "TRUE",
+        mutant(f"{action}-force-guard", AUDITED, statement,
+               "(force OR j.status <> 'Processing' OR j.lease_until < now())", "TRUE",
                fence("test_an_action_on_a_live_lease_needs_force" + p)),
-        mutant(f"{action}-force-ignored", "operator.sql", statement,
-               "(%(force)s OR j.status", "(FALSE OR j.status",
+        mutant(f"{action}-force-ignored", AUDITED, statement,
+               "(force OR j.status", "(FALSE OR j.status",
                fence("test_an_action_on_a_live_lease_needs_force" + p)),
-        mutant(f"{action}-force-unless-leased-off", "operator.sql", statement,
+        mutant(f"{action}-force-unless-leased-off", AUDITED, statement,
                "OR j.status <> 'Processing' OR", "OR FALSE OR",
                fence("test_requeue_of_stuck_and_failed_jobs_needs_no_force"
                      if action == "requeue" else only_statuses)),
-        mutant(f"{action}-force-unless-expired-off", "operator.sql", statement,
+        mutant(f"{action}-force-unless-expired-off", AUDITED, statement,
                "OR j.lease_until < now())", "OR FALSE)",
                fence("test_an_action_on_an_expired_lease_needs_no_force" + p)),
-        mutant(f"{action}-seen-id", "operator.sql", statement,
+        mutant(f"{action}-seen-id", AUDITED, statement,
                "JOIN seen AS s ON s.id = j.id", "JOIN seen AS s ON TRUE",
                fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
-        mutant(f"{action}-update-id", "operator.sql", statement,
+        mutant(f"{action}-update-id", AUDITED, statement,
                "WHERE j.id = t.id", "WHERE TRUE",
                fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
     ]  # fmt: skip
@@ -318,8 +324,8 @@ class StaleMutant(Exception):
 
 
 def scope(source: str, statement: str) -> tuple[int, int]:
-    """The span of ``statement``'s named block in ``source``; the whole file when it has no
-    named blocks (a migration)."""
+    """The span of ``statement`` in ``source``: its named block; in a migration, the definition
+    of the function of that name, to the end of its body; else the whole file."""
     blocks = list(_BLOCK.finditer(source))
     for i, block in enumerate(blocks):
         if block.group(1) == statement:
@@ -327,6 +333,12 @@ def scope(source: str, statement: str) -> tuple[int, int]:
             return block.start(), end
     if blocks:
         raise StaleMutant(f"no block named {statement}")
+    for function in _FUNCTION.finditer(source):
+        if function.group(1) == statement:
+            end = source.find(_BODY_END, function.end())
+            if end < 0:
+                raise StaleMutant(f"function {statement} has no end of body ({_BODY_END!r})")
+            return function.start(), end
     return 0, len(source)
 
 
