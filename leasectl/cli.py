@@ -29,6 +29,7 @@ from rich.console import Console, RenderableType
 
 from leasectl import config, grants, output, queries, retention
 from leasectl.errors import LeasectlError, UsageError
+from leasectl.literal import echo
 from leasectl.store import Store
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 from leasectl.worker import Worker, WorkerConfig, load_handler
@@ -132,9 +133,30 @@ def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:
 
 
 def _queue_name(name: str, option: str = "--queue") -> str:
-    if not name.strip():
-        raise UsageError(f"{option} must not be empty")
-    return name
+    return config.check_queue(name, option)
+
+
+def _payload_text(value: str) -> str:
+    """--payload: JSON text, ``@FILE`` (a file's contents) or ``-`` (standard input); at most
+    MAX_PAYLOAD_BYTES are read."""
+    if value != "-" and not value.startswith("@"):
+        return value
+    limit = config.MAX_PAYLOAD_BYTES
+    try:
+        if value == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(value[1:], "rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        source = "standard input" if value == "-" else f"payload file {echo(value[1:])}"
+        raise UsageError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"payload too large: more than {limit:,} bytes (16 MiB)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("invalid JSON payload: not valid UTF-8") from None
 
 
 def _show(parts: Sequence[RenderableType]) -> None:
@@ -189,7 +211,14 @@ def enqueue(
     ctx: typer.Context,
     queue: Annotated[str, typer.Option("--queue", "-q", help="Queue name.", show_default=False)],
     payload: Annotated[
-        str, typer.Option("--payload", "-p", metavar="JSON", help="Job payload (JSON).")
+        str,
+        typer.Option(
+            "--payload",
+            "-p",
+            metavar="JSON",
+            help="Job payload: JSON text, @FILE (read from a file) or - (from stdin); "
+            "stored exactly as written, at most 16 MiB and 256 levels deep.",
+        ),
     ] = "{}",
     priority: Annotated[
         int,
@@ -199,7 +228,8 @@ def enqueue(
         str, typer.Option(metavar="DURATION", help="Not claimable before now + delay.")
     ] = "0",
     max_attempts: Annotated[
-        int, typer.Option(min=1, max=INT32_MAX, help="Leases before the job is Failed.")
+        int,
+        typer.Option(min=1, max=config.MAX_ATTEMPTS, help="Leases before the job is Failed."),
     ] = 5,
     count: Annotated[
         int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
@@ -208,10 +238,10 @@ def enqueue(
 ) -> None:
     """Add jobs to a queue."""
     queue = _queue_name(queue)
-    body = config.parse_payload(payload)
+    body = config.parse_payload(_payload_text(payload))
     wait = _duration(delay, "--delay", allow_zero=True)
     with _store(ctx) as store:
-        ids = store.enqueue(
+        ids = store.enqueue_json(
             [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
         )
     if as_json:
@@ -312,7 +342,7 @@ def _watcher_config(
         mode="mark" if mode == Mode.MARK else "requeue",
         batch_size=batch_size,
         pace=pace,
-        queue=queue,
+        queue=_queue_name(queue) if queue is not None else None,
         reason=reason or DEFAULT_REASON,
     )
 
@@ -473,7 +503,7 @@ def inspect(
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
     with _store(ctx) as store:
-        detail = store.inspect(parsed)
+        detail = store.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
     if as_json:
         _emit_json(output.detail_json(detail))
     else:
@@ -493,6 +523,8 @@ def status(
     ] = False,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    if queue is not None:
+        queue = _queue_name(queue)
     with _store(ctx) as store:
         report = store.status(queue)
     if as_json:
@@ -681,6 +713,8 @@ def tui(
     """Open the console."""
     dsn, schema = _globals(ctx).resolve()
     every = _duration(refresh, "--refresh")
+    if queue is not None:
+        queue = _queue_name(queue)
     try:
         # Imported here: the core never imports Textual.
         from leasectl.console.app import run  # type: ignore[import-not-found, import-untyped, unused-ignore]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,10 +33,12 @@ from leasectl.models import (
     JobDetail,
     JobStatus,
     OwnerHealth,
+    PayloadText,
     QueueCounts,
     StatusReport,
     WatcherResult,
     finished_estimates,
+    infinity_label,
 )
 
 STATUS_STYLE = {
@@ -65,25 +68,57 @@ OUTCOME_STYLE = {
 # -- JSON -------------------------------------------------------------------------------------
 
 
-def jsonable(value: Any) -> Any:
-    """Datetimes as ISO 8601 with offset, intervals as seconds, enums as their value."""
+class RawJson(str):
+    """JSON text that ``dumps`` puts into its document as it is (a payload: never decoded, so
+    its numbers keep their digits and any depth is fine)."""
+
+
+@dataclasses.dataclass
+class _Splices:
+    """The RawJson texts of one ``dumps`` call, each behind a placeholder no other string of
+    the document can equal (NUL, which no jsonb or text value holds, and a random tag)."""
+
+    tag: str = dataclasses.field(default_factory=lambda: f"\x00raw-{secrets.token_hex(8)}-")
+    texts: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, text: str) -> str:
+        self.texts.append(text)
+        return f"{self.tag}{len(self.texts) - 1}"
+
+    def apply(self, encoded: str) -> str:
+        for i, text in enumerate(self.texts):
+            encoded = encoded.replace(json.dumps(f"{self.tag}{i}"), text, 1)
+        return encoded
+
+
+def jsonable(value: Any, splices: _Splices | None = None) -> Any:
+    """Datetimes as ISO 8601 with offset ('infinity', '-infinity' for the sentinels), intervals
+    as seconds, enums as their value, a payload's text as RawJson."""
     if isinstance(value, datetime):
-        return value.isoformat()
+        return infinity_label(value) or value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, PayloadText):
+        return jsonable(RawJson(value.text), splices)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: jsonable(getattr(value, f.name), splices) for f in dataclasses.fields(value)
+        }
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, splices) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, splices) for v in value]
+    if splices is not None and type(value) is RawJson:
+        return splices.add(value)
     return value
 
 
 def dumps(document: Any, *, indent: int | None = 2) -> str:
-    return json.dumps(jsonable(document), indent=indent, ensure_ascii=False)
+    splices = _Splices()
+    encoded = json.dumps(jsonable(document, splices), indent=indent, ensure_ascii=False)
+    return splices.apply(encoded) if splices.texts else encoded
 
 
 def _age_s(db_now: datetime, then: datetime | None) -> float | None:
@@ -242,18 +277,24 @@ def short_window(value: timedelta) -> str:
 
 
 def timestamp(value: datetime | None) -> str:
-    return "-" if value is None else value.isoformat(sep=" ", timespec="seconds")
+    if value is None:
+        return "-"
+    return infinity_label(value) or value.isoformat(sep=" ", timespec="seconds")
 
 
 def clock(value: datetime | None) -> str:
     """Compact form for table cells; panels and JSON carry the full timestamp with offset."""
-    return "-" if value is None else value.strftime("%m-%d %H:%M:%S")
+    if value is None:
+        return "-"
+    return infinity_label(value) or value.strftime("%m-%d %H:%M:%S")
 
 
 def ago(db_now: datetime, then: datetime | None) -> str:
     """``42s ago``, or ``in 12s`` for a time still ahead (both measured on the database clock)."""
     if then is None:
         return "-"
+    if (label := infinity_label(then)) is not None:
+        return f"at {label}"
     delta = db_now - then
     if delta < timedelta(0):
         return f"in {format_duration(-delta)}"
@@ -430,17 +471,37 @@ def detail_renderables(detail: JobDetail) -> list[RenderableType]:
 
     parts: list[RenderableType] = [
         Panel(fields, title=f"job {job.id}", title_align="left", box=box.ROUNDED),
-        Panel(
-            Syntax(json.dumps(job.payload, indent=2, ensure_ascii=False), "json", word_wrap=True),
-            title="payload",
-            title_align="left",
-            box=box.ROUNDED,
-        ),
+        payload_panel(job),
         attempts_table(detail.attempts, now),
         Text(),
         events_table(detail.events),
     ]
     return parts
+
+
+# `inspect` shows this much of a payload; --json prints all of it.
+PAYLOAD_SHOWN = 4096
+
+
+def payload_panel(job: Job) -> RenderableType:
+    """The payload laid out as JSON; a long one cut short, with its size and how to get all."""
+    payload = job.payload
+    if isinstance(payload, PayloadText):
+        body, title, subtitle = payload.pretty(), "payload", None
+        if payload.truncated:
+            body += "\n…"
+            title = f"payload: first {len(payload.text):,} of {payload.chars:,} characters"
+            subtitle = f"all of it: leasectl inspect {job.id} --json"
+    else:
+        body, title, subtitle = json.dumps(payload, indent=2, ensure_ascii=False), "payload", None
+    return Panel(
+        Syntax(body, "json", word_wrap=True),
+        title=title,
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="left",
+        box=box.ROUNDED,
+    )
 
 
 def attempts_table(attempts: Sequence[Attempt], db_now: datetime) -> RenderableType:

@@ -21,7 +21,7 @@ from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.messages import DetailFailed, DetailLoaded
 from leasectl.errors import LeasectlError
-from leasectl.models import JobDetail, JobStatus
+from leasectl.models import JobDetail, JobStatus, PayloadText, infinity_label
 
 if TYPE_CHECKING:
     from leasectl.console.app import ConsoleApp
@@ -98,6 +98,8 @@ def title(d: JobDetail) -> Text:
 def _when(now: datetime, moment: datetime | None) -> Text:
     if moment is None:
         return Text("-", style="dim")
+    if infinity_label(moment) is not None:
+        return Text(view.stamp_text(moment))
     delta = moment - now
     rel = (
         f"in {format_duration(delta)}"
@@ -150,6 +152,13 @@ def _heading(text: str) -> Text:
 
 
 def _payload(payload: Any) -> RenderableType:
+    if isinstance(payload, PayloadText):  # exact text, never decoded (store.inspect)
+        note = (
+            f"\n… first {len(payload.text):,} of {payload.chars:,} characters"
+            if payload.truncated
+            else ""
+        )
+        return Text(payload.pretty() + note)
     try:
         return JSON(json.dumps(payload, sort_keys=True, default=str), indent=2)
     except (TypeError, ValueError):
