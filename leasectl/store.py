@@ -208,14 +208,14 @@ def _fast_adapters(conn: psycopg.Connection[Any]) -> AdaptersMap:
 
 def unusable(job: Job) -> str | None:
     """Why ``job`` cannot be handed to a handler, or None: what the tolerant loaders could not
-    load (an undecodable payload, a timestamp outside what Python holds)."""
+    load (an undecodable payload, a run_at outside what Python holds)."""
     if isinstance(job.payload, Undecodable):
         return job.payload.reason
-    for name in ("run_at", "created_at", "updated_at", "lease_until", "heartbeat_at"):
-        value = getattr(job, name)
-        if value is not None and (label := infinity_label(value)) is not None:
-            beyond = "before the year 1" if label.startswith("-") else "after the year 9999"
-            return f"job cannot be loaded: {name} is {label} (or {beyond})"
+    # (The other timestamps a handler may ignore; run_at orders the claim: such a job would
+    # come first in its queue forever.)
+    if (label := infinity_label(job.run_at)) is not None:
+        beyond = "before the year 1" if label.startswith("-") else "after the year 9999"
+        return f"job cannot be loaded: run_at is {label} (or {beyond})"
     return None
 
 
@@ -372,6 +372,8 @@ class Store:
                 f"lost the database at {self.where}: {_first_line(exc)}"
             ) from None
         except psycopg.DataError as exc:
+            raise UsageError(f"invalid value: {_first_line(exc)}") from None
+        except pg_errors.CheckViolation as exc:  # a value beyond the schema's bounds (README)
             raise UsageError(f"invalid value: {_first_line(exc)}") from None
 
     def _schema_missing_message(self) -> str:

@@ -485,6 +485,8 @@ def test_an_over_long_queue_name_is_a_usage_error_not_a_lost_database(
     # Through the Python API too, and the schema refuses what gets past both.
     with pytest.raises(UsageError, match="at most 200 characters"):
         store.enqueue([{}], queue="q" * 201)
+    with pytest.raises(UsageError, match='violates check constraint "jobs_bounded_values"'):
+        store.enqueue([{}], queue="q", max_attempts=1001)
     with (
         psycopg.connect(db_dsn, autocommit=True) as conn,
         pytest.raises(psycopg.errors.CheckViolation),
