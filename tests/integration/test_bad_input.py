@@ -7,6 +7,7 @@ stored exactly as given and harmlessly: nothing is ever interpolated into SQL.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -39,7 +40,7 @@ WEIRD_QUEUES = [SQLI, QUOTES, UNICODE, LONG[:200], MARKUP]
 @pytest.fixture(scope="module")
 def seeded(server_dsn: str, template_db: str) -> Iterator[tuple[str, dict[str, int]]]:
     """One database for every rejected input (none may change it): a job in each state."""
-    name = "leasectl_bad_input"
+    name = f"leasectl_bad_input_{os.getpid()}"  # (one server may run several test sessions)
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
