@@ -84,9 +84,14 @@ def resolve_schema(cli_value: str | None) -> str:
 
 
 def check_queue(name: str, option: str = "--queue") -> str:
-    """A queue name as given, once known to be one leasectl can store and index."""
+    """A queue name from the command line: not blank, and one leasectl can store."""
     if not name.strip():
         raise UsageError(f"{option} must not be empty")
+    return check_queue_length(name, option)
+
+
+def check_queue_length(name: str, option: str = "queue") -> str:
+    """A queue name as given, once known to be one leasectl can store and index."""
     if len(name) > MAX_QUEUE_CHARS:
         raise UsageError(
             f"{option}: a queue name has at most {MAX_QUEUE_CHARS} characters, "

@@ -25,7 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leasectl import health, queries
-from leasectl.config import check_queue, safe_dsn
+from leasectl.config import check_queue_length, safe_dsn
 from leasectl.errors import (
     ConnectionFailed,
     JobNotFound,
@@ -529,7 +529,7 @@ class Store:
     ) -> list[int]:
         """Enqueue one job per payload given as JSON text, which the server turns into jsonb
         as written: numbers stay exact (config.parse_payload checks a user's text first)."""
-        check_queue(queue, "queue")
+        check_queue_length(queue)
         rows = self._rows(
             "jobs_enqueue",
             {

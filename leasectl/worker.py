@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from leasectl.backoff import reconnect_delay, retry_delay
-from leasectl.config import check_queue, default_worker_id
+from leasectl.config import check_queue_length, default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.models import ClaimKey, Job, Lease
 from leasectl.store import NOTIFY_QUEUE_CHARS, Store
@@ -128,7 +128,7 @@ class WorkerConfig:
         if not self.queues:
             raise UsageError("give at least one --queue")
         for name in self.queues:
-            check_queue(name)
+            check_queue_length(name, "--queue")
         if not 1 <= self.concurrency <= 1000:
             raise UsageError("--concurrency must be between 1 and 1000")
         if self.lease_ttl < timedelta(milliseconds=100):
