@@ -14,8 +14,8 @@
 -- by the server's now() (workers, the watcher) or by an owner's hand, and the readers tolerate
 -- any value there (store._configure). Bounding them too would cost every statement that changes
 -- jobs: each one prepares every CHECK expression anew (see jobs_complete_and_claim); with all six
--- timestamps bounded that was 13 µs of server CPU per single-row UPDATE, with these 4 µs
--- (A/B on one backend; BENCHMARKS.md method).
+-- timestamps bounded that was 13 to 18 µs of server CPU per single-row UPDATE, with these 4 µs
+-- (A/B on one backend: 20,000 single-row UPDATEs in a DO loop, its CPU time, medians of 8).
 --
 -- Existing rows outside these bounds are fixed before the constraint is added: run_at is
 -- clamped to the nearest bound ('-infinity' becomes 0001-01-02, 'infinity' 9999-12-30), a
