@@ -137,9 +137,30 @@ def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:
 
 
 def _queue_name(name: str, option: str = "--queue") -> str:
-    if not name.strip():
-        raise UsageError(f"{option} must not be empty")
-    return name
+    return config.check_queue(name, option)
+
+
+def _payload_text(value: str) -> str:
+    """--payload: JSON text, ``@FILE`` (a file's contents) or ``-`` (standard input); at most
+    MAX_PAYLOAD_BYTES are read."""
+    if value != "-" and not value.startswith("@"):
+        return value
+    limit = config.MAX_PAYLOAD_BYTES
+    try:
+        if value == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(value[1:], "rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        source = "standard input" if value == "-" else f"payload file {echo(value[1:])}"
+        raise UsageError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"payload too large: more than {limit:,} bytes (16 MiB)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("invalid JSON payload: not valid UTF-8") from None
 
 
 def _show(parts: Sequence[RenderableType]) -> None:
@@ -209,7 +230,14 @@ def enqueue(
     ctx: typer.Context,
     queue: Annotated[str, typer.Option("--queue", "-q", help="Queue name.", show_default=False)],
     payload: Annotated[
-        str, typer.Option("--payload", "-p", metavar="JSON", help="Job payload (JSON).")
+        str,
+        typer.Option(
+            "--payload",
+            "-p",
+            metavar="JSON",
+            help="Job payload: JSON text, @FILE (read from a file) or - (from stdin); "
+            "stored exactly as written, at most 16 MiB and 256 levels deep.",
+        ),
     ] = "{}",
     priority: Annotated[
         int,
@@ -219,7 +247,8 @@ def enqueue(
         str, typer.Option(metavar="DURATION", help="Not claimable before now + delay.")
     ] = "0",
     max_attempts: Annotated[
-        int, typer.Option(min=1, max=INT32_MAX, help="Leases before the job is Failed.")
+        int,
+        typer.Option(min=1, max=config.MAX_ATTEMPTS, help="Leases before the job is Failed."),
     ] = 5,
     count: Annotated[
         int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
@@ -228,10 +257,10 @@ def enqueue(
 ) -> None:
     """Add jobs to a queue."""
     queue = _queue_name(queue)
-    body = config.parse_payload(payload)
+    body = config.parse_payload(_payload_text(payload))
     wait = _duration(delay, "--delay", allow_zero=True)
     with _store(ctx) as store:
-        ids = store.enqueue(
+        ids = store.enqueue_json(
             [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
         )
     if as_json:
@@ -332,7 +361,7 @@ def _watcher_config(
         mode="mark" if mode == Mode.MARK else "requeue",
         batch_size=batch_size,
         pace=pace,
-        queue=queue,
+        queue=_queue_name(queue) if queue is not None else None,
         reason=reason or DEFAULT_REASON,
     )
 
@@ -493,7 +522,7 @@ def inspect(
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
     with _store(ctx) as store:
-        detail = store.inspect(parsed)
+        detail = store.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
     if as_json:
         _emit_json(output.detail_json(detail))
     else:
@@ -513,6 +542,8 @@ def status(
     ] = False,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    if queue is not None:
+        queue = _queue_name(queue)
     with _store(ctx) as store:
         report = store.status(queue)
     if as_json:
@@ -708,6 +739,8 @@ def tui(
     """Open the console."""
     dsn, schema = _globals(ctx).resolve()
     every = _duration(refresh, "--refresh")
+    if queue is not None:
+        queue = _queue_name(queue)
     require_terminal("for a one-shot view, run `leasectl status`")
     try:
         # Imported here: the core never imports Textual.

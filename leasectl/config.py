@@ -17,6 +17,16 @@ from leasectl.literal import echo
 
 DEFAULT_SCHEMA = "leasectl"
 
+# Limits on what a job may be given (README, "Limits"); the schema enforces the first two too
+# (migration 5).
+MAX_QUEUE_CHARS = 200  # far below the btree entry size of the indexes that lead with queue
+MAX_ATTEMPTS = 1000
+MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # of JSON text, UTF-8
+# Nesting of arrays and objects: Python's JSON decoder recurses once per level and gives up
+# near 1,000 (the recursion limit), less in a deep call stack; handlers that walk a payload
+# recursively need room too.
+MAX_PAYLOAD_DEPTH = 256
+
 _DURATION = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 MAX_DURATION = timedelta(days=3650)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -125,7 +135,29 @@ def resolve_schema(cli_value: str | None) -> str:
     )
     if not value or len(value.encode()) > 63 or "\x00" in value:
         raise UsageError(f"invalid schema name {echo(value)}: 1 to 63 bytes, no NUL")
+    if value.startswith("pg_") or value == "information_schema":
+        raise UsageError(
+            f"invalid schema name {echo(value)}: pg_* and information_schema are PostgreSQL's "
+            "own schemas; choose another"
+        )
     return value
+
+
+def check_queue(name: str, option: str = "--queue") -> str:
+    """A queue name from the command line: not blank, and one leasectl can store."""
+    if not name.strip():
+        raise UsageError(f"{option} must not be empty")
+    return check_queue_length(name, option)
+
+
+def check_queue_length(name: str, option: str = "queue") -> str:
+    """A queue name as given, once known to be one leasectl can store and index."""
+    if len(name) > MAX_QUEUE_CHARS:
+        raise UsageError(
+            f"{option}: a queue name has at most {MAX_QUEUE_CHARS} characters, "
+            f"got {len(name):,}: {echo(name)}"
+        )
+    return name
 
 
 def _shown(text: str) -> str:
@@ -146,17 +178,66 @@ def parse_duration(text: str, *, allow_zero: bool = False, what: str = "duration
         raise UsageError(f"invalid {what} {_shown(text)}: longer than ten years")
     value = timedelta(seconds=seconds)
     if value <= timedelta(0) and not (allow_zero and value == timedelta(0)):
-        raise UsageError(f"invalid {what} {_shown(text)}: must be greater than zero")
+        wanted = "zero or more" if allow_zero else "greater than zero"
+        raise UsageError(f"invalid {what} {_shown(text)}: must be {wanted}")
     return value
 
 
-def parse_payload(text: str) -> Any:
+class _NotJson(ValueError):
+    pass
+
+
+def _constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not JSON")
+
+
+def _any(text: str) -> None:
+    """Numbers are not converted: they go to PostgreSQL as written (jsonb keeps them exact)."""
+    return None
+
+
+def payload_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
+    """How deep arrays and objects nest in a decoded value (a scalar: 0), counted without
+    recursion; stops counting past ``limit``."""
+    deepest = 0
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def parse_payload(text: str) -> str:
+    """The JSON text as given, once it is known to be one JSON value within the limits
+    (MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH). It is sent as text and PostgreSQL makes the
+    jsonb of it, so numbers are stored exactly as written (no float rounding; 1e400 is a
+    number there). The server's own checks (NUL and lone surrogate escapes) still apply."""
     try:
-        return json.loads(text)
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise UsageError("invalid JSON payload: not valid UTF-8") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise UsageError(
+            f"payload too large: {size:,} bytes of JSON; at most {MAX_PAYLOAD_BYTES:,} (16 MiB)"
+        )
+    too_deep = f"payload nested too deep: at most {MAX_PAYLOAD_DEPTH} levels of arrays and objects"
+    try:
+        value = json.loads(text, parse_float=_any, parse_int=_any, parse_constant=_constant)
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"invalid JSON payload: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except _NotJson as exc:
+        raise UsageError(f"invalid JSON payload: {exc}") from None
+    except RecursionError:
+        raise UsageError(too_deep) from None
+    if payload_depth(value) > MAX_PAYLOAD_DEPTH:
+        raise UsageError(too_deep)
+    return text
 
 
 def parse_job_id(text: str) -> int:

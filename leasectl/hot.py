@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
-from psycopg.adapt import Transformer
+from psycopg.adapt import AdaptersMap, Transformer
 
 from leasectl import queries
 
@@ -122,14 +122,32 @@ _PREPARED: weakref.WeakKeyDictionary[psycopg.Connection[Any], dict[str, Prepared
 )
 
 
-class HotConnection:
-    """A connection one thread keeps for its hot statements (with psycopg's loaders)."""
+@dataclass(frozen=True)
+class _Loading:
+    """What a Transformer loads with: these adapters, for this connection."""
 
-    def __init__(self, conn: psycopg.Connection[Any], schema: str) -> None:
+    adapters: AdaptersMap
+    connection: psycopg.Connection[Any]
+
+
+class HotConnection:
+    """A connection one thread keeps for its hot statements (with psycopg's loaders).
+
+    Rows are loaded with ``fast`` (adapters: the fastest loaders, which fail on a value Python
+    cannot hold) when given, else with the connection's own; when that fails (a DataError, a
+    RecursionError) the same result is loaded again with the connection's own loaders, which
+    tolerate such values, and ``tolerated`` says so until the next run.
+    """
+
+    def __init__(
+        self, conn: psycopg.Connection[Any], schema: str, fast: AdaptersMap | None = None
+    ) -> None:
         self.conn = conn
         self._schema = schema
         self._pgconn = conn.pgconn
-        self._tx = Transformer(conn)
+        self._tx = Transformer(conn if fast is None else _Loading(fast, conn))
+        self._tolerant: Any = None  # a Transformer, made on first need
+        self.tolerated = False
         self._statements = _PREPARED.setdefault(conn, {})
 
     def run(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
@@ -154,7 +172,18 @@ class HotConnection:
             ]
         tx = self._tx
         tx.set_pgresult(result)
-        return tx.load_rows(0, result.ntuples, tuple), columns
+        try:
+            rows = tx.load_rows(0, result.ntuples, tuple)
+            self.tolerated = False
+        except (psycopg.DataError, RecursionError):
+            # A value the fast loaders cannot hold (an infinite timestamp, a payload nested
+            # too deep): the same result again, with the connection's tolerant loaders.
+            if self._tolerant is None:
+                self._tolerant = Transformer(self.conn)
+            self._tolerant.set_pgresult(result)
+            rows = self._tolerant.load_rows(0, result.ntuples, tuple)
+            self.tolerated = True
+        return rows, columns
 
     def _exec(self, statement: Prepared, params: dict[str, Any]) -> pq.abc.PGresult:
         return self._pgconn.exec_prepared(

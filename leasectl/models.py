@@ -5,8 +5,97 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
+
+# What a timestamp Python cannot hold is loaded as (PostgreSQL's 'infinity' and '-infinity', and
+# dates outside Python's years 1 to 9999): the latest and earliest aware datetimes. Displays show
+# them as "infinity" and "-infinity" (models.infinity_label), never as a date. The schema refuses
+# such values in jobs (migration 5); other tables, and rows written before, may still hold them.
+TIMESTAMP_MAX = datetime.max.replace(tzinfo=UTC)
+TIMESTAMP_MIN = datetime.min.replace(tzinfo=UTC)
+
+
+def infinity_label(value: datetime) -> str | None:
+    """``"infinity"`` or ``"-infinity"`` for the two sentinels, None for a real moment."""
+    if value == TIMESTAMP_MAX:
+        return "infinity"
+    if value == TIMESTAMP_MIN:
+        return "-infinity"
+    return None
+
+
+@dataclass(frozen=True)
+class Undecodable:
+    """A stored JSON value Python cannot decode (nested deeper than its decoder allows), in
+    place of the value; ``reason`` says why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PayloadText:
+    """A payload as PostgreSQL writes it (``jsonb::text``: numbers exact, never decoded), or
+    its first ``len(text)`` characters when ``truncated``; ``chars``: the whole text's length."""
+
+    text: str
+    chars: int
+
+    @property
+    def truncated(self) -> bool:
+        return len(self.text) < self.chars
+
+    def pretty(self, indent: int = 2, max_indent: int = 40) -> str:
+        """The text laid out one member per line, indented by nesting (at most ``max_indent``
+        columns), without decoding it: numbers keep their digits, a text cut anywhere (a
+        truncated one) is laid out as far as it goes, and any depth takes one pass."""
+        out: list[str] = []
+        depth = 0
+        in_string = escaped = False
+        text = self.text
+        i, n = 0, len(text)
+
+        def newline() -> None:
+            out.append("\n" + " " * min(depth * indent, max_indent))
+
+        while i < n:
+            char = text[i]
+            if in_string:
+                out.append(char)
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+                out.append(char)
+            elif char in "[{":
+                closing = "]" if char == "[" else "}"
+                j = i + 1
+                while j < n and text[j] in " \t\r\n":
+                    j += 1
+                if j < n and text[j] == closing:  # empty: [] or {}
+                    out.append(char + closing)
+                    i = j + 1
+                    continue
+                depth += 1
+                out.append(char)
+                newline()
+            elif char in "]}":
+                depth = max(0, depth - 1)
+                newline()
+                out.append(char)
+            elif char == ",":
+                out.append(",")
+                newline()
+            elif char == ":":
+                out.append(": ")
+            elif char not in " \t\r\n":
+                out.append(char)
+            i += 1
+        return "".join(out)
 
 
 class JobStatus(enum.StrEnum):
@@ -135,12 +224,15 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 
 @dataclass(frozen=True)
 class Lease:
-    """A lease this worker holds; ``attempt`` is the fencing token."""
+    """A lease this worker holds; ``attempt`` is the fencing token. ``unusable``: why the job
+    cannot be handed to a handler (a payload Python cannot decode, a timestamp it cannot hold),
+    or None."""
 
     job: Job
     owner: str
     attempt: int
     until: datetime
+    unusable: str | None = None
 
     @property
     def job_id(self) -> int:

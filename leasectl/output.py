@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import json
 import re
+import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,10 +40,12 @@ from leasectl.models import (
     JobDetail,
     JobStatus,
     OwnerHealth,
+    PayloadText,
     QueueCounts,
     StatusReport,
     WatcherResult,
     finished_estimates,
+    infinity_label,
 )
 
 STATUS_STYLE = {
@@ -72,20 +75,50 @@ OUTCOME_STYLE = {
 # -- JSON -------------------------------------------------------------------------------------
 
 
-def jsonable(value: Any) -> Any:
-    """Datetimes as ISO 8601 with offset, intervals as seconds, enums as their value."""
+class RawJson(str):
+    """JSON text that ``dumps`` puts into its document as it is (a payload: never decoded, so
+    its numbers keep their digits and any depth is fine)."""
+
+
+@dataclasses.dataclass
+class _Splices:
+    """The RawJson texts of one ``dumps`` call, each behind a placeholder no other string of
+    the document can equal (NUL, which no jsonb or text value holds, and a random tag)."""
+
+    tag: str = dataclasses.field(default_factory=lambda: f"\x00raw-{secrets.token_hex(8)}-")
+    texts: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, text: str) -> str:
+        self.texts.append(text)
+        return f"{self.tag}{len(self.texts) - 1}"
+
+    def apply(self, encoded: str) -> str:
+        for i, text in enumerate(self.texts):
+            encoded = encoded.replace(json.dumps(f"{self.tag}{i}"), text, 1)
+        return encoded
+
+
+def jsonable(value: Any, splices: _Splices | None = None) -> Any:
+    """Datetimes as ISO 8601 with offset ('infinity', '-infinity' for the sentinels), intervals
+    as seconds, enums as their value, a payload's text as RawJson."""
     if isinstance(value, datetime):
-        return value.isoformat()
+        return infinity_label(value) or value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, PayloadText):
+        return jsonable(RawJson(value.text), splices)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: jsonable(getattr(value, f.name), splices) for f in dataclasses.fields(value)
+        }
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v, splices) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, splices) for v in value]
+    if splices is not None and type(value) is RawJson:
+        return splices.add(value)
     return value
 
 
@@ -106,8 +139,16 @@ def _json_escape(match: re.Match[str]) -> str:
 
 
 def dumps(document: Any, *, indent: int | None = 2) -> str:
-    """JSON that parses back to the exact values and carries no byte a terminal acts on."""
-    text = json.dumps(jsonable(document), indent=indent, ensure_ascii=False)
+    """JSON that parses back to the exact values and carries no byte a terminal acts on (a
+    payload's text is spliced in as PostgreSQL wrote it, then escaped the same way)."""
+    splices = _Splices()
+    encoded = json.dumps(jsonable(document, splices), indent=indent, ensure_ascii=False)
+    return terminal_safe_json(splices.apply(encoded) if splices.texts else encoded)
+
+
+def terminal_safe_json(text: str) -> str:
+    """JSON text with every character a terminal acts on written as a JSON escape (the same
+    value once parsed; only strings hold such characters)."""
     return _BEYOND_ASCII.sub(_json_escape, text)
 
 
@@ -274,18 +315,24 @@ def short_window(value: timedelta) -> str:
 
 
 def timestamp(value: datetime | None) -> str:
-    return "-" if value is None else value.isoformat(sep=" ", timespec="seconds")
+    if value is None:
+        return "-"
+    return infinity_label(value) or value.isoformat(sep=" ", timespec="seconds")
 
 
 def clock(value: datetime | None) -> str:
     """Compact form for table cells; panels and JSON carry the full timestamp with offset."""
-    return "-" if value is None else value.strftime("%m-%d %H:%M:%S")
+    if value is None:
+        return "-"
+    return infinity_label(value) or value.strftime("%m-%d %H:%M:%S")
 
 
 def ago(db_now: datetime, then: datetime | None) -> str:
     """``42s ago``, or ``in 12s`` for a time still ahead (both measured on the database clock)."""
     if then is None:
         return "-"
+    if (label := infinity_label(then)) is not None:
+        return f"at {label}"
     delta = db_now - then
     if delta < timedelta(0):
         return f"in {format_duration(-delta)}"
@@ -462,18 +509,38 @@ def detail_renderables(detail: JobDetail) -> list[RenderableType]:
 
     parts: list[RenderableType] = [
         Panel(fields, title=f"job {job.id}", title_align="left", box=box.ROUNDED),
-        Panel(
-            # The JSON text of dumps: string contents escaped before they are highlighted.
-            Syntax(dumps(job.payload), "json", word_wrap=True),
-            title="payload",
-            title_align="left",
-            box=box.ROUNDED,
-        ),
+        payload_panel(job),
         attempts_table(detail.attempts, now),
         Text(),
         events_table(detail.events),
     ]
     return parts
+
+
+# `inspect` shows this much of a payload; --json prints all of it.
+PAYLOAD_SHOWN = 4096
+
+
+def payload_panel(job: Job) -> RenderableType:
+    """The payload laid out as JSON; a long one cut short, with its size and how to get all."""
+    payload = job.payload
+    if isinstance(payload, PayloadText):
+        body, title, subtitle = terminal_safe_json(payload.pretty()), "payload", None
+        if payload.truncated:
+            body += "\n…"
+            title = f"payload: first {len(payload.text):,} of {payload.chars:,} characters"
+            subtitle = f"all of it: leasectl inspect {job.id} --json"
+    else:
+        body, title, subtitle = dumps(payload), "payload", None
+    return Panel(
+        # String contents escaped before they are highlighted.
+        Syntax(body, "json", word_wrap=True),
+        title=title,
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="left",
+        box=box.ROUNDED,
+    )
 
 
 def attempts_table(attempts: Sequence[Attempt], db_now: datetime) -> RenderableType:

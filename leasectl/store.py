@@ -8,6 +8,8 @@ import functools
 import hashlib
 import json
 import logging
+import re
+import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta
@@ -15,15 +17,15 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import sql
+from psycopg import pq, sql
 from psycopg.abc import AdaptContext
-from psycopg.adapt import Buffer, Loader
+from psycopg.adapt import AdaptersMap, Buffer, Loader
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from leasectl import health, queries
-from leasectl.config import safe_dsn, validate_dsn
+from leasectl.config import check_queue_length, safe_dsn, validate_dsn
 from leasectl.errors import (
     ConnectionFailed,
     JobNotFound,
@@ -37,6 +39,8 @@ from leasectl.literal import echo
 from leasectl.models import (
     JOB_FIELDS,
     STATUS_BY_VALUE,
+    TIMESTAMP_MAX,
+    TIMESTAMP_MIN,
     ActionResult,
     Attempt,
     ClaimKey,
@@ -50,12 +54,15 @@ from leasectl.models import (
     MovedBatch,
     OwnerHealth,
     PanelJob,
+    PayloadText,
     QueueCounts,
     SeenState,
     Skipped,
     Snapshot,
     StatusReport,
+    Undecodable,
     finished_estimates,
+    infinity_label,
 )
 from leasectl.throughput import GRACE, ThroughputCounts
 
@@ -101,6 +108,11 @@ def _job_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
 _decode_json = json.JSONDecoder().decode
 
 
+def _as_is(text: str) -> str:
+    """The "dumps" of a payload already written as JSON text: the text itself."""
+    return text
+
+
 class _JsonbLoader(Loader):
     """jsonb (text format) -> Python, as psycopg's own loader but without json.loads' checks
     and encoding detection on every value: the text comes in the connection's encoding (UTF-8
@@ -115,8 +127,97 @@ class _JsonbLoader(Loader):
         return _decode_json(bytes(data).decode(self._encoding))
 
 
+# Why a payload cannot reach a handler (the worker writes it as the job's last error).
+TOO_DEEP = "payload cannot be decoded: nested deeper than Python's JSON decoder allows"
+
+
+class _TolerantJsonbLoader(_JsonbLoader):
+    """jsonb -> Python, or Undecodable when Python's decoder cannot (PostgreSQL stores JSON
+    nested thousands deep; the decoder recurses once per level): one such value must not make
+    every read of its row fail."""
+
+    def load(self, data: Buffer) -> Any:
+        try:
+            return _decode_json(bytes(data).decode(self._encoding))
+        except RecursionError:
+            return Undecodable(f"{TOO_DEEP} (RecursionError)")
+
+
+# psycopg's own timestamptz loaders (its C ones when installed; they cannot be subclassed).
+_TIMESTAMPTZ_TEXT = psycopg.adapters.get_loader(1184, pq.Format.TEXT)
+_TIMESTAMPTZ_BINARY = psycopg.adapters.get_loader(1184, pq.Format.BINARY)
+_YEAR = re.compile(rb"\d{4,}")
+_INT8 = struct.Struct(">q")
+
+
+class _TolerantTimestamptzLoader(Loader):
+    """timestamptz (text) -> datetime, and the sentinels TIMESTAMP_MAX / TIMESTAMP_MIN for what
+    a datetime cannot hold ('infinity', '-infinity', years outside 1..9999), instead of a
+    DataError that would make every read of the row fail."""
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        assert _TIMESTAMPTZ_TEXT is not None
+        self._load = _TIMESTAMPTZ_TEXT(oid, context).load
+
+    def load(self, data: Buffer) -> Any:
+        try:
+            return self._load(data)
+        except psycopg.DataError:
+            raw = bytes(data)
+            if raw.startswith(b"-") or b"BC" in raw:
+                return TIMESTAMP_MIN
+            year = _YEAR.search(raw)
+            return TIMESTAMP_MIN if year and int(year.group()) < 5000 else TIMESTAMP_MAX
+
+
+class _TolerantTimestamptzBinaryLoader(Loader):
+    """The binary format's counterpart (microseconds since 2000-01-01: the sign says which)."""
+
+    format = pq.Format.BINARY
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        assert _TIMESTAMPTZ_BINARY is not None
+        self._load = _TIMESTAMPTZ_BINARY(oid, context).load
+
+    def load(self, data: Buffer) -> Any:
+        try:
+            return self._load(data)
+        except psycopg.DataError:
+            return TIMESTAMP_MIN if _INT8.unpack(bytes(data))[0] < 0 else TIMESTAMP_MAX
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
-    conn.adapters.register_loader("jsonb", _JsonbLoader)
+    """Every connection's loaders: what is stored is shown, never fatal (HotConnection keeps
+    the fast ones for the worker's round trip and falls back to these)."""
+    conn.adapters.register_loader("jsonb", _TolerantJsonbLoader)
+    conn.adapters.register_loader("timestamptz", _TolerantTimestamptzLoader)
+    conn.adapters.register_loader("timestamptz", _TolerantTimestamptzBinaryLoader)
+
+
+def _fast_adapters(conn: psycopg.Connection[Any]) -> AdaptersMap:
+    """The worker's round trip's loaders: the fastest, which raise on a value Python cannot
+    hold; HotConnection then loads that result again with the connection's tolerant ones."""
+    fast = AdaptersMap(conn.adapters)
+    fast.register_loader("jsonb", _JsonbLoader)
+    for loader in (_TIMESTAMPTZ_TEXT, _TIMESTAMPTZ_BINARY):
+        assert loader is not None
+        fast.register_loader("timestamptz", loader)
+    return fast
+
+
+def unusable(job: Job) -> str | None:
+    """Why ``job`` cannot be handed to a handler, or None: what the tolerant loaders could not
+    load (an undecodable payload, a run_at outside what Python holds)."""
+    if isinstance(job.payload, Undecodable):
+        return job.payload.reason
+    # (The other timestamps a handler may ignore; run_at orders the claim: such a job would
+    # come first in its queue forever.)
+    if (label := infinity_label(job.run_at)) is not None:
+        beyond = "before the year 1" if label.startswith("-") else "after the year 9999"
+        return f"job cannot be loaded: run_at is {label} (or {beyond})"
+    return None
 
 
 def _generic_plans(conn: psycopg.Connection[Any]) -> None:
@@ -133,11 +234,15 @@ def _int_array(values: Sequence[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str]) -> list[Lease]:
-    """Rows of a claim (``jobs.*`` columns) -> the leases they grant."""
+def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str], tolerated: bool) -> list[Lease]:
+    """Rows of a claim (``jobs.*`` columns) -> the leases they grant. ``tolerated``: the rows
+    hold values only the tolerant loaders could load; each lease then says whether its job is
+    unusable."""
     if not rows:
         return []
     make = _job_maker(tuple(names))
+    if tolerated:
+        return [_lease_of(make(row), checked=True) for row in rows]
     return [_lease_of(make(row)) for row in rows]
 
 
@@ -145,10 +250,17 @@ def _claim_order(lease: Lease) -> ClaimKey:
     return lease.job.claim_order
 
 
-def _lease_of(job: Job) -> Lease:
-    """The lease a claim just granted on ``job`` (its owner, attempt and lease end)."""
+def _lease_of(job: Job, *, checked: bool = False) -> Lease:
+    """The lease a claim just granted on ``job`` (its owner, attempt and lease end); with
+    ``checked``, and why the job cannot be handled (``unusable``), if it cannot."""
     assert job.lease_owner is not None and job.lease_until is not None
-    return Lease(job=job, owner=job.lease_owner, attempt=job.attempts, until=job.lease_until)
+    return Lease(
+        job=job,
+        owner=job.lease_owner,
+        attempt=job.attempts,
+        until=job.lease_until,
+        unusable=unusable(job) if checked else None,
+    )
 
 
 def quote_ident(name: str) -> str:
@@ -262,6 +374,8 @@ class Store:
                 f"lost the database at {self.where}: {_first_line(exc)}"
             ) from None
         except psycopg.DataError as exc:
+            raise UsageError(f"invalid value: {_first_line(exc)}") from None
+        except pg_errors.CheckViolation as exc:  # a value beyond the schema's bounds (README)
             raise UsageError(f"invalid value: {_first_line(exc)}") from None
 
     def _schema_missing_message(self) -> str:
@@ -391,11 +505,32 @@ class Store:
         delay: timedelta = timedelta(0),
         max_attempts: int = 5,
     ) -> list[int]:
+        """Enqueue one job per payload (Python values, sent as json.dumps writes them)."""
+        return self.enqueue_json(
+            [json.dumps(p) for p in payloads],
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+        )
+
+    def enqueue_json(
+        self,
+        texts: Sequence[str],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: timedelta = timedelta(0),
+        max_attempts: int = 5,
+    ) -> list[int]:
+        """Enqueue one job per payload given as JSON text, which the server turns into jsonb
+        as written: numbers stay exact (config.parse_payload checks a user's text first)."""
+        check_queue_length(queue)
         rows = self._rows(
             "jobs_enqueue",
             {
                 "queue": queue,
-                "payloads": [Jsonb(p) for p in payloads],
+                "payloads": [Jsonb(t, dumps=_as_is) for t in texts],
                 "priority": priority,
                 "delay": delay,
                 "max_attempts": max_attempts,
@@ -434,7 +569,7 @@ class Store:
         """
         fence = self._fence(done, owner)
         limit = max(0, min(limit, CLAIM_MAX))
-        rows, names = self._hot(
+        rows, names, tolerated = self._hot(
             "jobs_complete_and_claim",
             {
                 "done_ids": fence["ids"],
@@ -447,7 +582,7 @@ class Store:
             },
         )
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()
-        leases = _leases(rows, names) if rows and rows[0][0] is not None else []
+        leases = _leases(rows, names, tolerated) if rows and rows[0][0] is not None else []
         if take_expired and len(leases) < limit:
             params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
             try:
@@ -462,10 +597,14 @@ class Store:
             leases.sort(key=_claim_order)
         return leases, {lease.job_id for lease in done} - accepted
 
-    def _hot(self, name: str, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str]]:
-        """Run a statement of the worker's hot path: tuple rows and their column names."""
+    def _hot(
+        self, name: str, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], list[str], bool]:
+        """Run a statement of the worker's hot path: tuple rows, their column names, and
+        whether only the tolerant loaders could load them (HotConnection.tolerated)."""
         with self._errors(), self._kept_connection() as kept:
-            return kept.run(name, params)
+            rows, names = kept.run(name, params)
+            return rows, names, kept.tolerated
 
     @contextlib.contextmanager
     def _kept_connection(self) -> Iterator[HotConnection]:
@@ -478,7 +617,8 @@ class Store:
         if kept is None or kept.conn.broken or kept.conn.closed:
             if kept is not None:
                 self.pool.putconn(kept.conn)  # the pool discards it and opens a replacement
-            kept = HotConnection(self.pool.getconn(), self.schema)
+            conn = self.pool.getconn()
+            kept = HotConnection(conn, self.schema, _fast_adapters(conn))
         try:
             yield kept
         except BaseException:
@@ -488,7 +628,7 @@ class Store:
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self._one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
-        return _lease_of(Job.from_row(row)) if row else None
+        return _lease_of(Job.from_row(row), checked=True) if row else None
 
     @staticmethod
     def _fence(leases: Sequence[Lease], owner: str | None = None) -> dict[str, Any]:
@@ -645,8 +785,16 @@ class Store:
             )
         return Job.from_row(row)
 
-    def inspect(self, job_id: int) -> JobDetail:
-        job = self.get_job(job_id)
+    def inspect(self, job_id: int, *, payload_chars: int | None = None) -> JobDetail:
+        """A job with its attempts and events; its payload as PayloadText (exact text, never
+        decoded): whole, or only its first ``payload_chars`` characters."""
+        row = self._one("job_inspect", {"id": job_id, "payload_chars": payload_chars})
+        if row is None:
+            raise JobNotFound(
+                f"job {job_id} not found in {self.where} (schema {echo(self.schema)})"
+            )
+        row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
+        job = Job.from_row(row)
         attempts = tuple(
             Attempt.from_row(r) for r in self._rows("job_attempts_list", {"id": job_id})
         )

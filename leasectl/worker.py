@@ -28,7 +28,7 @@ from types import FrameType
 from typing import Any
 
 from leasectl.backoff import reconnect_delay, retry_delay
-from leasectl.config import default_worker_id
+from leasectl.config import check_queue_length, default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.models import ClaimKey, Job, Lease
 from leasectl.store import NOTIFY_QUEUE_CHARS, Store
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 class PermanentError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""
+
+
+class UnusableJob(PermanentError):
+    """A job whose stored values the worker cannot load (``Lease.unusable``): failed at once,
+    without calling the handler; its message is the job's last error, as is."""
 
 
 # Guards the first use of a JobContext's event (made on demand: most jobs never need one).
@@ -122,6 +127,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if not self.queues:
             raise UsageError("give at least one --queue")
+        for name in self.queues:
+            check_queue_length(name, "--queue")
         if not 1 <= self.concurrency <= 1000:
             raise UsageError("--concurrency must be between 1 and 1000")
         if self.lease_ttl < timedelta(milliseconds=100):
@@ -394,10 +401,19 @@ class Worker:
 
     def _run_job(self, ctx: JobContext) -> None:
         error: BaseException | None = None
-        try:
-            self.handler(ctx)
-        except Exception as exc:
-            error = exc
+        if ctx.lease.unusable is not None:
+            error = UnusableJob(ctx.lease.unusable)
+            log.warning(
+                "worker %s: job %d failed without running: %s",
+                self.worker_id,
+                ctx.job.id,
+                ctx.lease.unusable,
+            )
+        else:
+            try:
+                self.handler(ctx)
+            except Exception as exc:
+                error = exc
         ctx.finishing = True
         if error is None and not (ctx.lost or ctx.is_cancelled()):
             with self._lock:
@@ -585,5 +601,7 @@ class Worker:
 
 
 def _error_text(error: BaseException) -> str:
+    if isinstance(error, UnusableJob):
+        return str(error)[:4000]
     lines = traceback.format_exception_only(type(error), error)
     return "".join(lines).strip()[:4000]

@@ -27,6 +27,8 @@ POLL_ROLE = "poll"
 ACTION_ROLE = "action"
 POOL_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 1.0
+# The detail screen shows this much of a payload (the server cuts it: a large one is not sent).
+PAYLOAD_CHARS = 4096
 
 
 class ConsoleSource(Protocol):
@@ -102,7 +104,7 @@ class DatabaseSource:
         )
 
     def inspect(self, job_id: int) -> JobDetail:
-        return self._call(ACTION_ROLE, lambda s: s.inspect(job_id))
+        return self._call(ACTION_ROLE, lambda s: s.inspect(job_id, payload_chars=PAYLOAD_CHARS))
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
         return self._call(

@@ -24,6 +24,7 @@ from leasectl.models import (
     PanelJob,
     SeenState,
     Snapshot,
+    infinity_label,
 )
 
 # -- the database clock -------------------------------------------------------------------------
@@ -42,7 +43,10 @@ class DbClock:
 
 
 def clock_text(moment: datetime) -> str:
-    """A database timestamp in the viewer's time zone, e.g. ``14:03:07 UTC``."""
+    """A database timestamp in the viewer's time zone, e.g. ``14:03:07 UTC`` (``infinity``
+    and ``-infinity`` for the sentinels, which no time zone can hold)."""
+    if (label := infinity_label(moment)) is not None:
+        return label
     local = moment.astimezone()
     return f"{local:%H:%M:%S} {local.tzname() or ''}".rstrip()
 
@@ -51,6 +55,8 @@ def stamp_text(moment: datetime | None) -> str:
     """A full timestamp in the viewer's time zone, e.g. ``2024-05-01 14:03:07 UTC``."""
     if moment is None:
         return "-"
+    if (label := infinity_label(moment)) is not None:
+        return label
     local = moment.astimezone()
     return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".rstrip()
 
@@ -59,6 +65,8 @@ def ago(now: datetime, moment: datetime | None) -> str:
     """An age in whole seconds: sub-second precision would only flicker."""
     if moment is None:
         return "-"
+    if (label := infinity_label(moment)) is not None:
+        return label
     seconds = int(max(timedelta(0), now - moment).total_seconds())
     return format_duration(float(seconds)) if seconds else "0s"
 

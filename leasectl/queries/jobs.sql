@@ -224,3 +224,18 @@ SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
 -- name: job_events_list
 -- The audit events of one job, oldest first.
 SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
+
+-- name: job_inspect
+-- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length.
+-- (The payload is never decoded here: its numbers keep their digits, any depth is fine, and a
+-- large one is cut on the server instead of being sent whole to show its beginning.)
+SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts,
+       j.lease_owner, j.lease_until, j.heartbeat_at, j.last_error, j.created_at, j.updated_at,
+       j.finished_at,
+       CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
+            ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
+       length(p.text) AS payload_length
+FROM {schema}.jobs AS j
+-- (OFFSET 0: the text is made once, not once per use.)
+CROSS JOIN LATERAL (SELECT j.payload::text AS text OFFSET 0) AS p
+WHERE j.id = %(id)s;

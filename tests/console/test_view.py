@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from rich.console import Console
 
 from leasectl.console import view
 from leasectl.console.poller import PollSchedule
+from leasectl.console.screens.detail import render_detail
 from leasectl.console.view import (
     Action,
     ConsoleFilter,
@@ -18,8 +23,26 @@ from leasectl.console.view import (
     Verdict,
     parse_filter,
 )
-from leasectl.models import ActionResult, Freshness, JobStatus, Skipped
-from tests.console.sample import NOW, OWNERS, PENDING, PROCESSING, STUCK, W1, W3, job, s
+from leasectl.models import (
+    TIMESTAMP_MAX,
+    TIMESTAMP_MIN,
+    ActionResult,
+    Freshness,
+    JobStatus,
+    Skipped,
+)
+from tests.console.sample import (
+    NOW,
+    OWNERS,
+    PENDING,
+    PROCESSING,
+    STUCK,
+    W1,
+    W3,
+    job,
+    s,
+    sample_detail,
+)
 
 
 def test_db_clock_moves_with_monotonic_time_only() -> None:
@@ -167,3 +190,27 @@ def test_poll_schedule_backs_off_and_resets() -> None:
     for _ in range(5000):
         schedule.failed()
     assert schedule.failed() == 10.0
+
+
+@pytest.fixture
+def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The viewer east of UTC, where datetime.max.astimezone() overflows."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_infinite_timestamps_are_shown_in_any_time_zone(tokyo: None) -> None:
+    assert view.stamp_text(TIMESTAMP_MAX) == "infinity"
+    assert view.stamp_text(TIMESTAMP_MIN) == "-infinity"
+    assert view.clock_text(TIMESTAMP_MAX) == "infinity"
+    assert view.ago(NOW, TIMESTAMP_MIN) == "-infinity"
+    assert view.stamp_text(NOW).endswith("JST")
+    detail = sample_detail()
+    job = replace(detail.job, run_at=TIMESTAMP_MAX, created_at=TIMESTAMP_MIN)
+    text = Console(width=120, file=io.StringIO(), record=True)
+    text.print(render_detail(replace(detail, job=job)))
+    rendered = text.export_text()
+    assert "-infinity" in rendered and "run at       infinity" in rendered

@@ -42,8 +42,9 @@ def test_a_claim_from_a_key_takes_jobs_at_and_after_it_in_claim_order(store: Sto
 
 def test_the_head_key_comes_before_any_job(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
     [job_id] = store.enqueue([{}], queue="h", priority=-(2**31))
+    # (The earliest run_at the schema takes: migration 5.)
     sql_conn.execute(
-        "UPDATE leasectl.jobs SET run_at = '0001-01-01 00:00:00+00' WHERE id = %s", (job_id,)
+        "UPDATE leasectl.jobs SET run_at = '0001-01-02 00:00:00+00' WHERE id = %s", (job_id,)
     )
     [lease] = store.claim("h", "w-1", TTL)
     assert lease.job_id == job_id

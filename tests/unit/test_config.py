@@ -82,6 +82,11 @@ def test_duration_zero_only_when_allowed() -> None:
     assert config.parse_duration("0", allow_zero=True) == timedelta(0)
 
 
+def test_a_negative_duration_where_zero_is_allowed_says_zero_is_accepted() -> None:
+    with pytest.raises(UsageError, match=r"invalid --grace '-1': must be zero or more$"):
+        config.parse_duration("-1", allow_zero=True, what="--grace")
+
+
 def test_duration_upper_bound() -> None:
     with pytest.raises(UsageError, match="ten years"):
         config.parse_duration("3651d")
@@ -116,9 +121,47 @@ def test_job_id_rejects(text: str) -> None:
         config.parse_job_id(text)
 
 
-def test_payload_parses_json() -> None:
-    assert config.parse_payload('{"a": [1, 2]}') == {"a": [1, 2]}
-    assert config.parse_payload("3") == 3
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2]}',
+        "3",
+        '{"amount": 12345678901234567.89, "rate": 0.10000000000000000001}',
+        "1e400",
+        "9" * 5000,  # more digits than Python's int() takes
+        " [1] ",
+    ],
+)
+def test_payload_is_the_users_text_once_validated(text: str) -> None:
+    assert config.parse_payload(text) == text
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity", '{"a": NaN}'])
+def test_payload_refuses_what_json_does_not_have(constant: str) -> None:
+    with pytest.raises(UsageError, match=r"^invalid JSON payload: .*is not JSON$"):
+        config.parse_payload(constant)
+
+
+def test_payload_depth_limit() -> None:
+    limit = config.MAX_PAYLOAD_DEPTH
+    assert config.parse_payload("[" * limit + "]" * limit)
+    assert config.parse_payload("[" + '{"a": ' * (limit - 1) + "1" + "}" * (limit - 1) + "]")
+    for depth in (limit + 1, 2_000, 100_000):
+        with pytest.raises(UsageError, match=rf"^payload nested too deep: at most {limit} levels"):
+            config.parse_payload("[" * depth + "]" * depth)
+
+
+def test_payload_size_limit() -> None:
+    fits = '"' + "x" * (config.MAX_PAYLOAD_BYTES - 2) + '"'
+    assert config.parse_payload(fits) is fits
+    with pytest.raises(UsageError, match=r"^payload too large: 16,777,217 bytes"):
+        config.parse_payload(fits + " ")
+
+
+def test_payload_depth_counts_arrays_and_objects() -> None:
+    assert config.payload_depth(1) == 0
+    assert config.payload_depth([]) == 1
+    assert config.payload_depth({"a": [1, {"b": []}], "c": {}}) == 4
 
 
 @pytest.mark.parametrize(
@@ -179,6 +222,22 @@ def test_schema_resolution(no_dsn_env: pytest.MonkeyPatch) -> None:
     assert config.resolve_schema("jobs_b") == "jobs_b"
     with pytest.raises(UsageError, match="invalid schema name"):
         config.resolve_schema("x" * 64)
+
+
+@pytest.mark.parametrize("name", ["pg_catalog", "information_schema", "pg_toast", "pg_temp_3"])
+def test_system_schemas_are_refused(name: str) -> None:
+    with pytest.raises(UsageError, match=rf"^invalid schema name '{name}': pg_\* and info"):
+        config.resolve_schema(name)
+
+
+def test_queue_names_have_a_maximum_length() -> None:
+    name = "q" * config.MAX_QUEUE_CHARS
+    assert config.check_queue(name) == name
+    with pytest.raises(UsageError) as err:
+        config.check_queue("é" * 8000, "-q")
+    message = str(err.value)
+    assert message.startswith("-q: a queue name has at most 200 characters, got 8,000: 'éé")
+    assert len(message) < 300
 
 
 _PASSWORDS = st.text(

@@ -12,6 +12,8 @@ from rich.console import Console, RenderableType
 from leasectl import cli, output
 from leasectl.literal import visible
 from leasectl.models import (
+    TIMESTAMP_MAX,
+    TIMESTAMP_MIN,
     ActionResult,
     Attempt,
     Event,
@@ -21,6 +23,7 @@ from leasectl.models import (
     JobDetail,
     JobStatus,
     OwnerHealth,
+    PayloadText,
     QueueCounts,
     Skipped,
     StatusReport,
@@ -513,3 +516,59 @@ def test_inspect_shows_the_database_role_beside_the_actor() -> None:
     doc = output.detail_json(JobDetail(make_job(), (), (recorded, older), NOW))
     assert [e["db_role"] for e in doc["events"]] == ["lc_ops", None]
     assert [e["actor"] for e in doc["events"]] == ["operator:ceo@ops-1"] * 2
+
+
+# -- values Python cannot hold, payloads as exact text -------------------------------------------
+
+
+def test_infinite_timestamps_are_shown_as_such_never_fatal() -> None:
+    job = make_job(
+        status=JobStatus.PENDING,
+        run_at=TIMESTAMP_MIN,
+        lease_until=TIMESTAMP_MAX,
+        heartbeat_at=TIMESTAMP_MAX,
+        created_at=TIMESTAMP_MIN,
+        finished_at=TIMESTAMP_MAX,
+    )
+    detail = make_detail(job)
+    text = render(output.detail_renderables(detail))
+    assert "run at       -infinity" in text and "lease until  infinity" in text
+    assert "(lapsed at infinity)" in text and "heartbeat    infinity  (at infinity)" in text
+    doc = json.loads(output.dumps(output.detail_json(detail)))
+    assert (doc["job"]["run_at"], doc["job"]["lease_until"]) == ("-infinity", "infinity")
+    assert output.clock(TIMESTAMP_MIN) == "-infinity"
+    assert output.ago(NOW, TIMESTAMP_MAX) == "at infinity"
+
+
+def test_a_payload_text_is_spliced_into_json_exactly() -> None:
+    exact = '{"amount": 12345678901234567.89, "rate": 0.10000000000000000001, "big": 1e400}'
+    deep = "[" * 5000 + "]" * 5000
+    for text in (exact, deep):
+        job = make_job(payload=PayloadText(text, len(text)))
+        encoded = output.dumps(output.detail_json(make_detail(job)))
+        assert f'"payload": {text},' in encoded
+    doc = json.loads(output.dumps({"job": make_job(payload=PayloadText(exact, len(exact)))}))
+    assert str(doc["job"]["payload"]["amount"]) != "12345678901234567.89"  # (floats: why raw)
+    # A string that only looks like the placeholder stays a string.
+    fake = make_job(queue="\x00raw-0000000000000000-0", payload=PayloadText("[1]", 3))
+    assert json.loads(output.dumps(fake))["queue"] == "\x00raw-0000000000000000-0"
+
+
+def test_a_long_payload_is_shown_cut_with_its_size_and_how_to_get_all_of_it() -> None:
+    head = '{"items": [' + ", ".join(f'{{"n": {i}}}' for i in range(400))
+    job = make_job(payload=PayloadText(head[:200], 50_000_000))
+    text = render(output.detail_renderables(make_detail(job)))
+    assert fits(text)
+    assert "payload: first 200 of 50,000,000 characters" in text
+    assert "all of it: leasectl inspect 42 --json" in text
+    assert '"n": 3' in text and "…" in text
+
+
+def test_pretty_lays_out_json_text_without_decoding_it() -> None:
+    text = '{"a": [1, 2.50, {"b": "x,y:[\\"{"}], "c": {}, "d": [ ]}'
+    assert PayloadText(text, len(text)).pretty() == (
+        '{\n  "a": [\n    1,\n    2.50,\n    {\n      "b": "x,y:[\\"{"\n    }\n  ],\n'
+        '  "c": {},\n  "d": []\n}'
+    )
+    deep = PayloadText("[" * 5000 + "]" * 5000, 10_000).pretty(max_indent=8)
+    assert max(len(line) for line in deep.splitlines()) == len(" " * 8 + "[]")

@@ -23,7 +23,7 @@ from leasectl.console.messages import DetailFailed, DetailLoaded
 from leasectl.console.widgets import literal
 from leasectl.errors import LeasectlError
 from leasectl.literal import shorten
-from leasectl.models import JobDetail, JobStatus
+from leasectl.models import JobDetail, JobStatus, PayloadText, infinity_label
 from leasectl.output import event_actor
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ def title(d: JobDetail) -> Text:
 def _when(now: datetime, moment: datetime | None) -> Text:
     if moment is None:
         return Text("-", style="dim")
+    if infinity_label(moment) is not None:
+        return Text(view.stamp_text(moment))
     delta = moment - now
     rel = (
         f"in {format_duration(delta)}"
@@ -160,6 +162,14 @@ def _heading(text: str) -> Text:
 def _payload(payload: Any) -> RenderableType:
     """Indented, highlighted JSON, as Rich's ``JSON`` shows it; but that one writes DEL, C1 and
     bidi characters inside strings as they are (``ensure_ascii=False``): escape them."""
+    if isinstance(payload, PayloadText):  # exact text, never decoded (store.inspect)
+        shown = literal(payload.pretty(), multiline=True, no_wrap=True)
+        JSONHighlighter().highlight(shown)
+        if payload.truncated:
+            shown.append(
+                f"\n… first {len(payload.text):,} of {payload.chars:,} characters", style="dim"
+            )
+        return shown
     try:
         dumped = json.dumps(payload, sort_keys=True, default=str, indent=2, ensure_ascii=False)
     except (TypeError, ValueError):
