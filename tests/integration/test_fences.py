@@ -491,6 +491,21 @@ def test_requeue_of_stuck_and_failed_jobs_needs_no_force(
         assert state(store, job_id)[0] == JobStatus.PENDING
 
 
+def test_requeue_of_a_job_that_spent_the_largest_budget_stays_within_it(
+    store: Store, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Requeue gives a Failed job one more attempt of budget, but never past the schema's
+    bound on max_attempts (1000): a job that spent all 1000 is requeued, not refused."""
+    [job_id] = store.enqueue([{}], queue=Q, max_attempts=1000)
+    sql_conn.execute("UPDATE leasectl.jobs SET attempts = 999 WHERE id = %s", (job_id,))
+    lease = store.claim_by_id(job_id, "w1", TTL)
+    assert lease is not None and lease.attempt == 1000
+    assert store.fail(lease, "x", retry_delay=timedelta(0)) == JobStatus.FAILED
+    assert requeue(store, store.get_job(job_id).seen()).changed == (job_id,)
+    job = store.get_job(job_id)
+    assert (job.status, job.attempts, job.max_attempts) == (JobStatus.PENDING, 1000, 1000)
+
+
 def test_requeue_applies_only_to_processing_stuck_and_failed_jobs(store: Store) -> None:
     pending, done = store.enqueue([{}, {}], queue=Q)
     store.complete([store.claim_by_id(done, "w1", TTL)])  # type: ignore[list-item]

@@ -54,7 +54,9 @@ WITH seen AS (
 ), moved AS (
     UPDATE jobs AS j
     SET status = 'Pending', run_at = now(), lease_until = NULL, finished_at = NULL,
-        max_attempts = GREATEST(j.max_attempts, j.attempts + 1), updated_at = now()
+        -- One more attempt of budget, within migration 5's bound on max_attempts (1000).
+        max_attempts = GREATEST(j.max_attempts, LEAST(j.attempts + 1, 1000)),
+        updated_at = now()
     FROM target AS t
     WHERE j.id = t.id
     RETURNING j.id, j.status, j.attempts, j.max_attempts, j.run_at,
