@@ -30,6 +30,7 @@ from typing import Any
 from leasectl.backoff import reconnect_delay, retry_delay
 from leasectl.config import check_queue_length, default_worker_id
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
+from leasectl.literal import echo, shorten
 from leasectl.models import ClaimKey, Job, Lease
 from leasectl.store import NOTIFY_QUEUE_CHARS, Store
 
@@ -92,22 +93,24 @@ def load_handler(spec: str) -> Handler:
     """``package.module:function`` -> the callable; any failure is a one-line usage error."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"invalid handler {spec!r}: use module:function")
+        raise UsageError(f"invalid handler {echo(spec)}: use module:function")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: handlers next to the caller import
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise UsageError(
-            f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from None
+        missing = isinstance(exc, ModuleNotFoundError) and exc.name == module_name
+        why = "no such module" if missing else f"{type(exc).__name__}: {shorten(str(exc), 100)}"
+        raise UsageError(f"cannot import handler module {echo(module_name)}: {why}") from None
     target: Any = module
     for part in attr.split("."):
         target = getattr(target, part, None)
         if target is None:
-            raise UsageError(f"handler {spec!r}: module {module_name!r} has no {attr!r}")
+            raise UsageError(
+                f"handler {echo(spec)}: module {echo(module_name)} has no {echo(attr)}"
+            )
     if not callable(target):
-        raise UsageError(f"handler {spec!r} is not callable")
+        raise UsageError(f"handler {echo(spec)} is not callable")
     handler: Handler = target
     return handler
 
