@@ -11,8 +11,9 @@ and cannot restart the server.
 
 Every execution of the handler is recorded (job, attempt, worker, start and end on the database
 clock) in an append-only table, committed before the handler returns. After the chaos the queue
-is drained and the invariants of issue 6 are checked against ``jobs``, ``job_attempts``,
-``job_events`` and the executions; the exit code is 1 on any violation.
+is drained and the invariants (``Chaos.check``, listed in RELIABILITY.md) are checked against
+``jobs``, ``job_attempts``, ``job_events`` and the executions; the exit code is 1 on any
+violation.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The `leasectl` command line: parse, call the core, format.
 
 Every error ends in ``main()``: one line on stderr (``leasectl: error: ...``), never a
-traceback, never the DSN's password, and the exit code of DESIGN.md §4 (0 ok, 1 operational,
+traceback, never the DSN's password, and the exit code of docs/design.md (0 ok, 1 operational,
 2 usage, 3 ``status --check`` found trouble).
 """
 

@@ -1,15 +1,11 @@
 """The worker's hot statements: prepared once per connection, sent through libpq directly.
 
 A worker repeats one statement (complete what finished, claim the next) thousands of times a
-second, and in single-job mode each run carries one job. Through a psycopg cursor a run costs
-about 100 µs of client CPU on a two-core machine, half of it the cursor's general machinery
-(placeholder conversion, the prepare manager, the non-blocking wait loop), for a statement whose
-text, parameter types and columns never change. Here it is prepared once per connection under
-its own name; each run encodes its parameters by the types the server inferred for them (as
-text, but timestamps and intervals in the binary format) and makes one blocking
-``PQexecPrepared`` call (the GIL is released while it waits). The rows are loaded by psycopg's
-own loaders, so they come back as they would from a cursor.
-Single-job mode, two worker processes: 158 -> 97 µs of worker CPU per job.
+second, and a psycopg cursor spends much of each run on general machinery for a statement whose
+text, parameter types and columns never change. Here it is prepared once per connection; each
+run encodes its parameters by the types the server inferred and makes one blocking
+``PQexecPrepared`` call; psycopg's own loaders load the rows. The saving is in BENCHMARKS.md
+("The worker's round trip through libpq").
 
 Used by ``store.py`` only: that module stays the one place that talks to PostgreSQL.
 """
@@ -55,9 +51,8 @@ def _int_array(value: str | Sequence[int]) -> bytes:
     return ("{" + ",".join(str(int(v)) for v in value) + "}").encode()
 
 
-# The two types whose text input costs the server most (timestamptz_in parses a date in any
-# style and looks up the time zone: 2.4% of a single-job round trip's server time, interval_in
-# 0.6%) are sent in PostgreSQL's binary format instead: microseconds as integers, exact.
+# Timestamps and intervals go in PostgreSQL's binary format (microseconds as integers, exact):
+# their text input is the costliest to parse on the server (BENCHMARKS.md).
 _INT8 = struct.Struct(">q")
 _INTERVAL = struct.Struct(">qii")  # microseconds of the time part, days, months
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)

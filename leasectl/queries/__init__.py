@@ -119,15 +119,10 @@ def numbered(text: str) -> tuple[str, tuple[str, ...]]:
     return _PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", text), tuple(names)
 
 
-# The worker's sessions: each prepared statement is planned once, for any parameters, and only
-# with index access paths. A plan made while a table was small, or freshly analyzed empty (a
-# new install, the start of a drain), stays cached for the life of the connection, and a
-# sequential or bitmap scan chosen then would make every later call cost in proportion to the
-# table; so would a join that reads a whole index first (hence the key joins written as
-# `x = ANY (ARRAY[y])` in jobs.sql). The worker's statements all have an index path, probed
-# per row (tests/integration/test_plans.py). JIT compilation never pays for statements of a
-# few rows, and costs tens of milliseconds per execution when a cost estimate crosses
-# jit_above_cost.
+# The worker's sessions: one generic plan per statement, index paths only, no JIT. A plan made
+# while a table was small or analysed empty lives as long as the connection, and a scan chosen
+# then would cost every later call the whole table (tests/integration/test_plans.py); JIT never
+# pays for statements of a few rows.
 WORKER_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",
@@ -136,13 +131,9 @@ WORKER_SETTINGS = {
 }
 
 
-# The console's sessions: its refresh runs the same statements every second, each planned
-# once (PostgreSQL chose to plan some afresh on every refresh, which cost more than running
-# them), and with index paths only, for the reason the worker's are: a plan made while the
-# table was small (a new install, a quiet hour) is kept, and a sequential scan or hash join
-# chosen then would read the whole table on every later refresh. Every console query has an
-# index path (tests/console/test_snapshot_query.py). Set per refresh transaction, with its
-# statement_timeout, by console_settings.
+# The console's sessions: the refresh repeats the same statements, each planned once (planning
+# some afresh cost more than running them) and with index paths only, for the worker's reason
+# (tests/console/test_snapshot_query.py). Set per refresh transaction by console_settings.
 CONSOLE_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",

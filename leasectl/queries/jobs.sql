@@ -13,27 +13,18 @@ SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
 
 -- name: jobs_complete_and_claim
 -- A worker's round trip: complete its finished leases (fenced), then lease due Pending jobs.
--- The finished leases are fenced by id, owner, attempt and status and their attempts closed
--- 'completed'; up to `limit` due Pending jobs of one queue are leased in priority order and
--- their attempts opened, all in one transaction. The rows come in no set order; every row
--- carries `completed_ids`, the finished leases that were accepted (the others were lost); when
--- nothing is claimed one row of NULLs carries them. Lapsed leases are taken over by
--- jobs_claim_expired, not here: the statement every busy worker repeats stays as small as the
--- leased pattern itself.
--- One UPDATE of jobs does both the completions and the claims: each part of a statement that
--- changes a table sets up, for that table, its indexes, its partial indexes' predicates and its
--- CHECK constraints (parsed again from their stored text every time: 8% of a single-job round
--- trip's server time when jobs was changed by two parts).
+-- Rows come in no set order; each carries `completed_ids`, the finished leases accepted (the
+-- others were lost); with nothing claimed, one row of NULLs carries them. Lapsed leases are
+-- jobs_claim_expired's, so that the statement every busy worker repeats stays small.
+-- One UPDATE does both completions and claims: each part that changes jobs sets up its
+-- indexes and CHECK constraints anew (BENCHMARKS.md, "One UPDATE of jobs per round trip").
 WITH picked AS (
-    -- The inner LIMIT is a constant (a claim takes at most a worker's concurrency, <= 1000)
-    -- so that a plan made once for all parameters still walks the claim index in order; the
-    -- outer one stops that walk after `limit` rows, so only those are locked.
-    -- The walk starts at the claim key `from_*` (priority, run_at, id): a busy worker passes
-    -- the key of the first job of its previous claim, so that it does not step again over the
-    -- index entries of every job claimed since the last vacuum (they stay in the index until
-    -- then, and a walk from the queue's head reads them all: while a backlog drains, that was
-    -- a fifth of the server's time per job). The head itself is (-2^31, -infinity, -2^63),
-    -- before every key. (The worker goes back to the head often: see Worker._dispatch_loop.)
+    -- The inner LIMIT is a constant (1000, the most a claim takes), so that a generic plan walks
+    -- the claim index in order; the outer one stops the walk at `limit` rows, all it locks.
+    -- The walk starts at the claim key `from_*` (priority, run_at, id), the first job of the
+    -- previous claim, to skip the dead entries of jobs claimed since the last vacuum (cost:
+    -- BENCHMARKS.md, "The claim index's dead head"). The head is (-2^31, -infinity, -2^63);
+    -- when the worker goes back to it: Worker._dispatch_loop.
     SELECT id FROM (
         SELECT id
         FROM {schema}.jobs
@@ -45,12 +36,9 @@ WITH picked AS (
     ) AS due
     LIMIT %(limit)s
 ), targets AS (
-    -- The finished leases, each with the attempt it was leased at (its fence), then the picked
-    -- jobs, with none (unnest pads the shorter array with NULLs). One function scan, not a
-    -- UNION ALL: when a heartbeat renews a finished lease while this statement waits for its
-    -- row, the UPDATE re-checks the row against the target it was joined with, and with a
-    -- UNION ALL of the two lists that re-check failed (the completion was refused, the lease
-    -- reported lost).
+    -- The finished leases with their attempt (the fence), then the picked jobs with NULL.
+    -- One function scan, not UNION ALL: with UNION ALL the re-check after a concurrent
+    -- heartbeat failed, and a completion was refused.
     SELECT f.id, f.attempt
     FROM unnest(%(done_ids)s::bigint[] || ARRAY(SELECT id FROM picked),
                 %(done_attempts)s::integer[]) AS f(id, attempt)
@@ -66,19 +54,11 @@ WITH picked AS (
         last_error = CASE WHEN t.attempt IS NULL THEN j.last_error END,
         updated_at = now()
     FROM targets AS t
-    -- (`IS NOT DISTINCT FROM` and `status::text`: the same tests as `=` on the owner (set on
-    -- every Processing row) and the status, but no index on them can serve these forms, so a
-    -- plan made once always finds the rows by primary key, never by walking every Processing
-    -- row through jobs_processing_idx.)
-    -- (`j.id = ANY (ARRAY[t.id])`: `j.id = t.id`, written so that the planner cannot read
-    -- the whole primary key index first and join afterwards. With `=`, a plan made while the
-    -- table had been analysed empty (a new install, a VACUUM ANALYZE, a prune that emptied
-    -- it) does exactly that, on every call, for as long as the plan lives (a worker's
-    -- session): each call then reads every row, and the table grows. `= ANY` of a one-element
-    -- array is no merge key, so the index is only ever probed, once per row of the batch, and
-    -- it is still estimated as one row per probe (a range, `BETWEEN t.id AND t.id`, was
-    -- estimated at 0.5% of the table per probe: JIT compilation on every call at a million
-    -- rows). The same for every key join of the worker's statements below.)
+    -- (`IS NOT DISTINCT FROM`, `status::text`: `=` in forms no index serves, so a generic plan
+    -- finds rows by primary key, never through jobs_processing_idx.)
+    -- (`j.id = ANY (ARRAY[t.id])`: `j.id = t.id` that is no merge key, so a plan made on an
+    -- empty table still probes the primary key per row instead of reading all of it; the same
+    -- for every key join below. See BENCHMARKS.md, "Plans made on tables analysed empty".)
     -- A picked job is Pending and locked by this statement; a finished one must still be
     -- this owner's lease at that attempt.
     WHERE j.id = ANY (ARRAY[t.id])
