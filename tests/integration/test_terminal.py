@@ -268,7 +268,9 @@ def test_a_console_that_does_not_close_is_abandoned(tmp_path: Path) -> None:
         term.wait_for(b"watching")
         term.hang_up()
         wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the process to exit")
-        assert term.proc.returncode == 129
+        seen = marks.read_text() if marks.exists() else "(no marks)"
+        said = term.output.decode(errors="replace")[-2000:]
+        assert term.proc.returncode == 129, f"marks: {seen!r}; on the terminal: {said!r}"
     assert marks.read_text().splitlines() == ["asked", "abandoned", "caller released"]
 
 
