@@ -29,7 +29,7 @@ import typer
 from psycopg import conninfo
 from rich.console import Console, RenderableType
 
-from leasectl import config, grants, output, queries, retention
+from leasectl import config, grants, output, parent, queries, retention
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.literal import ECHO_LIMIT, echo, shorten, visible
 from leasectl.store import Store
@@ -333,6 +333,15 @@ def worker(
             "(0: fail at once).",
         ),
     ] = "0s",
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            metavar="PID",
+            help="End with process PID, this worker's parent (a supervisor that may die "
+            "without stopping it): killed with it on Linux, else stopped when it is gone.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
@@ -353,10 +362,14 @@ def worker(
         settings["worker_id"] = worker_id
     worker_config = WorkerConfig(**settings)
     keep_trying = _duration(start_retry, "--start-retry", allow_zero=True)
+    if parent_pid is not None:
+        parent.die_with_parent(parent_pid)
     fn = load_handler(handler)
     dsn, schema = _globals(ctx).resolve()
     _setup_logging(log_level)
     runtime = Worker(dsn, schema, worker_config, fn)
+    if parent_pid is not None:
+        parent.watch_parent(runtime, parent_pid)
     if ready_file is not None:
         threading.Thread(
             target=_announce_ready, args=(runtime, ready_file), name="leasectl-ready", daemon=True
