@@ -370,27 +370,39 @@ def worker(
     runtime = Worker(dsn, schema, worker_config, fn)
     if parent_pid is not None:
         parent.watch_parent(runtime, parent_pid)
+    failed: list[str] = []
     if ready_file is not None:
+        if not ready_file.parent.is_dir():
+            raise UsageError(f"--ready-file: no directory {echo(str(ready_file.parent))}")
         threading.Thread(
-            target=_announce_ready, args=(runtime, ready_file), name="leasectl-ready", daemon=True
+            target=_announce_ready,
+            args=(runtime, ready_file, failed),
+            name="leasectl-ready",
+            daemon=True,
         ).start()
     try:
         runtime.run(start_retry=keep_trying)
     finally:
         if ready_file is not None:
             ready_file.unlink(missing_ok=True)
+    if failed:
+        raise LeasectlError(failed[0])
 
 
-def _announce_ready(runtime: Worker, path: Path) -> None:
+def _announce_ready(runtime: Worker, path: Path, failed: list[str]) -> None:
     """A file rather than a line on stdout: any supervisor can test for it (a readiness probe,
     a harness) without owning and draining the worker's output, and the rename means a reader
-    never sees half of it."""
+    never sees half of it. A worker that cannot say it is ready stops (exit 1)."""
     while not (runtime.started.is_set() and runtime.listening.is_set()):
         if runtime.closed.wait(0.05):
             return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{runtime.worker_id}\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(f"{runtime.worker_id}\n")
+        tmp.replace(path)
+    except OSError as exc:
+        failed.append(f"cannot write --ready-file {echo(str(path))}: {exc.strerror or exc}")
+        runtime.stop()
 
 
 PaceOpt = Annotated[

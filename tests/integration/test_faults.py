@@ -278,6 +278,23 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
             server.start()
 
 
+def cli_worker(dsn: str, log: Path, handler: str, *args: str) -> subprocess.Popen[bytes]:
+    """A `leasectl worker` process on queue q, with this module's lease settings."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "leasectl", "worker",
+                "--queue", "q", "--handler", handler, "--lease-ttl", "1500ms",
+                "--heartbeat-every", "300ms", "--poll-interval", "50ms", "--grace", "1s",
+                *args,
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "LEASECTL_DSN": dsn, "LEASECTL_SCHEMA": "leasectl"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 def test_the_leasectl_worker_command_cancels_at_the_lease_deadline_and_recovers(
     server: EmbeddedServer, dsn: str, tmp_path: Path
 ) -> None:
@@ -288,20 +305,7 @@ def test_the_leasectl_worker_command_cancels_at_the_lease_deadline_and_recovers(
     with Store.connect(dsn, "leasectl") as store:
         [job_id] = store.enqueue([{"dir": str(tmp_path)}], queue="q")
     ready, log = tmp_path / "ready", tmp_path / "worker.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "leasectl", "worker",
-                "--queue", "q", "--handler", "tests.handlers:hold_until_lost",
-                "--worker-id", "cli-outage", "--lease-ttl", "1500ms",
-                "--heartbeat-every", "300ms", "--poll-interval", "50ms", "--grace", "1s",
-                "--ready-file", str(ready),
-            ],
-            cwd=Path(__file__).resolve().parents[2],
-            env={**os.environ, "LEASECTL_DSN": dsn, "LEASECTL_SCHEMA": "leasectl"},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+    proc = cli_worker(dsn, log, "tests.handlers:hold_until_lost", "--ready-file", str(ready))
     try:
         wait_until(lambda: ready.exists() or proc.poll() is not None, what="the worker to start")
         wait_until(lambda: (tmp_path / "started").exists(), what="the handler to start")
@@ -328,6 +332,43 @@ def test_the_leasectl_worker_command_cancels_at_the_lease_deadline_and_recovers(
             proc.kill()
             proc.wait(10)
     assert "could not heartbeat" in log.read_text() or "no heartbeat" in log.read_text()
+
+
+def test_the_leasectl_worker_command_waits_for_the_server_with_start_retry(
+    server: EmbeddedServer, dsn: str, tmp_path: Path
+) -> None:
+    """Without --start-retry a worker whose server is down exits 1 at once; with it, the worker
+    keeps trying, and is ready (registered and listening) and working once the server is up."""
+    server.stop(mode="fast")
+    try:
+        impatient = cli_worker(dsn, tmp_path / "impatient.log", "tests.handlers:noop")
+        assert impatient.wait(60) == 1
+        lines = (tmp_path / "impatient.log").read_text().splitlines()
+        assert len(lines) == 1 and "cannot connect" in lines[0], lines
+        ready, log = tmp_path / "ready", tmp_path / "patient.log"
+        proc = cli_worker(
+            dsn, log, "tests.handlers:noop", "--start-retry", "60s", "--ready-file", str(ready)
+        )
+        wait_until(
+            lambda: "cannot start yet" in log.read_text() or proc.poll() is not None,
+            what="the worker to try and wait",
+        )
+        assert proc.poll() is None and not ready.exists(), log.read_text()
+    finally:
+        server.start()
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, what="the worker to start")
+        assert proc.poll() is None, log.read_text()
+        with Store.connect(dsn, "leasectl") as store:
+            [job_id] = store.enqueue([{}], queue="q")
+        wait_until(lambda: statuses(dsn)[job_id] == "Completed", what="the job to complete")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+        assert not ready.exists(), "the ready file outlived the worker"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 # -- a reply lost after the commit ---------------------------------------------------------------

@@ -258,3 +258,20 @@ def test_handler_exceptions_become_failures_with_backoff(
     assert job.run_at > job.updated_at, "retry is delayed by the backoff"
     wait_until(lambda: store.get_job(perm_id).status == JobStatus.FAILED)
     assert store.get_job(perm_id).attempts == 1
+
+
+def test_a_ready_file_in_a_missing_directory_is_a_usage_error(db_dsn: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "leasectl", "worker", "--queue", "q",
+            "--handler", "tests.handlers:noop", "--ready-file", str(tmp_path / "no" / "ready"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "LEASECTL_DSN": db_dsn, "LEASECTL_SCHEMA": "leasectl"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--ready-file: no directory" in proc.stderr
