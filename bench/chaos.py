@@ -145,6 +145,7 @@ class Slot:
         self.generation = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
+        self.ready_path: Path | None = None
         self.stopped_at: float | None = None  # SIGSTOP time while stopped
         self.expect_exit: str | None = None  # "kill" or "term" when we ended it
         self.logs: list[Path] = []
@@ -158,16 +159,21 @@ class Slot:
         self.log_path = self.chaos.workdir / f"{self.worker_id}.log"
         self.logs.append(self.log_path)
         s = self.chaos.settings
+        self.ready_path = self.log_path.with_suffix(".ready")
+        env = {**os.environ, "LEASECTL_DSN": self.chaos.dsn, "LEASECTL_SCHEMA": self.chaos.schema}
         with self.log_path.open("wb") as out:
+            # The command users run; the server may be restarting while it starts (--start-retry).
             self.proc = subprocess.Popen(
                 [
-                    sys.executable, "-m", "bench.chaos_worker",
-                    self.chaos.dsn, self.chaos.schema, self.worker_id,
-                    "--queue", QUEUE, "--concurrency", str(s.concurrency),
-                    "--ttl", str(s.lease_ttl), "--heartbeat", str(s.heartbeat),
-                    "--grace", "1", "--poll", "0.1",
+                    sys.executable, "-m", "leasectl", "worker",
+                    "--queue", QUEUE, "--handler", "bench.chaos_handlers:handle",
+                    "--worker-id", self.worker_id, "--concurrency", str(s.concurrency),
+                    "--lease-ttl", f"{s.lease_ttl}s", "--heartbeat-every", f"{s.heartbeat}s",
+                    "--grace", "1s", "--poll-interval", "100ms",
+                    "--start-retry", "1h", "--ready-file", str(self.ready_path),
                 ],
                 cwd=ROOT,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -184,10 +190,7 @@ class Slot:
     def ready(self) -> bool:
         if not self.alive or self.log_path is None:
             return False
-        try:
-            return b"ready " in self.log_path.read_bytes()[:4096]
-        except OSError:
-            return False
+        return self.ready_path is not None and self.ready_path.exists()
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:

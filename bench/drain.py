@@ -77,7 +77,7 @@ def leasectl_system() -> System:
     return System(
         name="leasectl",
         version=metadata.version("leasectl"),
-        config="real Worker runtime (leases 30 s, heartbeats, fencing, attempt history); "
+        config="the leasectl worker command (leases 30 s, heartbeats, fencing, attempt history); "
         "no-op handler; runtime defaults otherwise",
         remaining_sql="SELECT count(*) FROM leasectl.jobs "
         "WHERE status IN ('Pending', 'Processing')",
@@ -87,11 +87,22 @@ def leasectl_system() -> System:
         worker_argv=lambda dsn, k: [
             sys.executable,
             "-m",
-            "bench.leasectl_worker",
+            "leasectl",
             "--dsn",
             dsn,
+            "worker",
+            "--queue",
+            QUEUE,
+            "--handler",
+            "bench.handlers:noop",
             "--concurrency",
             str(k),
+            "--lease-ttl",
+            "30s",
+            "--grace",
+            "5s",
+            "--log-level",
+            "warning",
         ],
     )
 

@@ -14,11 +14,13 @@ import os
 import re
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import metadata
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 from urllib.parse import unquote
@@ -27,7 +29,7 @@ import typer
 from psycopg import conninfo
 from rich.console import Console, RenderableType
 
-from leasectl import config, grants, output, queries, retention
+from leasectl import config, grants, output, parent, queries, retention
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.literal import ECHO_LIMIT, echo, shorten, visible
 from leasectl.store import Store
@@ -304,6 +306,42 @@ def worker(
         str | None,
         typer.Option(help="Lease owner name. Default: hostname:pid:random.", show_default=False),
     ] = None,
+    retry_base: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Delay before a failed job's second attempt; doubles per attempt (jittered).",
+        ),
+    ] = "1s",
+    retry_cap: Annotated[
+        str, typer.Option(metavar="DURATION", help="Longest delay between attempts.")
+    ] = "1h",
+    ready_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Once registered and listening, write the worker id to this file (atomically); "
+            "removed again when the worker stops.",
+            show_default=False,
+        ),
+    ] = None,
+    start_retry: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="If the database cannot be reached at start-up, keep trying this long "
+            "(0: fail at once).",
+        ),
+    ] = "0s",
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            metavar="PID",
+            help="End with process PID, this worker's parent (a supervisor that may die "
+            "without stopping it): killed with it on Linux, else stopped when it is gone.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
@@ -313,6 +351,8 @@ def worker(
         "lease_ttl": _duration(lease_ttl, "--lease-ttl"),
         "grace": _duration(grace, "--grace", allow_zero=True),
         "poll_interval": _duration(poll_interval, "--poll-interval"),
+        "retry_base": _duration(retry_base, "--retry-base", allow_zero=True),
+        "retry_cap": _duration(retry_cap, "--retry-cap", allow_zero=True),
     }
     if heartbeat_every is not None:
         settings["heartbeat_every"] = _duration(heartbeat_every, "--heartbeat-every")
@@ -321,19 +361,48 @@ def worker(
             raise UsageError("--worker-id must not be empty")
         settings["worker_id"] = worker_id
     worker_config = WorkerConfig(**settings)
+    keep_trying = _duration(start_retry, "--start-retry", allow_zero=True)
+    if parent_pid is not None:
+        parent.die_with_parent(parent_pid)
     fn = load_handler(handler)
     dsn, schema = _globals(ctx).resolve()
     _setup_logging(log_level)
-    store = Store.connect(
-        dsn,
-        schema,
-        max_size=min(worker_config.concurrency, 8) + 2,
-        application_name=f"leasectl worker {worker_config.worker_id}"[:63],
-    )
+    runtime = Worker(dsn, schema, worker_config, fn)
+    if parent_pid is not None:
+        parent.watch_parent(runtime, parent_pid)
+    failed: list[str] = []
+    if ready_file is not None:
+        if not ready_file.parent.is_dir():
+            raise UsageError(f"--ready-file: no directory {echo(str(ready_file.parent))}")
+        threading.Thread(
+            target=_announce_ready,
+            args=(runtime, ready_file, failed),
+            name="leasectl-ready",
+            daemon=True,
+        ).start()
     try:
-        Worker(dsn, schema, worker_config, fn, store=store).run()
+        runtime.run(start_retry=keep_trying)
     finally:
-        store.close()
+        if ready_file is not None:
+            ready_file.unlink(missing_ok=True)
+    if failed:
+        raise LeasectlError(failed[0])
+
+
+def _announce_ready(runtime: Worker, path: Path, failed: list[str]) -> None:
+    """A file rather than a line on stdout: any supervisor can test for it (a readiness probe,
+    a harness) without owning and draining the worker's output, and the rename means a reader
+    never sees half of it. A worker that cannot say it is ready stops (exit 1)."""
+    while not (runtime.started.is_set() and runtime.listening.is_set()):
+        if runtime.closed.wait(0.05):
+            return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(f"{runtime.worker_id}\n")
+        tmp.replace(path)
+    except OSError as exc:
+        failed.append(f"cannot write --ready-file {echo(str(path))}: {exc.strerror or exc}")
+        runtime.stop()
 
 
 PaceOpt = Annotated[

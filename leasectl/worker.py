@@ -150,6 +150,20 @@ class WorkerConfig:
         return self.heartbeat_every if self.heartbeat_every is not None else self.lease_ttl / 3
 
 
+def worker_store(dsn: str, schema: str, config: WorkerConfig) -> Store:
+    """The one way a worker's Store is built (`leasectl worker`, tests and benchmarks alike)."""
+    return Store.connect(
+        dsn,
+        schema,
+        max_size=min(config.concurrency, 8) + 3,
+        application_name=f"leasectl worker {config.worker_id}"[:63],
+        # A call waiting for a connection gives up within a heartbeat interval, so an outage
+        # is noticed (and retried) at the pace of heartbeats.
+        pool_timeout=max(0.5, config.heartbeat.total_seconds()),
+        generic_plans=True,
+    )
+
+
 @dataclass
 class WorkerStats:
     claimed: int = 0
@@ -191,6 +205,7 @@ class Worker:
         self.stopping = threading.Event()  # no more claims
         self.closed = threading.Event()  # shut down: nothing held any more
         self.started = threading.Event()
+        self.listening = threading.Event()  # LISTEN took effect once: enqueues wake us
         self._held: dict[int, JobContext] = {}
         self._lock = threading.Lock()
         self._running = 0  # jobs handed to a handler whose handler has not returned
@@ -206,16 +221,7 @@ class Worker:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = Store.connect(
-                self.dsn,
-                self.schema,
-                max_size=min(self.config.concurrency, 8) + 3,
-                application_name=f"leasectl worker {self.worker_id}"[:63],
-                # A call waiting for a connection gives up within a heartbeat interval, so an
-                # outage is noticed (and retried) at the pace of heartbeats.
-                pool_timeout=max(0.5, self.config.heartbeat.total_seconds()),
-                generic_plans=True,
-            )
+            self._store = worker_store(self.dsn, self.schema, self.config)
         return self._store
 
     def stop(self) -> None:
@@ -228,17 +234,15 @@ class Worker:
 
     # -- main loop --------------------------------------------------------------------------
 
-    def run(self, *, install_signals: bool = True) -> WorkerStats:
-        """Run until stop() or SIGTERM/SIGINT; raises only for start-up errors."""
-        store = self.store  # connect and check the schema before anything else
-        store.worker_register(
-            self.worker_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            queues=self.config.queues,
-            lease_ttl=self.config.lease_ttl,
-            heartbeat_every=self.config.heartbeat,
-        )
+    def run(
+        self, *, install_signals: bool = True, start_retry: timedelta = timedelta(0)
+    ) -> WorkerStats:
+        """Run until stop() or SIGTERM/SIGINT; raises only for start-up errors.
+
+        ``start_retry``: how long to keep trying while the database cannot be reached at
+        start-up (a worker started with, or during a restart of, its server).
+        """
+        store = self._start(start_retry)
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
@@ -268,6 +272,30 @@ class Worker:
             if self._owns_store:
                 store.close()
         return self.stats
+
+    def _start(self, start_retry: timedelta) -> Store:
+        """Connect, check the schema and register (in that order, before anything else)."""
+        give_up = time.monotonic() + start_retry.total_seconds()
+        failures = 0
+        while True:
+            try:
+                store = self.store
+                store.worker_register(
+                    self.worker_id,
+                    hostname=socket.gethostname(),
+                    pid=os.getpid(),
+                    queues=self.config.queues,
+                    lease_ttl=self.config.lease_ttl,
+                    heartbeat_every=self.config.heartbeat,
+                )
+                return store
+            except ConnectionFailed as exc:
+                left = give_up - time.monotonic()
+                if left <= 0 or self.stopping.is_set():
+                    raise
+                failures += 1
+                log.warning("worker %s: cannot start yet: %s", self.worker_id, exc)
+                self.stopping.wait(min(left, reconnect_delay(failures, base=0.1, cap=2.0)))
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info("worker %s: signal %d, stopping", self.worker_id, signum)
@@ -516,6 +544,7 @@ class Worker:
                     # from the queues' heads.
                     self._announced.set()
                     self._wake.set()
+                    self.listening.set()
                     for payload in notifications(lambda: self.stopping.is_set()):
                         if payload in wanted:
                             self._announced.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from leasectl.worker import JobContext, PermanentError
 
@@ -30,3 +31,19 @@ def boom(ctx: JobContext) -> None:
 
 def permanent(ctx: JobContext) -> None:
     raise PermanentError("bad payload")
+
+
+def hold_until_lost(ctx: JobContext) -> None:
+    """First attempt: hold the lease until told it is lost, then write (atomically) to the
+    payload's ``dir`` when that was on this process's monotonic clock and the lease deadline the
+    worker gave; later attempts succeed. For tests that watch a worker process from outside."""
+    if ctx.lease.attempt > 1:
+        return
+    out = Path(ctx.payload["dir"])
+    (out / "started").write_text(ctx.lease.owner)
+    if ctx.cancelled.wait(60):
+        cancelled_at = time.monotonic()
+        tmp = out / "cancelled.tmp"
+        tmp.write_text(f"{cancelled_at} {ctx.deadline}")
+        tmp.replace(out / "cancelled")
+        raise RuntimeError("cancelled: the lease is presumed lost")

@@ -30,7 +30,7 @@ from leasectl.store import Store
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "leasectl.demo.worker"
+HANDLER = "leasectl.demo.handlers:handle"
 RUN_ENV = "LEASECTL_DEMO_RUN"
 TICK = 0.1  # the control loop's period
 DB_POLL = 0.25  # how often the control loop may ask the database
@@ -99,26 +99,27 @@ FLEET: tuple[WorkerSpec, ...] = (
 )
 
 
-def worker_id(name: str, pid: int) -> str:
-    """hostname:pid:role: the default `hostname:pid:random` with the fleet role as the suffix."""
-    return f"{socket.gethostname()}:{pid}:{name}"
+def worker_id(name: str, run_id: str, start: int) -> str:
+    """hostname:run.start:role, like the default `hostname:pid:random` with the fleet role as
+    the suffix; known before the process exists, and new for every (re)start."""
+    return f"{socket.gethostname()}:{run_id}.{start}:{name}"
 
 
 def processes_of_run(run_id: str) -> list[int]:
-    """Pids of live processes of this run (its workers carry ``--run-id RUN`` in argv)."""
+    """Pids of live processes of this run (its workers carry ``$LEASECTL_DEMO_RUN``)."""
     if not os.path.isdir("/proc/self"):
         return []
-    marker = f"\0--run-id\0{run_id}\0".encode()
+    marker = f"\0{RUN_ENV}={run_id}\0".encode()
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            environ = Path(f"/proc/{name}/environ").read_bytes()
             state = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()[0]
         except (OSError, IndexError):
             continue
-        if marker in b"\0" + cmdline + b"\0" and state not in ("Z", "X"):
+        if marker in b"\0" + environ + b"\0" and state not in ("Z", "X"):
             found.append(int(name))
     return found
 
@@ -231,40 +232,51 @@ class Fleet:
 
     # -- processes --------------------------------------------------------------------------
 
-    def _command(self, spec: WorkerSpec) -> list[str]:
+    def _command(self, spec: WorkerSpec, worker: str) -> list[str]:
+        """The `leasectl worker` command users run; the DSN goes in $LEASECTL_DSN, never in
+        argv, which `ps` shows to every user."""
         c = self.config
-        cmd = [sys.executable, "-m", WORKER_MODULE, "--name", spec.name, "--schema", self.schema]
+        cmd = [sys.executable, "-m", "leasectl", "--schema", self.schema, "worker"]
         for queue in spec.queues:
             cmd += ["--queue", queue]
         return [
             *cmd,
+            "--handler",
+            HANDLER,
+            "--worker-id",
+            worker,
             "--concurrency",
             str(spec.concurrency),
             "--lease-ttl",
-            str(c.lease_ttl.total_seconds()),
+            f"{c.lease_ttl.total_seconds()}s",
             "--heartbeat-every",
-            str(c.heartbeat_every.total_seconds()),
+            f"{c.heartbeat_every.total_seconds()}s",
             "--grace",
-            str(c.worker_grace.total_seconds()),
+            f"{c.worker_grace.total_seconds()}s",
+            "--poll-interval",
+            "250ms",
+            "--retry-base",
+            "500ms",
+            "--retry-cap",
+            "4s",
             "--parent-pid",
             str(os.getpid()),
-            "--run-id",
-            self.run_id,
         ]
 
     def _spawn(self, m: _Member) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.update({"LEASECTL_DSN": self.dsn, RUN_ENV: self.run_id})
+        worker = worker_id(m.spec.name, self.run_id, self.started + 1)
         with open(self.log_dir / f"{m.spec.name}.log", "ab") as out:
             m.proc = subprocess.Popen(
-                self._command(m.spec),
+                self._command(m.spec, worker),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # its own process group, and off our terminal
             )
-        m.worker_id = worker_id(m.spec.name, m.proc.pid)
+        m.worker_id = worker
         m.killed = m.stopped = False
         m.restart_at = None
         self.started += 1

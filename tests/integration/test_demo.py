@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from leasectl.demo import DemoSummary, FleetConfig, run_demo
-from leasectl.demo.fleet import FLEET
+from leasectl.demo.fleet import FLEET, HANDLER, RUN_ENV
 from leasectl.demo.run import _external_target
 from leasectl.embedded import EmbeddedServer
 from leasectl.errors import LeasectlError
@@ -31,7 +31,7 @@ from leasectl.store import Store
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_MODULE = b"leasectl.demo.worker"
+WORKER_MARK = HANDLER.encode()  # demo workers are `leasectl worker --handler` this
 
 # Short leases and a chaos period that fits a stall and a SIGKILL into a few seconds.
 FAST = FleetConfig(
@@ -47,17 +47,19 @@ FAST = FleetConfig(
 
 
 def demo_workers(run_id: str) -> list[tuple[int, int]]:
-    """(pid, ppid) of live demo worker processes whose argv carries this run's token."""
+    """(pid, ppid) of live demo worker processes whose environment carries this run's token."""
     found = []
+    token = f"{RUN_ENV}={run_id}".encode()
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
             stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if WORKER_MODULE in argv and run_id.encode() in argv and stat[0] not in ("Z", "X"):
+        if WORKER_MARK in argv and token in environ and stat[0] not in ("Z", "X"):
             found.append((int(name), int(stat[1])))
     return found
 
@@ -73,7 +75,7 @@ def my_children() -> list[int]:
             stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
         except OSError:
             continue
-        if WORKER_MODULE in argv and int(stat[1]) == os.getpid() and stat[0] not in ("Z", "X"):
+        if WORKER_MARK in argv and int(stat[1]) == os.getpid() and stat[0] not in ("Z", "X"):
             found.append(int(name))
     return found
 

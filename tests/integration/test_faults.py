@@ -7,12 +7,17 @@ It runs with synchronous_commit on, so that an immediate shutdown loses no ackno
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,7 +31,7 @@ from leasectl.errors import ConnectionFailed
 from leasectl.models import JobStatus
 from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig
-from leasectl.worker import JobContext, Worker, WorkerConfig
+from leasectl.worker import JobContext, Worker, WorkerConfig, worker_store
 from tests.util import wait_until
 
 pytestmark = pytest.mark.slow
@@ -207,9 +212,8 @@ def test_worker_offline_presumes_its_lease_lost_then_recovers(
     with Store.connect(dsn, "leasectl") as store:
         [job_id] = store.enqueue([{}], queue="q")
     handler = Blocker()
-    # A short pool timeout bounds each failed heartbeat (the CLI's worker waits up to 10 s).
-    store = Store.connect(dsn, "leasectl", max_size=3, pool_timeout=0.5)
     cfg = config(lease_ttl=timedelta(milliseconds=1500))
+    store = worker_store(dsn, "leasectl", cfg)
     worker = Worker(dsn, "leasectl", cfg, handler, store=store)
     with contextlib.closing(store), running(worker):
         assert handler.started.wait(20)
@@ -240,7 +244,8 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
     with Store.connect(dsn, "leasectl") as store:
         store.enqueue([{}], queue="q")
     handler = Blocker()
-    store = Store.connect(dsn, "leasectl", max_size=3, pool_timeout=0.5)
+    cfg = config(lease_ttl=timedelta(milliseconds=1500))
+    store = worker_store(dsn, "leasectl", cfg)
     in_flight, let_go, returned = threading.Event(), threading.Event(), threading.Event()
     hold = threading.Event()
     heartbeat = store.heartbeat
@@ -253,9 +258,7 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
         return heartbeat(*args, **kwargs)
 
     monkeypatch.setattr(store, "heartbeat", stuck_heartbeat)
-    worker = Worker(
-        dsn, "leasectl", config(lease_ttl=timedelta(milliseconds=1500)), handler, store=store
-    )
+    worker = Worker(dsn, "leasectl", cfg, handler, store=store)
     with contextlib.closing(store), running(worker):
         assert handler.started.wait(20)
         hold.set()
@@ -273,6 +276,99 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
         finally:
             let_go.set()
             server.start()
+
+
+def cli_worker(dsn: str, log: Path, handler: str, *args: str) -> subprocess.Popen[bytes]:
+    """A `leasectl worker` process on queue q, with this module's lease settings."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "leasectl", "worker",
+                "--queue", "q", "--handler", handler, "--lease-ttl", "1500ms",
+                "--heartbeat-every", "300ms", "--poll-interval", "50ms", "--grace", "1s",
+                *args,
+            ],
+            cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "LEASECTL_DSN": dsn, "LEASECTL_SCHEMA": "leasectl"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def test_the_leasectl_worker_command_cancels_at_the_lease_deadline_and_recovers(
+    server: EmbeddedServer, dsn: str, tmp_path: Path
+) -> None:
+    """The same outage on the path users run: a `leasectl worker` process. With the server
+    stopped mid-lease, the handler is told by the lease deadline (while the server is still
+    down, and well within the CLI's former 10 s pool timeout), and once the server is back
+    the worker takes the lapsed job over as a new attempt and goes on."""
+    with Store.connect(dsn, "leasectl") as store:
+        [job_id] = store.enqueue([{"dir": str(tmp_path)}], queue="q")
+    ready, log = tmp_path / "ready", tmp_path / "worker.log"
+    proc = cli_worker(dsn, log, "tests.handlers:hold_until_lost", "--ready-file", str(ready))
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, what="the worker to start")
+        wait_until(lambda: (tmp_path / "started").exists(), what="the handler to start")
+        server.stop(mode="immediate")
+        try:
+            wait_until(
+                lambda: (tmp_path / "cancelled").exists() or proc.poll() is not None,
+                timeout=40,
+                what="the handler to be told its lease is lost",
+            )
+            assert not server.is_running()
+            assert proc.poll() is None, log.read_text()
+            cancelled_at, deadline = map(float, (tmp_path / "cancelled").read_text().split())
+            assert deadline <= cancelled_at < deadline + 10, "not cancelled by the lease deadline"
+        finally:
+            server.start()
+        wait_until(lambda: statuses(dsn)[job_id] == "Completed", what="the job to complete")
+        assert attempts(dsn, job_id) == [(1, "expired"), (2, "completed")]
+        assert proc.poll() is None, log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert "could not heartbeat" in log.read_text() or "no heartbeat" in log.read_text()
+
+
+def test_the_leasectl_worker_command_waits_for_the_server_with_start_retry(
+    server: EmbeddedServer, dsn: str, tmp_path: Path
+) -> None:
+    """Without --start-retry a worker whose server is down exits 1 at once; with it, the worker
+    keeps trying, and is ready (registered and listening) and working once the server is up."""
+    server.stop(mode="fast")
+    try:
+        impatient = cli_worker(dsn, tmp_path / "impatient.log", "tests.handlers:noop")
+        assert impatient.wait(60) == 1
+        lines = (tmp_path / "impatient.log").read_text().splitlines()
+        assert len(lines) == 1 and "cannot connect" in lines[0], lines
+        ready, log = tmp_path / "ready", tmp_path / "patient.log"
+        proc = cli_worker(
+            dsn, log, "tests.handlers:noop", "--start-retry", "60s", "--ready-file", str(ready)
+        )
+        wait_until(
+            lambda: "cannot start yet" in log.read_text() or proc.poll() is not None,
+            what="the worker to try and wait",
+        )
+        assert proc.poll() is None and not ready.exists(), log.read_text()
+    finally:
+        server.start()
+    try:
+        wait_until(lambda: ready.exists() or proc.poll() is not None, what="the worker to start")
+        assert proc.poll() is None, log.read_text()
+        with Store.connect(dsn, "leasectl") as store:
+            [job_id] = store.enqueue([{}], queue="q")
+        wait_until(lambda: statuses(dsn)[job_id] == "Completed", what="the job to complete")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+        assert not ready.exists(), "the ready file outlived the worker"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 # -- a reply lost after the commit ---------------------------------------------------------------

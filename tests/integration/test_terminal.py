@@ -27,7 +27,7 @@ from typing import IO
 import psycopg
 import pytest
 
-from leasectl.demo.fleet import WORKER_MODULE
+from leasectl.demo.fleet import HANDLER
 from leasectl.embedded import EmbeddedServer
 from tests.integration.test_cli import _env
 from tests.util import wait_until
@@ -286,7 +286,7 @@ def demo_workers_of(pid: int) -> list[int]:
         except OSError:
             continue
         parent = argv[argv.index(b"--parent-pid") + 1] if b"--parent-pid" in argv else b""
-        if WORKER_MODULE.encode() in argv and parent == str(pid).encode() and state not in "ZX":
+        if HANDLER.encode() in argv and parent == str(pid).encode() and state not in "ZX":
             found.append(int(name))
     return found
 

@@ -24,29 +24,40 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProc:
+    """A real `leasectl worker` process (the command users run); ready once its --ready-file
+    exists. The DSN goes in $LEASECTL_DSN, as a deployment would pass it."""
+
     def __init__(self, dsn: str, queue: str, handler: str, worker_id: str, log: Path, *args: str):
         self.worker_id = worker_id
         self.log = log
         self.out = log.open("w")
+        ready = log.with_suffix(".ready")
         self.proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "tests.worker_proc",
-                dsn,
+                "leasectl",
+                "worker",
+                "--queue",
                 queue,
+                "--handler",
                 handler,
                 "--worker-id",
                 worker_id,
+                "--poll-interval",
+                "50ms",
+                "--ready-file",
+                str(ready),
                 *args,
             ],
             cwd=ROOT,
+            env={**os.environ, "LEASECTL_DSN": dsn, "LEASECTL_SCHEMA": "leasectl"},
             stdout=self.out,
             stderr=subprocess.STDOUT,
             text=True,
         )
         wait_until(
-            lambda: "ready" in self.log.read_text() or self.proc.poll() is not None,
+            lambda: ready.exists() or self.proc.poll() is not None,
             what=f"{worker_id} to start",
         )
         assert self.proc.poll() is None, self.log.read_text()
@@ -109,10 +120,10 @@ def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_anoth
         "victim",
         "--concurrency",
         "3",
-        "--ttl",
-        "1",
-        "--heartbeat",
-        "0.2",
+        "--lease-ttl",
+        "1s",
+        "--heartbeat-every",
+        "200ms",
     )
     wait_until(
         lambda: all(s[1] == "Processing" and s[3] == "victim" for s in jobs_state(sql_conn, ids)),
@@ -152,7 +163,13 @@ def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
 ) -> None:
     [job_id] = store.enqueue([{"seconds": 1.5}], queue="z")
     zombie = workers(
-        "z", "tests.handlers:sleep_ignoring_cancel", "zombie", "--ttl", "1", "--heartbeat", "0.25"
+        "z",
+        "tests.handlers:sleep_ignoring_cancel",
+        "zombie",
+        "--lease-ttl",
+        "1s",
+        "--heartbeat-every",
+        "250ms",
     )
     wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "zombie", what="zombie to claim")
     zombie.signal(signal.SIGSTOP)
@@ -197,7 +214,7 @@ def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
         "--concurrency",
         "2",
         "--grace",
-        "0.3",
+        "300ms",
     )
     wait_until(lambda: all(s[3] == "graceful" for s in jobs_state(sql_conn, ids)))
     w.signal(signal.SIGTERM)
@@ -217,7 +234,7 @@ def test_sigterm_lets_a_short_handler_finish_within_the_grace_period(
     store: Store, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
     [job_id] = store.enqueue([{"seconds": 0.5}], queue="g")
-    w = workers("g", "tests.handlers:sleep_ignoring_cancel", "patient", "--grace", "20")
+    w = workers("g", "tests.handlers:sleep_ignoring_cancel", "patient", "--grace", "20s")
     wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "patient")
     w.signal(signal.SIGTERM)
     assert w.wait() == 0
@@ -230,7 +247,8 @@ def test_handler_exceptions_become_failures_with_backoff(
 ) -> None:
     [retry_id] = store.enqueue([{}], queue="f", max_attempts=3)
     [perm_id] = store.enqueue([{}], queue="p", max_attempts=3)
-    workers("f", "tests.handlers:boom", "failing")
+    # A long backoff keeps the second attempt away while the first failure is looked at.
+    workers("f", "tests.handlers:boom", "failing", "--retry-base", "30s")
     workers("p", "tests.handlers:permanent", "permanent")
     wait_until(lambda: store.get_job(retry_id).last_error is not None)
     job = store.get_job(retry_id)
@@ -240,3 +258,20 @@ def test_handler_exceptions_become_failures_with_backoff(
     assert job.run_at > job.updated_at, "retry is delayed by the backoff"
     wait_until(lambda: store.get_job(perm_id).status == JobStatus.FAILED)
     assert store.get_job(perm_id).attempts == 1
+
+
+def test_a_ready_file_in_a_missing_directory_is_a_usage_error(db_dsn: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "leasectl", "worker", "--queue", "q",
+            "--handler", "tests.handlers:noop", "--ready-file", str(tmp_path / "no" / "ready"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "LEASECTL_DSN": db_dsn, "LEASECTL_SCHEMA": "leasectl"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--ready-file: no directory" in proc.stderr

@@ -1,34 +1,29 @@
-"""One chaos worker process: ``python -m bench.chaos_worker DSN SCHEMA WORKER_ID [options]``.
+"""The chaos soak's handler, run by real ``leasectl worker --handler bench.chaos_handlers:handle``
+processes.
 
-Runs the real ``leasectl.worker.Worker`` with a handler that records every execution (job id,
-attempt, worker, start and end on the database clock) in ``chaos_executions`` through its own
-connection, committed before the handler returns. Prints ``ready <worker_id>`` once it works.
-
-The payload steers the handler: ``ms`` of work, ``stubborn`` (ignore ``ctx.cancelled``, so only
+Every execution (job id, attempt, worker, start and end on the database clock) is recorded in
+``chaos_executions`` through the handler's own connection, committed before the handler
+returns. The payload steers it: ``ms`` of work, ``stubborn`` (ignore ``ctx.cancelled``, so only
 fencing can stop the result), ``fail`` (raise on the first attempt, to exercise retries).
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
+import os
 import random
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 
 from leasectl.errors import ConnectionFailed
-from leasectl.worker import JobContext, Worker, WorkerConfig
+from leasectl.worker import JobContext
 
 T = TypeVar("T")
-log = logging.getLogger("chaos.worker")
 
 
 class Cancelled(Exception):
@@ -103,14 +98,28 @@ class Recorder:
             conn.close()
 
 
-RECORDER: Recorder | None = None
+_RECORDER: Recorder | None = None
+_RECORDER_LOCK = threading.Lock()
+
+
+def recorder(worker_id: str) -> Recorder:
+    """The process's recorder, made on first use from the worker's own environment (the soak
+    passes the DSN and schema in $LEASECTL_DSN and $LEASECTL_SCHEMA, as to the worker)."""
+    global _RECORDER
+    with _RECORDER_LOCK:
+        if _RECORDER is None:
+            _RECORDER = Recorder(
+                os.environ["LEASECTL_DSN"], os.environ["LEASECTL_SCHEMA"], worker_id
+            )
+        return _RECORDER
 
 
 def handle(ctx: JobContext) -> None:
-    assert RECORDER is not None
+    """The soak's handler: record the execution, work ``ms``, honour or ignore cancellation."""
+    rec = recorder(ctx.lease.owner)
     payload = ctx.payload if isinstance(ctx.payload, dict) else {}
     stubborn = bool(payload.get("stubborn"))
-    started_at = RECORDER.clock(give_up=lambda: ctx.cancelled.is_set() and not stubborn)
+    started_at = rec.clock(give_up=lambda: ctx.cancelled.is_set() and not stubborn)
     end = time.monotonic() + float(payload.get("ms", 10)) / 1000
     cancelled = False
     while (left := end - time.monotonic()) > 0:
@@ -119,62 +128,8 @@ def handle(ctx: JobContext) -> None:
             break
     fail = bool(payload.get("fail")) and ctx.lease.attempt == 1
     outcome = "cancelled" if cancelled else "error" if fail else "ok"
-    RECORDER.record(ctx, started_at, outcome)
+    rec.record(ctx, started_at, outcome)
     if cancelled:
         raise Cancelled(f"job {ctx.job.id} attempt {ctx.lease.attempt}")
     if fail:
         raise RuntimeError("injected failure on the first attempt")
-
-
-def main() -> None:
-    global RECORDER
-    p = argparse.ArgumentParser()
-    p.add_argument("dsn")
-    p.add_argument("schema")
-    p.add_argument("worker_id")
-    p.add_argument("--queue", default="chaos")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--ttl", type=float, default=2.0)
-    p.add_argument("--heartbeat", type=float, default=0.5)
-    p.add_argument("--grace", type=float, default=1.0)
-    p.add_argument("--poll", type=float, default=0.1)
-    a = p.parse_args()
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("psycopg").setLevel(logging.ERROR)
-    RECORDER = Recorder(a.dsn, a.schema, a.worker_id)
-    config = WorkerConfig(
-        queues=(a.queue,),
-        concurrency=a.concurrency,
-        lease_ttl=timedelta(seconds=a.ttl),
-        heartbeat_every=timedelta(seconds=a.heartbeat),
-        grace=timedelta(seconds=a.grace),
-        poll_interval=timedelta(seconds=a.poll),
-        worker_id=a.worker_id,
-    )
-    worker = Worker(a.dsn, a.schema, config, handle)
-
-    def announce() -> None:
-        worker.started.wait()
-        print(f"ready {worker.worker_id}", flush=True)
-
-    threading.Thread(target=announce, daemon=True).start()
-    delay = 0.1
-    while True:
-        # The server may be restarting while this worker starts: retry the start-up only.
-        try:
-            stats = worker.run()
-            break
-        except ConnectionFailed as exc:
-            if worker.started.is_set():
-                raise
-            log.warning("chaos worker %s: cannot start yet: %s", a.worker_id, exc)
-            time.sleep(delay)
-            delay = min(2.0, delay * 2)
-    RECORDER.close()
-    print(f"stopped {stats}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,50 @@
+"""`leasectl worker --parent-pid`: a worker that must not outlive the process that started it.
+
+Two guards, so that it goes even when that process is SIGKILLed: PR_SET_PDEATHSIG (Linux: the
+kernel SIGKILLs the worker, which also ends one that is SIGSTOPped) and a watchdog thread that
+stops the worker gracefully when its parent pid changes (everywhere else).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from leasectl.worker import Worker
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL us when the parent's spawning thread ends; then close the race
+    where the parent died before the request took effect."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0) != 0:
+                log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+        except (OSError, AttributeError) as exc:
+            log.warning("prctl(PR_SET_PDEATHSIG) unavailable: %s", exc)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def watch_parent(worker: Worker, parent_pid: int) -> None:
+    """Stop the worker when its parent is gone; exit hard if the graceful stop hangs."""
+
+    def watch() -> None:
+        while not worker.stopping.wait(0.5):
+            if os.getppid() != parent_pid:
+                log.warning("the parent process (pid %d) is gone: stopping", parent_pid)
+                worker.stop()
+                time.sleep(worker.config.grace.total_seconds() + 5)
+                os._exit(1)
+
+    threading.Thread(target=watch, name="leasectl-parent-watch", daemon=True).start()
