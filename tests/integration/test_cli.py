@@ -158,7 +158,7 @@ BAD_INPUT = [
     pytest.param(
         ["worker", "-q", "q", "--handler", "nosuchmod:fn"],
         2,
-        ["cannot import handler module 'nosuchmod'", "No module named 'nosuchmod'"],
+        ["cannot import handler module 'nosuchmod': no such module"],
         id="handler-module",
     ),
     pytest.param(
