@@ -6,15 +6,19 @@ Every test that asks for ``db_dsn`` gets a fresh database cloned from a migrated
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo, sql
 
+from leasectl.embedded import EmbeddedServer
 from leasectl.store import Store
 from leasectl.worker import Worker, WorkerConfig
 
@@ -129,3 +133,15 @@ def run_worker(db_dsn: str) -> Iterator[Any]:
         worker.stop()
         thread.join(15)
         assert not thread.is_alive()
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """A directory for EmbeddedServer.default() that the server user can reach when root."""
+    parent = Path(tempfile.mkdtemp(prefix="leasectl-demo-test-"))
+    os.chmod(parent, 0o755)  # we created it; as root, `nobody` must traverse it
+    try:
+        yield parent / "embedded"
+    finally:
+        EmbeddedServer(parent / "embedded").stop(remove=True, mode="immediate")
+        shutil.rmtree(parent, ignore_errors=True)

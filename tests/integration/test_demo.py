@@ -6,14 +6,11 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -188,18 +185,6 @@ def test_console_runs_in_the_foreground_while_the_fleet_works(empty_db_dsn: str)
     assert not summary.interrupted and not summary.drained
     assert summary.lost == 0 and summary.workers_left == 0
     assert demo_workers(run_id) == [] and my_children() == []
-
-
-@pytest.fixture
-def embedded_dir() -> Iterator[Path]:
-    """A directory for EmbeddedServer.default() that the server user can reach when root."""
-    parent = Path(tempfile.mkdtemp(prefix="leasectl-demo-test-"))
-    os.chmod(parent, 0o755)  # we created it; as root, `nobody` must traverse it
-    try:
-        yield parent / "embedded"
-    finally:
-        EmbeddedServer(parent / "embedded").stop(remove=True, mode="immediate")
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 KILLED_DEMO = """

@@ -12,11 +12,9 @@ import contextlib
 import fcntl
 import os
 import select
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import termios
 import textwrap
 import time
@@ -324,31 +322,19 @@ run_demo(dsn=None, schema="leasectl", fresh=True, headless=False, duration=None,
 """
 
 
-@pytest.fixture
-def server_dir() -> Iterator[Path]:
-    """A directory for the demo's embedded server that the server user can reach when root."""
-    parent = Path(tempfile.mkdtemp(prefix="leasectl-terminal-test-"))
-    os.chmod(parent, 0o755)  # we created it; as root, `nobody` must traverse it
-    try:
-        yield parent / "embedded"
-    finally:
-        EmbeddedServer(parent / "embedded").stop(remove=True, mode="immediate")
-        shutil.rmtree(parent, ignore_errors=True)
-
-
 @pytest.mark.slow
 def test_a_demo_whose_console_hangs_stops_its_fleet_and_server(
-    server_dir: Path, tmp_path: Path
+    embedded_dir: Path, tmp_path: Path
 ) -> None:
-    env = {**_env(None), "LEASECTL_EMBEDDED_DIR": str(server_dir)}
+    env = {**_env(None), "LEASECTL_EMBEDDED_DIR": str(embedded_dir)}
     with terminal(["-c", STUCK_DEMO, str(tmp_path / "logs")], env) as term:
         term.wait_for(b"console up")
         pid = term.proc.pid
         wait_until(lambda: demo_workers_of(pid), what="the demo's workers")
-        assert EmbeddedServer(server_dir).is_running()
+        assert EmbeddedServer(embedded_dir).is_running()
         term.hang_up()
         wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the demo to exit")
         assert term.proc.returncode == 129
     # Its workers die with it; the server it started was told to stop before it went.
     wait_until(lambda: demo_workers_of(pid) == [], timeout=10, what="the workers to go")
-    wait_until(lambda: not EmbeddedServer(server_dir).is_running(), timeout=30, what="the server")
+    wait_until(lambda: not EmbeddedServer(embedded_dir).is_running(), timeout=30, what="the server")
