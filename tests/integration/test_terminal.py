@@ -296,7 +296,10 @@ def test_demo_stops_its_fleet_when_its_terminal_goes_away(empty_db_dsn: str) -> 
         wait_until(lambda: demo_workers_of(term.proc.pid), what="the demo's workers")
         term.hang_up()
         wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the demo to exit")
-        assert term.proc.returncode == 130  # interrupted, like a SIGINT: it stopped cleanly
+        # 130: the console closed and the demo stopped like on a SIGINT. 129: the console took
+        # longer than the watch's grace (seen on a loaded 2-core CI machine) and the watch's last
+        # resort stopped the fleet instead. Either way nothing of the demo outlives it.
+        assert term.proc.returncode in (129, 130)
         assert demo_workers_of(term.proc.pid) == []
 
 
