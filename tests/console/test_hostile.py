@@ -42,6 +42,7 @@ from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PanelTable
 from leasectl.literal import visible
 from leasectl.models import OwnerHealth, PanelJob
+from leasectl.present.jsonout import terminal_safe_json
 from tests.conftest import SCHEMA
 from tests.console.conftest import wait_until
 from tests.hostile import CORPUS, NAMES
@@ -327,7 +328,9 @@ def test_job_detail_shows_hostile_text_as_text(
             # owners before and after in its change.
             assert body.count(word(h.name)) >= 7, f"{where}: {word(h.name)!r}"
             assert_shown(body, h.text, f"{where}: last error", multiline=True)
-            assert_shown(body, json.dumps(h.text, ensure_ascii=False), f"{where}: payload")
+            # The payload as `inspect` shows it: its JSON text, escaped as --json escapes it.
+            payload = terminal_safe_json(json.dumps(h.text, ensure_ascii=False))
+            assert_shown(body, payload, f"{where}: payload")
             # The attempt's error and the event's reason, besides the last error.
             assert body.count(word(h.text)) >= 3, f"{where}: {word(h.text)!r}"
             if h.name == "[@click=app.quit]CLICK[/]":

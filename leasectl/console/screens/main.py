@@ -13,7 +13,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
 from leasectl.console import view
-from leasectl.console.view import Action, LeaseState
+from leasectl.console.view import Action
 from leasectl.console.widgets import show_text
 from leasectl.console.widgets.bars import PANEL_NAMES, StatusBar, Summary, banner_text, tabs_text
 from leasectl.console.widgets.tables import (
@@ -25,6 +25,8 @@ from leasectl.console.widgets.tables import (
     StuckTable,
 )
 from leasectl.models import JobStatus, PanelJob
+from leasectl.present.styles import LeaseState
+from leasectl.present.text import count_text
 
 if TYPE_CHECKING:
     from leasectl.console.app import ConsoleApp
@@ -173,9 +175,9 @@ class MainScreen(Screen[None]):
             zip(self.query(".panel"), specs, strict=True)
         ):
             count = total if total is not None else shown
-            title = f"{i + 1} {PANEL_NAMES[i]} · {view.count_text(count)}"
+            title = f"{i + 1} {PANEL_NAMES[i]} · {count_text(count)}"
             if total is not None and shown < total and not narrowed:
-                sub = f"showing {shown} of {view.count_text(total)}, {order}"
+                sub = f"showing {shown} of {count_text(total)}, {order}"
             elif narrowed and total is not None:
                 sub = f"{shown} matching the filter, {order}"
             else:
