@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from collections.abc import Callable
+from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -22,9 +23,6 @@ from leasectl.present.detail import detail_renderables
 from leasectl.present.styles import status_text
 from leasectl.present.times import local_stamp
 
-if TYPE_CHECKING:
-    from leasectl.console.app import ConsoleApp
-
 # An error or a reason in a table cell is cut here: the column is narrow, and 100,000 characters
 # folded into it would be thousands of lines. (The job's last error is shown whole.)
 CELL_LIMIT = 2000
@@ -36,14 +34,12 @@ class DetailScreen(Screen[None]):
         Binding("ctrl+r", "reload", "Reload"),
     ]
 
-    def __init__(self, job_id: int) -> None:
+    def __init__(self, job_id: int, load: Callable[[int], JobDetail]) -> None:
+        """``load`` reads the job (in a thread: it may block on the database)."""
         super().__init__()
         self.job_id = job_id
+        self.load = load
         self.detail: JobDetail | None = None
-
-    @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f" Job #{self.job_id}", style="bold"), id="detail-title")
@@ -63,7 +59,7 @@ class DetailScreen(Screen[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _load(self, job_id: int) -> None:
         try:
-            detail = self.console.source.inspect(job_id)
+            detail = self.load(job_id)
         except LeasectlError as exc:
             self.post_message(DetailFailed(job_id, str(exc)))
         except Exception as exc:
