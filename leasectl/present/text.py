@@ -11,17 +11,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich import box
+from rich.console import OverflowMethod
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
 from leasectl.literal import visible
 
 
-def lit(value: str, style: str = "", *, multiline: bool = False) -> Text:
-    """A value from the database or the command line as a cell: literal text, never markup,
-    with controls, escapes and bidi characters shown as visible escapes. ``multiline`` keeps
-    newlines and tabs (a traceback, a reason); otherwise the value stays on one line."""
-    return Text(visible(value, multiline=multiline), style=style)
+def lit(
+    value: str,
+    style: StyleType = "",
+    *,
+    multiline: bool = False,
+    no_wrap: bool | None = None,
+    overflow: OverflowMethod | None = None,
+) -> Text:
+    """A value from the database, the command line or the user (queue names, payloads, errors,
+    worker ids, reasons, filters) as a cell: literal text, never markup, with controls, escapes
+    and bidi characters shown as visible escapes. A ``Text`` is never parsed as markup, so
+    ``[@click=...]`` or ``[/]`` are characters; a plain ``str`` would be parsed as markup by
+    Textual, so every console cell, line and dialog that shows such text is made here too.
+    ``multiline`` keeps newlines and tabs (a traceback, a reason); otherwise the value stays on
+    one line."""
+    return Text(
+        visible(value, multiline=multiline), style=style, no_wrap=no_wrap, overflow=overflow
+    )
 
 
 def num(n: int, *, alert: str | None = None) -> Text:

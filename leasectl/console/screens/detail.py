@@ -16,11 +16,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from leasectl.console.messages import DetailFailed, DetailLoaded
-from leasectl.console.widgets import literal
 from leasectl.errors import LeasectlError
 from leasectl.models import JobDetail
 from leasectl.present.detail import detail_renderables
 from leasectl.present.styles import status_text
+from leasectl.present.text import lit
 from leasectl.present.times import local_stamp
 
 # An error or a reason in a table cell is cut here: the column is narrow, and 100,000 characters
@@ -74,7 +74,7 @@ class DetailScreen(Screen[None]):
 
     def on_detail_failed(self, message: DetailFailed) -> None:
         self.query_one("#detail-content", Static).update(
-            literal(f"cannot load job #{message.job_id}: {message.error}", "red")
+            lit(f"cannot load job #{message.job_id}: {message.error}", "red")
         )
 
 
@@ -82,7 +82,7 @@ def title(d: JobDetail) -> Text:
     job = d.job
     text = Text()
     text.append(f" Job #{job.id} ", style="bold reverse")
-    text.append_text(literal(f"  {job.queue}  ", "bold"))
+    text.append_text(lit(f"  {job.queue}  ", "bold"))
     text.append_text(status_text(job.status, bold=True))
     text.append(f"   as of {local_stamp(d.db_now)} (database clock)", style="dim")
     return text

@@ -13,10 +13,10 @@ from textual.widgets import Sparkline, Static
 
 from leasectl.config import format_duration
 from leasectl.console.view import ConsoleFilter
-from leasectl.console.widgets import literal, show_text
+from leasectl.console.widgets import show_text
 from leasectl.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
-from leasectl.present.text import count_text, estimate_text
+from leasectl.present.text import count_text, estimate_text, lit
 from leasectl.present.times import local_clock, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
@@ -54,10 +54,10 @@ class StatusBar(Horizontal):
         else:
             left.append(" ✖ disconnected ", style="bold white on red")
         left.append("  ")
-        left.append_text(literal(s.where, "bold"))  # DSN parts: untrusted
+        left.append_text(lit(s.where, "bold"))  # DSN parts: untrusted
         if s.server_version:
             version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
-            left.append_text(literal(f"  PostgreSQL {version}", "dim"))
+            left.append_text(lit(f"  PostgreSQL {version}", "dim"))
         right = Text()
         if s.read_only:
             right.append(" READ-ONLY ", style="bold white on dark_red")
@@ -85,7 +85,7 @@ def banner_text(s: Status) -> Text | None:
         text.append("✖ DATABASE UNREACHABLE ", style="bold")
     else:
         text.append("✖ REFRESH FAILED ", style="bold")
-    text.append_text(literal(s.error))  # the server's message may quote stored values
+    text.append_text(lit(s.error))  # the server's message may quote stored values
     if s.polling:
         text.append(f" · retrying now (attempt {s.attempt + 1})", style="bold")
     elif s.retry_in is not None:
@@ -138,7 +138,7 @@ class Summary(Horizontal):
 def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Text]:
     """The summary in groups that are never split across lines."""
     c = snap.counts
-    scope = literal(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
+    scope = lit(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
     pending = Text.assemble(
         ("Pending ", "dim"),
         (count_text(c.pending), "bold"),

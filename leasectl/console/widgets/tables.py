@@ -33,7 +33,7 @@ from textual.widgets import DataTable
 from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import Verdict
-from leasectl.console.widgets import literal, same_cells, same_text
+from leasectl.console.widgets import same_cells, same_text
 from leasectl.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.styles import (
     EXPIRED_STYLE,
@@ -44,6 +44,7 @@ from leasectl.present.styles import (
     STATUS_STYLE,
     LeaseState,
 )
+from leasectl.present.text import lit
 from leasectl.present.times import age, countdown, due_text, waiting_text
 
 Row = TypeVar("Row")
@@ -433,7 +434,7 @@ class PendingTable(JobTable):
         dim = "dim" if delayed else ""
         return (
             self.id_cell(item, ctx, dim),
-            literal(item.queue, dim),
+            lit(item.queue, dim),
             Text(str(item.priority), style=dim, justify="right"),
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
@@ -465,9 +466,9 @@ class ProcessingTable(JobTable):
         return (
             marker,
             self.id_cell(item, ctx, style),
-            literal(item.queue, style),
+            lit(item.queue, style),
             Text(countdown(ctx.now, item.lease_until), style=style, justify="right"),
-            literal(view.short_owner(item.lease_owner, 24), style),
+            lit(view.short_owner(item.lease_owner, 24), style),
             Text(age(ctx.now, item.heartbeat_at), justify="right"),
             self.attempts_cell(item, style),
         )
@@ -498,15 +499,15 @@ class StuckTable(JobTable):
         error = (item.last_error or "")[:200].replace("\n", " ")
         return (
             self.id_cell(item, ctx, EXPIRED_STYLE if expired else ""),
-            literal(item.queue),
+            lit(item.queue),
             Text("expired", style=EXPIRED_STYLE)
             if expired
             else Text("Stuck", style=STATUS_STYLE[JobStatus.STUCK]),
             Text(age(ctx.now, lapsed), justify="right"),
             self.attempts_cell(item),
             diag,
-            literal(view.short_owner(item.lease_owner, 24)),
-            literal(error, "dim", no_wrap=True, overflow="ellipsis"),
+            lit(view.short_owner(item.lease_owner, 24)),
+            lit(error, "dim", no_wrap=True, overflow="ellipsis"),
         )
 
 
@@ -541,10 +542,10 @@ class OwnersTable(PanelTable[OwnerHealth]):
             if item.heartbeat_every is not None and item.lease_ttl is not None
             else "-"
         )
-        owner = literal(item.owner)
+        owner = lit(item.owner)
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
-            owner.append_text(literal(f" ({host})", "dim"))  # the default worker id already says it
+            owner.append_text(lit(f" ({host})", "dim"))  # the default worker id already says it
         return (
             owner,
             Text(FRESHNESS_MARK[item.freshness], style=style),
@@ -553,5 +554,5 @@ class OwnersTable(PanelTable[OwnerHealth]):
             Text(str(item.expired), style=EXPIRED_STYLE if item.expired else "", justify="right"),
             next_text,
             Text(intervals, style="dim"),
-            literal(", ".join(item.queues), "dim"),
+            lit(", ".join(item.queues), "dim"),
         )
