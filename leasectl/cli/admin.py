@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any, TypeAlias
 
 import typer
 
@@ -12,33 +12,20 @@ from leasectl.cli.root import _globals, _say, _store
 from leasectl.errors import UsageError
 from leasectl.literal import echo, visible
 
+# One kind of grant's option: the roles to grant it to.
+Roles: TypeAlias = list[str] | None
+
+
+def _roles(may: str) -> Any:
+    return typer.Option(metavar="ROLE", help=f"{may} (repeatable).", show_default=False)
+
 
 def grant(
     ctx: typer.Context,
-    viewer: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="ROLE",
-            help="May run status, inspect and the console read-only (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    operator: Annotated[
-        list[str] | None,
-        typer.Option(
-            metavar="ROLE",
-            help="Viewer + requeue, mark-stuck, requeue-stuck, watch (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    worker: Annotated[
-        list[str] | None,
-        typer.Option(metavar="ROLE", help="May run workers (repeatable).", show_default=False),
-    ] = None,
-    producer: Annotated[
-        list[str] | None,
-        typer.Option(metavar="ROLE", help="May enqueue jobs (repeatable).", show_default=False),
-    ] = None,
+    viewer: Annotated[Roles, _roles("May run status, inspect and the console read-only")] = None,
+    operator: Annotated[Roles, _roles("Viewer + requeue, mark-stuck, requeue-stuck, watch")] = None,
+    worker: Annotated[Roles, _roles("May run workers")] = None,
+    producer: Annotated[Roles, _roles("May enqueue jobs")] = None,
     print_sql: Annotated[
         bool, typer.Option("--print-sql", help="Print the SQL for a DBA; change nothing.")
     ] = False,
