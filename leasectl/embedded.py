@@ -69,7 +69,7 @@ def _is_root() -> bool:
 
 
 def _one_line(text: str) -> str:
-    """Error messages must fit on one line: cli.py prints them as is."""
+    """Error messages must fit on one line: the CLI prints them as is."""
     return " ".join(text.split())
 
 

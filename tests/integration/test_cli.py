@@ -388,7 +388,7 @@ def test_internal_errors_are_one_line(db_dsn: str) -> None:
     env = _env(db_dsn)
     code = (
         "import sys; from leasectl import cli; "
-        "cli.Store.connect = lambda *a, **k: 1 / 0; "
+        "cli.root.Store.connect = lambda *a, **k: 1 / 0; "
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
@@ -411,7 +411,7 @@ def test_interrupt_exits_130_quietly(db_dsn: str) -> None:
     code = (
         "import sys; from leasectl import cli\n"
         "def interrupted(*a, **k): raise KeyboardInterrupt\n"
-        "cli.Store.connect = interrupted\n"
+        "cli.root.Store.connect = interrupted\n"
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
