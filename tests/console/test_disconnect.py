@@ -13,7 +13,7 @@ from textual.widgets import Static
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PendingTable
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.store import Store
 from tests.conftest import SCHEMA
 from tests.console.conftest import wait_until

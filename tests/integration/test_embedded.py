@@ -23,7 +23,8 @@ import psycopg
 import pytest
 
 import leasectl
-from leasectl.embedded import EmbeddedServer, _source_pginstall, install_dir, pg_bin
+from leasectl.db.embedded import EmbeddedServer, install_dir, pg_bin
+from leasectl.db.embedded.binaries import _source_pginstall
 
 REPO_ROOT = Path(leasectl.__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
@@ -65,7 +66,7 @@ def child_env() -> dict[str, str]:
 START_IN_CHILD = """
 import sys
 from pathlib import Path
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 srv = EmbeddedServer(Path(sys.argv[1]))
 srv.start()
 print(srv.postmaster_pid(), srv.port)
@@ -245,7 +246,8 @@ def test_root_runs_unprivileged_and_touches_no_foreign_directory() -> None:
 NON_ROOT_ROUND_TRIP = """
 import sys
 import psycopg
-from leasectl.embedded import EmbeddedServer, install_dir, _source_pginstall
+from leasectl.db.embedded import EmbeddedServer, install_dir
+from leasectl.db.embedded.binaries import _source_pginstall
 assert install_dir() == _source_pginstall(), (install_dir(), _source_pginstall())
 srv = EmbeddedServer.temporary()
 try:
@@ -303,7 +305,7 @@ def _interpreter_for(user: pwd.struct_passwd, scratch: Path) -> tuple[str, list[
         for candidate in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
             try:
                 probe = subprocess.run(
-                    [candidate, "-c", "import leasectl.embedded, psycopg"],
+                    [candidate, "-c", "import leasectl.db.embedded, psycopg"],
                     user=user.pw_uid,
                     group=user.pw_gid,
                     extra_groups=[],
