@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 import leasectl
 from leasectl.db.embedded import EmbeddedServer, install_dir, pg_bin
 from leasectl.db.embedded.binaries import _source_pginstall
+from tests.util import wait_until
 
 REPO_ROOT = Path(leasectl.__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
@@ -71,13 +71,6 @@ srv = EmbeddedServer(Path(sys.argv[1]))
 srv.start()
 print(srv.postmaster_pid(), srv.port)
 """
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.02)
 
 
 def pid_gone(pid: int) -> bool:
@@ -188,7 +181,7 @@ def test_start_kills_orphaned_backends(server: EmbeddedServer) -> None:
         assert not pid_gone(backend)  # orphaned, still attached
 
         server.start()
-        wait_until(lambda: pid_gone(backend))
+        wait_until(lambda: pid_gone(backend), timeout=10.0, what="the orphaned backend to exit")
         assert rows(server) == ["kept"]
     finally:
         conn.close()
