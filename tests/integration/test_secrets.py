@@ -33,7 +33,7 @@ from leasectl import config
 from leasectl.cli import stderr
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from tests.conftest import SCHEMA
 from tests.integration.test_cli import _env
 from tests.util import wait_until
