@@ -44,7 +44,7 @@ import psycopg
 from psycopg import sql
 
 from leasectl.config import parse_duration
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.errors import ConnectionFailed, LeasectlError
 from leasectl.models import JobStatus, SeenState
 from leasectl.store import Store

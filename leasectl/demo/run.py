@@ -45,10 +45,10 @@ from typing import Any, Protocol, TextIO, cast
 
 from leasectl import terminal
 from leasectl.config import DEFAULT_SCHEMA, safe_dsn, validate_dsn
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.demo import db
 from leasectl.demo.fleet import FLEET, Fleet, FleetConfig
 from leasectl.demo.traffic import Traffic
-from leasectl.embedded import EmbeddedServer
 from leasectl.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
 from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig, run_pass

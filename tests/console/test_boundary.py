@@ -15,7 +15,7 @@ CORE = [
     "leasectl.store",
     "leasectl.watcher",
     "leasectl.worker",
-    "leasectl.embedded",
+    "leasectl.db.embedded",
 ]
 
 

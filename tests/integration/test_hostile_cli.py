@@ -31,7 +31,7 @@ import pytest
 from psycopg import conninfo, sql
 from psycopg.types.json import Jsonb
 
-from leasectl.cli import MESSAGE_LIMIT
+from leasectl.cli.stderr import MESSAGE_LIMIT
 from leasectl.literal import ECHO_LIMIT, echo, visible
 from leasectl.present.jsonout import dumps
 from tests.hostile import CORPUS, ESC, MARKUP, NAMES, TERMINAL, UNICODE

@@ -29,10 +29,11 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import cli, config
+from leasectl import config
+from leasectl.cli import stderr
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from tests.conftest import SCHEMA
 from tests.integration.test_cli import _env
 from tests.util import wait_until
@@ -433,7 +434,7 @@ def test_debug_traceback_of_an_internal_error(channel: str, form: str) -> None:
         "import os, sys; from leasectl import cli\n"
         "def connect(dsn, *a, **k):\n"
         "    raise RuntimeError(f'cannot use {dsn} with {os.environ.get(\"PGPASSWORD\")}')\n"
-        "cli.Store.connect = connect\n"
+        "cli.root.Store.connect = connect\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     environ = {**_env(None), **env, "LEASECTL_DEBUG": "1"}
@@ -513,14 +514,14 @@ def test_warnings_and_logs_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> N
     said = f"something about {password} and {quote(password, safe='')}"
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    cli._given_args[:] = ["--dsn", f"postgresql://app:{password}@127.0.0.1/db"]
+    stderr._given_args[:] = ["--dsn", f"postgresql://app:{password}@127.0.0.1/db"]
     try:
-        cli._warn(said)
-        cli._setup_logging(cli.LogLevel.INFO)  # as `worker` and `watch` do
+        stderr._warn(said)
+        stderr._setup_logging(stderr.LogLevel.INFO)  # as `worker` and `watch` do
         record = logging.LogRecord("leasectl", logging.ERROR, __file__, 1, said, None, None)
         logged = root.handlers[0].format(record)
     finally:
-        cli._given_args.clear()
+        stderr._given_args.clear()
         root.handlers[:] = handlers
         root.setLevel(level)
     err = capsys.readouterr().err

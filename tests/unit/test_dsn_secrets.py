@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import conninfo
 
-from leasectl import cli, config
+from leasectl import config
+from leasectl.cli import redaction
 from leasectl.errors import ConfigError
 
 SECRET_TOKENS = ("Kq7v", "Wm3x", "Zr9p")
@@ -116,7 +117,7 @@ def test_the_scrub_finds_every_password(password: str) -> None:
         f"host=db.example dbname=orders password='{escaped}' user=app",
         f"host=db.example password='{escaped}",  # unterminated: libpq cannot parse it
     ):
-        assert password in cli.secrets_in(["--dsn", dsn]), dsn
+        assert password in redaction.secrets_in(["--dsn", dsn]), dsn
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_the_scrub_finds_every_password(password: str) -> None:
     ],
 )
 def test_secret_candidates(no_dsn_env: pytest.MonkeyPatch, dsn: str, pieces: list[str]) -> None:
-    found = cli.secrets_in(["status", "--dsn", dsn])
+    found = redaction.secrets_in(["status", "--dsn", dsn])
     assert set(pieces) <= set(found), found
     assert found == sorted(found, key=len, reverse=True)  # a password before its pieces
     assert "app" not in found and "x" not in found  # short pieces would garble messages
@@ -147,17 +148,19 @@ def test_secret_channels(no_dsn_env: pytest.MonkeyPatch) -> None:
     no_dsn_env.setenv("LEASECTL_DSN", "host=db password=Kq7v")
     no_dsn_env.setenv("DATABASE_URL", "postgresql://app:Wm3x@db/x")
     no_dsn_env.setenv("PGPASSWORD", "Zr9p")
-    found = cli.secrets_in(["--dsn=postgresql://app:Tj5n@db/x", "status"])
+    found = redaction.secrets_in(["--dsn=postgresql://app:Tj5n@db/x", "status"])
     assert {"Kq7v", "Wm3x", "Zr9p", "Tj5n"} <= set(found)
 
 
 def test_scrub_replaces_longest_first() -> None:
     message = "cannot connect to Wm3x@127.0.0.1: failed to resolve host 'Wm3x@127.0.0.1'"
-    secrets = cli.secrets_in(["--dsn", "postgresql://app:Kq7v@Wm3x@127.0.0.1:1/x"])
-    assert cli.scrub(message, secrets) == "cannot connect to ***: failed to resolve host '***'"
+    secrets = redaction.secrets_in(["--dsn", "postgresql://app:Kq7v@Wm3x@127.0.0.1:1/x"])
+    assert (
+        redaction.scrub(message, secrets) == "cannot connect to ***: failed to resolve host '***'"
+    )
 
 
 def test_key_value_values_as_libpq_reads_them() -> None:
     text = "password='a\\'b c\\\\' x"
-    assert cli._kv_value(text, len("password=")) == ("a'b c\\", "a\\'b c\\\\")
+    assert redaction._kv_value(text, len("password=")) == ("a'b c\\", "a\\'b c\\\\")
     assert conninfo.conninfo_to_dict(text.removesuffix(" x"))["password"] == "a'b c\\"

@@ -1,0 +1,1 @@
+"""The data layer: the only package that talks to PostgreSQL."""
