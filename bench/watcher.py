@@ -22,7 +22,7 @@ import psycopg
 
 from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, median, seed_pending, stop, table
 from bench.drain import leasectl_system, split
-from leasectl.output import LISTED_JOBS
+from leasectl.present.actions import LISTED_JOBS
 from leasectl.store import CLAIM_FROM_HEAD, Store
 from leasectl.watcher import WatcherConfig, run_pass
 

@@ -13,10 +13,17 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config, output
+from leasectl import config
 from leasectl.cli.root import JsonOpt, _duration, _emit_json, _queue_name, _show, _store
 from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
 from leasectl.literal import echo
+from leasectl.present.actions import (
+    ACTION_PAST,
+    LISTED_JOBS,
+    action_renderables,
+    watcher_renderables,
+)
+from leasectl.present.jsonout import watcher_json
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 
 log = logging.getLogger("leasectl.cli")
@@ -131,13 +138,13 @@ def requeue_stuck(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
     )
     with _store(ctx) as store:
-        listed = None if as_json else output.LISTED_JOBS
+        listed = None if as_json else LISTED_JOBS
         result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
         if as_json:
-            _emit_json(output.watcher_json(result))
+            _emit_json(watcher_json(result))
             return
         db_now = store.server_info()["db_now"]
-    _show(output.watcher_renderables(result, db_now, mode.value))
+    _show(watcher_renderables(result, db_now, mode.value))
 
 
 def _operator_action(
@@ -156,9 +163,9 @@ def _operator_action(
     if as_json:
         _emit_json(result.to_json())
     else:
-        _show(output.action_renderables(result))
+        _show(action_renderables(result))
     if result.skipped:
-        verb = output.ACTION_PAST[action]
+        verb = ACTION_PAST[action]
         _warn(
             f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
             f"not {verb}: "

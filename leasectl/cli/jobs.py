@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config, output, queries, retention
+from leasectl import config, queries, retention
 from leasectl.cli.root import (
     EXIT_CHECK_FAILED,
     JsonOpt,
@@ -22,6 +22,10 @@ from leasectl.cli.root import (
 from leasectl.cli.stderr import _warn
 from leasectl.errors import UsageError
 from leasectl.literal import echo
+from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
+from leasectl.present.jsonout import detail_json, status_json
+from leasectl.present.status import status_renderables
+from leasectl.present.text import format_ids
 from leasectl.store import Store
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -59,7 +63,7 @@ def init(ctx: typer.Context) -> None:
     where = config.safe_dsn(dsn)
     if applied:
         _say(
-            f"applied migration(s) {output.format_ids(applied)} to schema {echo(schema)} at "
+            f"applied migration(s) {format_ids(applied)} to schema {echo(schema)} at "
             f"{where}; now at version {latest}"
         )
     else:
@@ -108,7 +112,7 @@ def enqueue(
         _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
         return
     when = f", due in {config.format_duration(wait)}" if wait else ""
-    _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {output.format_ids(ids)}")
+    _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {format_ids(ids)}")
 
 
 def inspect(
@@ -119,11 +123,11 @@ def inspect(
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
     with _store(ctx) as store:
-        detail = store.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
+        detail = store.inspect(parsed, payload_chars=None if as_json else PAYLOAD_SHOWN)
     if as_json:
-        _emit_json(output.detail_json(detail))
+        _emit_json(detail_json(detail))
     else:
-        _show(output.detail_renderables(detail))
+        _show(detail_renderables(detail))
 
 
 def status(
@@ -143,9 +147,9 @@ def status(
     with _store(ctx) as store:
         report = store.status(queue)
     if as_json:
-        _emit_json(output.status_json(report))
+        _emit_json(status_json(report))
     else:
-        _show(output.status_renderables(report))
+        _show(status_renderables(report))
     if check and (report.expired or report.stuck):
         _warn(
             f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"

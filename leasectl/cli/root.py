@@ -14,8 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, RenderableType
 
-from leasectl import config, output
+from leasectl import config
 from leasectl.literal import visible
+from leasectl.present.jsonout import dumps
 from leasectl.store import Store
 
 PROG = "leasectl"
@@ -107,7 +108,7 @@ def _queue_name(name: str, option: str = "--queue") -> str:
 
 
 def _show(parts: Sequence[RenderableType]) -> None:
-    # Data reaches these parts as output.lit cells; plain strings (our own) are not read as
+    # Data reaches these parts as present.text.lit cells; plain strings (our own) are not read as
     # markup or emoji codes either.
     console = Console(highlight=False, markup=False, emoji=False)
     for part in parts:
@@ -115,7 +116,7 @@ def _show(parts: Sequence[RenderableType]) -> None:
 
 
 def _emit_json(document: Any, *, indent: int | None = 2) -> None:
-    sys.stdout.write(output.dumps(document, indent=indent) + "\n")
+    sys.stdout.write(dumps(document, indent=indent) + "\n")
     sys.stdout.flush()
 
 

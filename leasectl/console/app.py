@@ -119,7 +119,7 @@ class ConsoleApp(App[None]):
         self.last_error: str | None = None
 
     def get_default_screen(self) -> Screen[None]:
-        return MainScreen()
+        return MainScreen(self)
 
     @property
     def main(self) -> MainScreen:
@@ -318,7 +318,7 @@ class ConsoleApp(App[None]):
             self.push_screen(HelpScreen())
 
     def open_detail(self, job_id: int) -> None:
-        self.push_screen(DetailScreen(job_id))
+        self.push_screen(DetailScreen(job_id, self.source.inspect))
 
     def open_filter(self) -> None:
         owners = [o.owner for o in self.snapshot.owners] if self.snapshot else []

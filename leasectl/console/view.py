@@ -1,4 +1,6 @@
-"""What the console shows, as pure functions of a snapshot and a clock (no Textual, no database).
+"""What the console decides, as pure functions of a snapshot and a clock (no Textual, no
+database): lease states, diagnoses, the filter, actions and their results. How a value looks
+(styles, time phrases, counts) is leasectl/present's.
 
 Everything time-dependent is computed from the database clock of the last snapshot plus the
 local *monotonic* time elapsed since it was read: the local wall clock is never consulted, so a
@@ -9,12 +11,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from leasectl.config import format_duration
 from leasectl.literal import visible
 from leasectl.models import (
     ActionResult,
@@ -22,10 +23,9 @@ from leasectl.models import (
     JobStatus,
     OwnerHealth,
     PanelJob,
-    SeenState,
     Snapshot,
-    infinity_label,
 )
+from leasectl.present.styles import LeaseState
 
 # -- the database clock -------------------------------------------------------------------------
 
@@ -42,42 +42,7 @@ class DbClock:
         return self.db_now + timedelta(seconds=max(0.0, mono - self.mono))
 
 
-def clock_text(moment: datetime) -> str:
-    """A database timestamp in the viewer's time zone, e.g. ``14:03:07 UTC`` (``infinity``
-    and ``-infinity`` for the sentinels, which no time zone can hold)."""
-    if (label := infinity_label(moment)) is not None:
-        return label
-    local = moment.astimezone()
-    return f"{local:%H:%M:%S} {local.tzname() or ''}".rstrip()
-
-
-def stamp_text(moment: datetime | None) -> str:
-    """A full timestamp in the viewer's time zone, e.g. ``2024-05-01 14:03:07 UTC``."""
-    if moment is None:
-        return "-"
-    if (label := infinity_label(moment)) is not None:
-        return label
-    local = moment.astimezone()
-    return f"{local:%Y-%m-%d %H:%M:%S} {local.tzname() or ''}".rstrip()
-
-
-def ago(now: datetime, moment: datetime | None) -> str:
-    """An age in whole seconds: sub-second precision would only flicker."""
-    if moment is None:
-        return "-"
-    if (label := infinity_label(moment)) is not None:
-        return label
-    seconds = int(max(timedelta(0), now - moment).total_seconds())
-    return format_duration(float(seconds)) if seconds else "0s"
-
-
 # -- leases ----------------------------------------------------------------------------------
-
-
-class LeaseState(enum.Enum):
-    OK = "ok"
-    AT_RISK = "at risk"
-    EXPIRED = "expired"
 
 
 def lease_state(job: PanelJob, now: datetime, default_window: timedelta) -> LeaseState:
@@ -90,30 +55,6 @@ def lease_state(job: PanelJob, now: datetime, default_window: timedelta) -> Leas
     if job.lease_until < now + window:
         return LeaseState.AT_RISK
     return LeaseState.OK
-
-
-def lease_text(job: PanelJob, now: datetime) -> str:
-    """Time left on the lease (``12s``), or how long ago it lapsed (``-1m05s``)."""
-    if job.lease_until is None:
-        return "-"
-    left = job.lease_until - now
-    if left < timedelta(0):
-        return "-" + format_duration(-left)
-    return format_duration(left)
-
-
-def run_at_text(job: PanelJob, now: datetime) -> str:
-    """``ready`` for a claimable job, ``in 42s`` for a delayed retry."""
-    if job.run_at > now:
-        return "in " + format_duration(job.run_at - now)
-    return "ready"
-
-
-def waiting_text(job: PanelJob, now: datetime) -> str:
-    """How long a claimable job has been waiting (since run_at); blank for a delayed retry."""
-    if job.run_at > now:
-        return ""
-    return format_duration(now - job.run_at)
 
 
 # -- owners and diagnosis ---------------------------------------------------------------------
@@ -131,15 +72,6 @@ class Verdict(enum.Enum):
 class Diagnosis:
     verdict: Verdict
     text: str
-
-
-FRESHNESS_MARK = {
-    Freshness.FRESH: "● fresh",
-    Freshness.LATE: "◐ late",
-    Freshness.SILENT: "○ silent",
-    Freshness.STOPPED: "■ stopped",
-    Freshness.UNKNOWN: "? unknown",
-}
 
 
 def diagnose(job: PanelJob, owners: dict[str, OwnerHealth]) -> Diagnosis:
@@ -309,10 +241,6 @@ def eligible(action: Action, job: PanelJob, now: datetime) -> str | None:
     return f"{job.status} cannot be requeued"
 
 
-def seen_states(jobs: Sequence[PanelJob]) -> list[SeenState]:
-    return [j.seen() for j in jobs]
-
-
 Severity = Literal["information", "warning", "error"]
 
 
@@ -343,21 +271,3 @@ def result_text(action: Action, result: ActionResult, limit: int = 6) -> ResultT
     if total and not changed:
         severity = "error"
     return ResultText(title, "\n".join(lines) or "nothing to do", severity)
-
-
-# -- numbers -----------------------------------------------------------------------------------
-
-
-def count_text(n: int) -> str:
-    return f"{n:,}"
-
-
-def estimate_text(n: int | None) -> str:
-    """Finished history is only ever estimated from planner statistics: show it as such."""
-    if n is None:
-        return "≈?"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            value = n / size
-            return f"≈{value:.1f}{unit}" if value < 100 else f"≈{value:.0f}{unit}"
-    return f"≈{n}"

@@ -42,6 +42,7 @@ from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PanelTable
 from leasectl.literal import visible
 from leasectl.models import OwnerHealth, PanelJob
+from leasectl.present.jsonout import terminal_safe_json
 from tests.conftest import SCHEMA
 from tests.hostile import CORPUS, NAMES
 from tests.util import wait_until_pilot
@@ -327,7 +328,9 @@ def test_job_detail_shows_hostile_text_as_text(
             # owners before and after in its change.
             assert body.count(word(h.name)) >= 7, f"{where}: {word(h.name)!r}"
             assert_shown(body, h.text, f"{where}: last error", multiline=True)
-            assert_shown(body, json.dumps(h.text, ensure_ascii=False), f"{where}: payload")
+            # The payload as `inspect` shows it: its JSON text, escaped as --json escapes it.
+            payload = terminal_safe_json(json.dumps(h.text, ensure_ascii=False))
+            assert_shown(body, payload, f"{where}: payload")
             # The attempt's error and the event's reason, besides the last error.
             assert body.count(word(h.text)) >= 3, f"{where}: {word(h.text)!r}"
             if h.name == "[@click=app.quit]CLICK[/]":
@@ -495,7 +498,7 @@ def test_actions_with_hostile_reasons_and_owners(db_dsn: str, sql_conn: psycopg.
         await act(app, pilot, "r", oom, "[/]", "Requeue: 1 of 1 requeued")
         screen = await open_detail(app, pilot, stuck)
         body = widget_text(screen.query_one("#detail-content", Static), "requeued detail")
-        assert "[/]" in body.split("Audit events")[1]
+        assert "[/]" in body.rsplit("\nevents", 1)[1]  # below the events table's title
         await pilot.press("escape")
         await wait_until_pilot(pilot, lambda: not app.paused, "the main screen")
         # Mark a Pending job stuck with a reason that is a click action.

@@ -19,13 +19,13 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.source import StaticSource
 from leasectl.console.widgets.tables import (
-    RISK_STYLE,
     OwnersTable,
     ProcessingTable,
     RowContext,
     cell_segments,
 )
 from leasectl.models import JobStatus, PanelJob
+from leasectl.present.styles import RISK_STYLE
 from tests.console.sample import (
     HB,
     NOW,

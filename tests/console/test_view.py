@@ -19,7 +19,6 @@ from leasectl.console.view import (
     ConsoleFilter,
     DbClock,
     FilterError,
-    LeaseState,
     Verdict,
     parse_filter,
 )
@@ -31,6 +30,9 @@ from leasectl.models import (
     JobStatus,
     Skipped,
 )
+from leasectl.present import times
+from leasectl.present.styles import LeaseState
+from leasectl.present.text import estimate_text
 from tests.console.sample import (
     NOW,
     OWNERS,
@@ -57,8 +59,8 @@ def test_lease_countdown_crosses_into_at_risk_then_expired() -> None:
     clock = DbClock(NOW, 0.0)
     states = [view.lease_state(j, clock.at(t), timedelta(seconds=10)) for t in (0, 16, 26)]
     assert states == [LeaseState.OK, LeaseState.AT_RISK, LeaseState.EXPIRED]
-    assert view.lease_text(j, clock.at(0)) == "25s"
-    assert view.lease_text(j, clock.at(90)) == "-1m05s"
+    assert times.countdown(clock.at(0), j.lease_until) == "25s"
+    assert times.countdown(clock.at(90), j.lease_until) == "-1m05s"
 
 
 def test_at_risk_uses_the_owners_interval_else_the_fixed_window() -> None:
@@ -176,10 +178,10 @@ def test_condition_text_names_the_guard() -> None:
 
 
 def test_estimates_are_marked() -> None:
-    assert view.estimate_text(None) == "≈?"
-    assert view.estimate_text(950) == "≈950"
-    assert view.estimate_text(1_043_000) == "≈1.0M"
-    assert view.estimate_text(5_210) == "≈5.2k"
+    assert estimate_text(None) == "≈?"
+    assert estimate_text(950) == "≈950"
+    assert estimate_text(1_043_000) == "≈1.0M"
+    assert estimate_text(5_210) == "≈5.2k"
 
 
 def test_poll_schedule_backs_off_and_resets() -> None:
@@ -203,11 +205,11 @@ def tokyo(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_infinite_timestamps_are_shown_in_any_time_zone(tokyo: None) -> None:
-    assert view.stamp_text(TIMESTAMP_MAX) == "infinity"
-    assert view.stamp_text(TIMESTAMP_MIN) == "-infinity"
-    assert view.clock_text(TIMESTAMP_MAX) == "infinity"
-    assert view.ago(NOW, TIMESTAMP_MIN) == "-infinity"
-    assert view.stamp_text(NOW).endswith("JST")
+    assert times.local_stamp(TIMESTAMP_MAX) == "infinity"
+    assert times.local_stamp(TIMESTAMP_MIN) == "-infinity"
+    assert times.local_clock(TIMESTAMP_MAX) == "infinity"
+    assert times.age(NOW, TIMESTAMP_MIN) == "-infinity"
+    assert times.local_stamp(NOW).endswith("JST")
     detail = sample_detail()
     job = replace(detail.job, run_at=TIMESTAMP_MAX, created_at=TIMESTAMP_MIN)
     text = Console(width=120, file=io.StringIO(), record=True)

@@ -25,7 +25,8 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import output, queries
+from leasectl import queries
+from leasectl.present.text import format_ids
 from leasectl.store import Store
 from tests.seed import OWNER, seed_states
 from tests.util import wait_until
@@ -395,7 +396,7 @@ def test_init_twice(empty_db_dsn: str) -> None:
     first = cli("init", dsn=empty_db_dsn)
     assert first.returncode == 0, first.stderr
     latest = queries.migrations()[-1].version
-    versions = output.format_ids([m.version for m in queries.migrations()])
+    versions = format_ids([m.version for m in queries.migrations()])
     assert f"applied migration(s) {versions}" in first.stdout
     second = cli("init", dsn=empty_db_dsn)
     assert second.returncode == 0, second.stderr

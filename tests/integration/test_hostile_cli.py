@@ -31,9 +31,9 @@ import pytest
 from psycopg import conninfo, sql
 from psycopg.types.json import Jsonb
 
-from leasectl import output
 from leasectl.cli.stderr import MESSAGE_LIMIT
 from leasectl.literal import ECHO_LIMIT, echo, visible
+from leasectl.present.jsonout import dumps
 from tests.hostile import CORPUS, ESC, MARKUP, NAMES, TERMINAL, UNICODE
 from tests.integration.test_cli import _env
 from tests.util import wait_until
@@ -268,7 +268,7 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
         shown(human.stdout, value, "inspect attempt owner, event actor and action")
         shown(human.stdout, value, "inspect attempt error, event reason", multiline=True)
         # The payload is shown as its JSON text: string contents escaped the way --json does.
-        assert output.dumps(value) in human.stdout, f"payload {value!r}"
+        assert dumps(value) in human.stdout, f"payload {value!r}"
 
     [as_json] = run_all([["inspect", str(hostile.showcase), "--json"]], hostile.dsn)
     checked(as_json, 0, "inspect --json")

@@ -16,8 +16,10 @@ from textual.widgets import Button, Input, Label, Static
 
 from leasectl.console import view
 from leasectl.console.view import Action, Verdict
-from leasectl.console.widgets import LiteralInput, literal
+from leasectl.console.widgets import LiteralInput
 from leasectl.models import JobStatus, OwnerHealth, PanelJob
+from leasectl.present.text import lit
+from leasectl.present.times import countdown
 
 LISTED = 6
 
@@ -74,9 +76,9 @@ class ConfirmScreen(ModalScreen[str | None]):
         text = Text()
         for job in self.jobs[:LISTED]:
             text.append(f"#{job.id}", style="bold")
-            text.append_text(literal(f"  {job.queue}  {job.status}"))
+            text.append_text(lit(f"  {job.queue}  {job.status}"))
             if job.status == JobStatus.PROCESSING:
-                text.append(f"  lease {view.lease_text(job, self.now)}")
+                text.append(f"  lease {countdown(self.now, job.lease_until)}")
             text.append(f"  attempt {job.attempts}/{job.max_attempts}", style="dim")
             if job.lease_owner:
                 text.append(f"  owner {view.short_owner(job.lease_owner, 28)}", style="dim")

@@ -14,8 +14,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from leasectl.console.view import ConsoleFilter, FilterError, parse_filter
-from leasectl.console.widgets import LiteralInput, literal
+from leasectl.console.widgets import LiteralInput
 from leasectl.literal import visible
+from leasectl.present.text import lit
 
 HINT = (
     "queue:NAME  owner:PREFIX  id:N (or #N, or N) — a bare word is a known queue, else an owner "
@@ -45,7 +46,7 @@ class FilterScreen(ModalScreen[ConsoleFilter | None]):
             )
             yield Static(Text(HINT, style="dim"), id="filter-hint")
             if self.queues:
-                yield Static(literal("queues: " + ", ".join(self.queues[:12]), "dim"))
+                yield Static(lit("queues: " + ", ".join(self.queues[:12]), "dim"))
             yield Static("", id="filter-error")
 
     def on_mount(self) -> None:
@@ -59,7 +60,7 @@ class FilterScreen(ModalScreen[ConsoleFilter | None]):
         try:
             flt = parse_filter(event.value, self.queues, self.owners)
         except FilterError as exc:
-            self.query_one("#filter-error", Static).update(literal(str(exc), "red"))
+            self.query_one("#filter-error", Static).update(lit(str(exc), "red"))
             return
         self.dismiss(flt)
 

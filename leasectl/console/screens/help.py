@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE
+
 KEYS = (
     ("enter", "job detail: fields, payload, attempts, audit events (on an owner: filter by it)"),
     ("esc", "back / close / clear the selection"),
@@ -28,11 +30,11 @@ KEYS = (
 )
 
 LEGEND = (
-    ("⚠ at risk", "yellow", "the lease ends within the owner's heartbeat interval"),
-    ("✖ expired", "red", "lease_until has passed on the database clock; the job is stuck"),
+    ("⚠ at risk", RISK_STYLE, "the lease ends within the owner's heartbeat interval"),
+    ("✖ expired", EXPIRED_STYLE, "lease_until has passed on the database clock; the job is stuck"),
     (
         "⚠ owner alive, lease expired",
-        "yellow",
+        RISK_STYLE,
         "the worker is up but not renewing this job: look before you requeue (it may run twice)",
     ),
     ("○ owner silent", "cyan", "the worker is gone: requeueing is safe"),

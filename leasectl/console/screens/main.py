@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar, cast
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -13,7 +13,8 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Static
 
 from leasectl.console import view
-from leasectl.console.view import Action, LeaseState
+from leasectl.console.contracts import MainHost
+from leasectl.console.view import Action
 from leasectl.console.widgets import show_text
 from leasectl.console.widgets.bars import PANEL_NAMES, StatusBar, Summary, banner_text, tabs_text
 from leasectl.console.widgets.tables import (
@@ -25,9 +26,8 @@ from leasectl.console.widgets.tables import (
     StuckTable,
 )
 from leasectl.models import JobStatus, PanelJob
-
-if TYPE_CHECKING:
-    from leasectl.console.app import ConsoleApp
+from leasectl.present.styles import LeaseState
+from leasectl.present.text import count_text
 
 ACTIONS = {"requeue", "mark_stuck", "requeue_expired"}
 ACTION_KEYS = {"r": "requeue", "s": "mark stuck", "R": "requeue all expired"}
@@ -50,16 +50,13 @@ class MainScreen(Screen[None]):
         Binding("4", "panel(3)", "Owners", show=False),
     ]
 
-    def __init__(self) -> None:
+    def __init__(self, host: MainHost) -> None:
         super().__init__()
+        self.host = host
         # Below 120 columns the panels no longer fit side by side: show one at a time.
         self.HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
         self.active = 1
         self._titles_shown: dict[int, tuple[str, str]] = {}
-
-    @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -81,10 +78,10 @@ class MainScreen(Screen[None]):
     def on_mount(self) -> None:
         self.activate(self.active)
         self.refresh_view(full=True)
-        self.console.start()
+        self.host.start()
 
     def on_screen_resume(self) -> None:
-        self.console.resume_polling()
+        self.host.resume_polling()
 
     # -- panels -------------------------------------------------------------------------------
 
@@ -120,7 +117,7 @@ class MainScreen(Screen[None]):
                 self._show_tabs()
 
     def _show_tabs(self) -> None:
-        snap = self.console.snapshot
+        snap = self.host.snapshot
         totals: list[int | None] = [None, None, None, None]
         if snap is not None:
             c = snap.counts
@@ -131,17 +128,17 @@ class MainScreen(Screen[None]):
 
     def refresh_view(self, *, full: bool) -> None:
         """``full`` after a poll (rows replaced); otherwise a tick (clock-bound cells only)."""
-        app = self.console
-        status = app.status()
+        host = self.host
+        status = host.status()
         self.query_one(StatusBar).show(status)
         banner = self.query_one("#banner", Static)
         text = banner_text(status)
         banner.set_class(text is not None, "-shown")
         show_text(banner, text or "")
-        snap = app.snapshot
-        now = app.db_now()
-        self.query_one(Summary).show(snap, now, app.filter)
-        ctx = app.row_context()
+        snap = host.snapshot
+        now = host.db_now()
+        self.query_one(Summary).show(snap, now, host.filter)
+        ctx = host.row_context()
         if snap is None or ctx is None:
             return
         tables = self.tables
@@ -157,11 +154,11 @@ class MainScreen(Screen[None]):
                 table.tick(ctx)
 
     def _titles(self) -> None:
-        snap = self.console.snapshot
+        snap = self.host.snapshot
         if snap is None:
             return
         c = snap.counts
-        flt = self.console.filter
+        flt = self.host.filter
         narrowed = flt.owner is not None or flt.job_id is not None
         specs = [
             (c.pending, len(snap.pending), "oldest first"),
@@ -173,9 +170,9 @@ class MainScreen(Screen[None]):
             zip(self.query(".panel"), specs, strict=True)
         ):
             count = total if total is not None else shown
-            title = f"{i + 1} {PANEL_NAMES[i]} · {view.count_text(count)}"
+            title = f"{i + 1} {PANEL_NAMES[i]} · {count_text(count)}"
             if total is not None and shown < total and not narrowed:
-                sub = f"showing {shown} of {view.count_text(total)}, {order}"
+                sub = f"showing {shown} of {count_text(total)}, {order}"
             elif narrowed and total is not None:
                 sub = f"{shown} matching the filter, {order}"
             else:
@@ -197,7 +194,7 @@ class MainScreen(Screen[None]):
         if table is None or job is None:
             self.notify("select jobs in the Pending, Processing or Stuck panel", timeout=3)
             return
-        selected = self.console.selected
+        selected = self.host.selected
         if job.id in selected:
             selected.discard(job.id)
         else:
@@ -206,16 +203,16 @@ class MainScreen(Screen[None]):
         self.refresh_view(full=False)
 
     def action_clear_selection(self) -> None:
-        if self.console.selected:
-            self.console.selected.clear()
+        if self.host.selected:
+            self.host.selected.clear()
             self.refresh_view(full=False)
 
     def targets(self) -> list[PanelJob]:
         """The selected jobs (as last polled), else the highlighted one."""
-        snap = self.console.snapshot
+        snap = self.host.snapshot
         if snap is None:
             return []
-        selected = self.console.selected
+        selected = self.host.selected
         if selected:
             found: dict[int, PanelJob] = {}
             for job in (*snap.stuck, *snap.processing, *snap.pending):
@@ -228,8 +225,8 @@ class MainScreen(Screen[None]):
 
     def expired_targets(self) -> list[PanelJob]:
         """Every expired lease the console shows under the current filter, by the ticking clock."""
-        snap = self.console.snapshot
-        now = self.console.db_now()
+        snap = self.host.snapshot
+        now = self.host.db_now()
         if snap is None or now is None:
             return []
         found: dict[int, PanelJob] = {}
@@ -243,29 +240,29 @@ class MainScreen(Screen[None]):
     # -- actions ----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ACTIONS and self.console.read_only is not None:
+        if action in ACTIONS and self.host.read_only is not None:
             return False  # hidden from the footer; a key press is refused in on_key
         return True
 
     def on_key(self, event: events.Key) -> None:
-        if event.key in ACTION_KEYS and self.console.read_only is not None:
+        if event.key in ACTION_KEYS and self.host.read_only is not None:
             event.stop()
-            self.console.refuse(ACTION_KEYS[event.key])
+            self.host.refuse(ACTION_KEYS[event.key])
 
     def action_requeue(self) -> None:
-        self.console.request_action(Action.REQUEUE, self.targets())
+        self.host.request_action(Action.REQUEUE, self.targets())
 
     def action_mark_stuck(self) -> None:
-        self.console.request_action(Action.MARK_STUCK, self.targets())
+        self.host.request_action(Action.MARK_STUCK, self.targets())
 
     def action_requeue_expired(self) -> None:
-        self.console.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())
+        self.host.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())
 
     def action_filter(self) -> None:
-        self.console.open_filter()
+        self.host.open_filter()
 
     def action_refresh(self) -> None:
-        self.console.poll_now()
+        self.host.poll_now()
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -273,10 +270,10 @@ class MainScreen(Screen[None]):
         if isinstance(table, OwnersTable):
             owner = table.item_at(event.cursor_row)
             if owner is not None:
-                self.console.apply_filter(
-                    view.ConsoleFilter(queue=self.console.filter.queue, owner=owner.owner)
+                self.host.apply_filter(
+                    view.ConsoleFilter(queue=self.host.filter.queue, owner=owner.owner)
                 )
         elif isinstance(table, JobTable):
             job = table.item_at(event.cursor_row)
             if job is not None:
-                self.console.open_detail(job.id)
+                self.host.open_detail(job.id)

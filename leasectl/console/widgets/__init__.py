@@ -1,43 +1,21 @@
-"""The console's widgets, the one way they show untrusted text, and the change checks that keep
-them from redrawing for nothing."""
+"""The console's widgets, the input that keeps untrusted text literal, and the change checks that
+keep them from redrawing for nothing. (Untrusted text reaches a cell through
+``leasectl.present.text.lit``, as in the CLI.)"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.console import OverflowMethod
-from rich.style import StyleType
 from rich.text import Text
 from textual.widgets import Input, Static
 
 from leasectl.literal import visible
 
 
-def literal(
-    text: str,
-    style: StyleType = "",
-    *,
-    multiline: bool = False,
-    no_wrap: bool | None = None,
-    overflow: OverflowMethod | None = None,
-) -> Text:
-    """Text written by producers, workers, operators or the user (queue names, payloads, errors,
-    worker ids, reasons, filters), shown as it is: a ``Text`` is never parsed as markup, so
-    ``[@click=...]`` or ``[/]`` are characters, and ``visible`` escapes what a terminal would
-    act on (ESC, C1, DEL, bidi overrides). Every DataTable cell, Static and dialog line that
-    shows such text is made here; a plain ``str`` would be parsed as markup by Textual."""
-    return Text(
-        visible(text, multiline=multiline),
-        style=style,
-        no_wrap=no_wrap,
-        overflow=overflow,
-    )
-
-
 class LiteralInput(Input):
     """An ``Input`` that keeps what it shows literal. Keys only type printable characters, but a
     paste (a queue name copied from a log, a web page) can carry ESC or bidi controls, and a
-    value set from data (the current filter) can hold anything: both are escaped as ``literal``
+    value set from data (the current filter) can hold anything: both are escaped as ``lit``
     escapes them."""
 
     def validate_value(self, value: str) -> str:

@@ -12,10 +12,14 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from leasectl.config import format_duration
-from leasectl.console import view
 from leasectl.console.view import ConsoleFilter
-from leasectl.console.widgets import literal, show_text
-from leasectl.models import Snapshot
+from leasectl.console.widgets import show_text
+from leasectl.models import JobStatus, Snapshot
+from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
+from leasectl.present.text import count_text, estimate_text, lit
+from leasectl.present.times import local_clock, seconds_age
+
+STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
 
 
 @dataclass(frozen=True)
@@ -50,31 +54,26 @@ class StatusBar(Horizontal):
         else:
             left.append(" ✖ disconnected ", style="bold white on red")
         left.append("  ")
-        left.append_text(literal(s.where, "bold"))  # DSN parts: untrusted
+        left.append_text(lit(s.where, "bold"))  # DSN parts: untrusted
         if s.server_version:
             version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
-            left.append_text(literal(f"  PostgreSQL {version}", "dim"))
+            left.append_text(lit(f"  PostgreSQL {version}", "dim"))
         right = Text()
         if s.read_only:
             right.append(" READ-ONLY ", style="bold white on dark_red")
             right.append("  ")
         if s.db_now is not None:
             right.append("db clock ", style="dim")
-            right.append(view.clock_text(s.db_now), style="bold")
+            right.append(local_clock(s.db_now), style="bold")
             right.append("  ")
         if s.since_refresh is None:
             right.append("no data yet", style="yellow")
         else:
             stale = not s.connected or s.since_refresh > 30
             right.append("refreshed ", style="dim")
-            right.append(age_text(s.since_refresh) + " ago", style="bold red" if stale else "")
+            right.append(seconds_age(s.since_refresh) + " ago", style="bold red" if stale else "")
         show_text(self.query_one("#status-left", Static), left)
         show_text(self.query_one("#status-right", Static), right)
-
-
-def age_text(seconds: float) -> str:
-    """Whole seconds: a refresh age in milliseconds would flicker for nothing."""
-    return format_duration(float(int(seconds))) if seconds >= 1 else "0s"
 
 
 def banner_text(s: Status) -> Text | None:
@@ -86,7 +85,7 @@ def banner_text(s: Status) -> Text | None:
         text.append("✖ DATABASE UNREACHABLE ", style="bold")
     else:
         text.append("✖ REFRESH FAILED ", style="bold")
-    text.append_text(literal(s.error))  # the server's message may quote stored values
+    text.append_text(lit(s.error))  # the server's message may quote stored values
     if s.polling:
         text.append(f" · retrying now (attempt {s.attempt + 1})", style="bold")
     elif s.retry_in is not None:
@@ -95,7 +94,7 @@ def banner_text(s: Status) -> Text | None:
             style="bold",
         )
     if s.since_refresh is not None:
-        text.append(f" · showing data from {age_text(s.since_refresh)} ago", style="bold")
+        text.append(f" · showing data from {seconds_age(s.since_refresh)} ago", style="bold")
     else:
         text.append(" · no data yet")
     return text
@@ -139,39 +138,39 @@ class Summary(Horizontal):
 def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Text]:
     """The summary in groups that are never split across lines."""
     c = snap.counts
-    scope = literal(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
+    scope = lit(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
     pending = Text.assemble(
         ("Pending ", "dim"),
-        (view.count_text(c.pending), "bold"),
-        (f" ({view.count_text(c.due)} due", "dim"),
+        (count_text(c.pending), "bold"),
+        (f" ({count_text(c.due)} due", "dim"),
         (", oldest ", "dim"),
         (format_duration(now - c.oldest_due_at) if c.oldest_due_at else "-", "bold"),
         (")", "dim"),
     )
-    processing = Text.assemble(("Processing ", "dim"), (view.count_text(c.processing), "bold"))
+    processing = Text.assemble(("Processing ", "dim"), (count_text(c.processing), "bold"))
     if c.at_risk:
         processing.append_text(
-            Text.assemble((" (", "dim"), (f"⚠ {c.at_risk} at risk", "bold yellow"), (")", "dim"))
+            Text.assemble((" (", "dim"), (f"⚠ {c.at_risk} at risk", RISK_STYLE), (")", "dim"))
         )
     stuck_total = c.expired + c.stuck
     stuck = Text.assemble(
-        ("Stuck ", "dim"), (view.count_text(stuck_total), "bold red" if stuck_total else "bold")
+        ("Stuck ", "dim"), (count_text(stuck_total), EXPIRED_STYLE if stuck_total else "bold")
     )
     if stuck_total:
         stuck.append_text(
             Text.assemble(
                 (" (", "dim"),
-                (f"✖ {view.count_text(c.expired)} expired", "bold red" if c.expired else "dim"),
+                (f"✖ {count_text(c.expired)} expired", EXPIRED_STYLE if c.expired else "dim"),
                 (" + ", "dim"),
-                (f"{view.count_text(c.stuck)} Stuck", "bold magenta" if c.stuck else "dim"),
+                (f"{count_text(c.stuck)} Stuck", STUCK_STYLE if c.stuck else "dim"),
                 (")", "dim"),
             )
         )
     history = Text.assemble(
         ("Completed ", "dim"),
-        view.estimate_text(c.completed_estimate),
+        estimate_text(c.completed_estimate),
         ("  Failed ", "dim"),
-        view.estimate_text(c.failed_estimate),
+        estimate_text(c.failed_estimate),
     )
     return [scope, pending, processing, stuck, history]
 
@@ -215,7 +214,7 @@ def tabs_text(active: int, totals: Sequence[int | None]) -> Text:
     """The narrow layout shows one panel at a time; this line says which and what is behind."""
     text = Text()
     for i, (name, total) in enumerate(zip(PANEL_NAMES, totals, strict=True)):
-        label = f" {i + 1} {name}" + (f" {view.count_text(total)}" if total is not None else "")
+        label = f" {i + 1} {name}" + (f" {count_text(total)}" if total is not None else "")
         style = "bold reverse" if i == active else ""
         if name == "Stuck" and total:
             style += " red"

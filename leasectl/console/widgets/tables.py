@@ -32,14 +32,23 @@ from textual.widgets import DataTable
 
 from leasectl.config import format_duration
 from leasectl.console import view
-from leasectl.console.view import LeaseState, Verdict
-from leasectl.console.widgets import literal, same_cells, same_text
-from leasectl.models import Freshness, JobStatus, OwnerHealth, PanelJob
+from leasectl.console.view import Verdict
+from leasectl.console.widgets import same_cells, same_text
+from leasectl.models import JobStatus, OwnerHealth, PanelJob
+from leasectl.present.styles import (
+    EXPIRED_STYLE,
+    FRESHNESS_MARK,
+    FRESHNESS_STYLE,
+    LEASE_STYLE,
+    RISK_STYLE,
+    STATUS_STYLE,
+    LeaseState,
+)
+from leasectl.present.text import lit
+from leasectl.present.times import age, countdown, due_text, waiting_text
 
 Row = TypeVar("Row")
 
-RISK_STYLE = "bold yellow"
-EXPIRED_STYLE = "bold red"
 SELECTED_MARK = "●"
 
 
@@ -425,11 +434,11 @@ class PendingTable(JobTable):
         dim = "dim" if delayed else ""
         return (
             self.id_cell(item, ctx, dim),
-            literal(item.queue, dim),
+            lit(item.queue, dim),
             Text(str(item.priority), style=dim, justify="right"),
-            Text(view.waiting_text(item, ctx.now), justify="right"),
+            Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
-            Text(view.run_at_text(item, ctx.now), style="cyan" if delayed else "dim"),
+            Text(due_text(ctx.now, item.run_at), style="cyan" if delayed else "dim"),
         )
 
 
@@ -447,23 +456,20 @@ class ProcessingTable(JobTable):
 
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         state = view.lease_state(item, ctx.now, ctx.risk_window)
-        style = {
-            LeaseState.OK: "",
-            LeaseState.AT_RISK: RISK_STYLE,
-            LeaseState.EXPIRED: EXPIRED_STYLE,
-        }[state]
+        # A row in trouble is coloured whole; a healthy one only in its marker.
+        style = "" if state is LeaseState.OK else LEASE_STYLE[state]
         marker = {
-            LeaseState.OK: Text("  ok", style="green"),
-            LeaseState.AT_RISK: Text("⚠ at risk", style=RISK_STYLE),
-            LeaseState.EXPIRED: Text("✖ expired", style=f"{EXPIRED_STYLE} reverse"),
+            LeaseState.OK: Text("  ok", style=LEASE_STYLE[state]),
+            LeaseState.AT_RISK: Text("⚠ at risk", style=style),
+            LeaseState.EXPIRED: Text("✖ expired", style=f"{style} reverse"),
         }[state]
         return (
             marker,
             self.id_cell(item, ctx, style),
-            literal(item.queue, style),
-            Text(view.lease_text(item, ctx.now), style=style, justify="right"),
-            literal(view.short_owner(item.lease_owner, 24), style),
-            Text(view.ago(ctx.now, item.heartbeat_at), justify="right"),
+            lit(item.queue, style),
+            Text(countdown(ctx.now, item.lease_until), style=style, justify="right"),
+            lit(view.short_owner(item.lease_owner, 24), style),
+            Text(age(ctx.now, item.heartbeat_at), justify="right"),
             self.attempts_cell(item, style),
         )
 
@@ -493,23 +499,16 @@ class StuckTable(JobTable):
         error = (item.last_error or "")[:200].replace("\n", " ")
         return (
             self.id_cell(item, ctx, EXPIRED_STYLE if expired else ""),
-            literal(item.queue),
-            Text("expired", style=EXPIRED_STYLE) if expired else Text("Stuck", style="magenta"),
-            Text(view.ago(ctx.now, lapsed), justify="right"),
+            lit(item.queue),
+            Text("expired", style=EXPIRED_STYLE)
+            if expired
+            else Text("Stuck", style=STATUS_STYLE[JobStatus.STUCK]),
+            Text(age(ctx.now, lapsed), justify="right"),
             self.attempts_cell(item),
             diag,
-            literal(view.short_owner(item.lease_owner, 24)),
-            literal(error, "dim", no_wrap=True, overflow="ellipsis"),
+            lit(view.short_owner(item.lease_owner, 24)),
+            lit(error, "dim", no_wrap=True, overflow="ellipsis"),
         )
-
-
-FRESHNESS_STYLE = {
-    Freshness.FRESH: "green",
-    Freshness.LATE: RISK_STYLE,
-    Freshness.SILENT: EXPIRED_STYLE,
-    Freshness.STOPPED: "dim",
-    Freshness.UNKNOWN: "dim",
-}
 
 
 class OwnersTable(PanelTable[OwnerHealth]):
@@ -533,28 +532,27 @@ class OwnersTable(PanelTable[OwnerHealth]):
         nxt = item.next_expiry_at
         if nxt is None:
             next_text = Text("-", style="dim", justify="right")
-        elif nxt < ctx.now:
-            next_text = Text(
-                "-" + format_duration(ctx.now - nxt), style=EXPIRED_STYLE, justify="right"
-            )
         else:
-            next_text = Text(format_duration(nxt - ctx.now), justify="right")
+            lapsed = nxt < ctx.now
+            next_text = Text(
+                countdown(ctx.now, nxt), style=EXPIRED_STYLE if lapsed else "", justify="right"
+            )
         intervals = (
             f"{format_duration(item.heartbeat_every)}/{format_duration(item.lease_ttl)}"
             if item.heartbeat_every is not None and item.lease_ttl is not None
             else "-"
         )
-        owner = literal(item.owner)
+        owner = lit(item.owner)
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
-            owner.append_text(literal(f" ({host})", "dim"))  # the default worker id already says it
+            owner.append_text(lit(f" ({host})", "dim"))  # the default worker id already says it
         return (
             owner,
-            Text(view.FRESHNESS_MARK[item.freshness], style=style),
-            Text(view.ago(ctx.now, item.last_sign_of_life), style=style, justify="right"),
+            Text(FRESHNESS_MARK[item.freshness], style=style),
+            Text(age(ctx.now, item.last_sign_of_life), style=style, justify="right"),
             Text(str(item.held), justify="right"),
             Text(str(item.expired), style=EXPIRED_STYLE if item.expired else "", justify="right"),
             next_text,
             Text(intervals, style="dim"),
-            literal(", ".join(item.queues), "dim"),
+            lit(", ".join(item.queues), "dim"),
         )

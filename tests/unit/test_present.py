@@ -1,4 +1,5 @@
-"""Formatting helpers: JSON documents with stable keys, and Rich output that fits 80 columns."""
+"""The presentation (leasectl/present): JSON documents with stable keys, and Rich output that
+fits 80 columns."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rich.console import Console, RenderableType
 
-from leasectl import output
 from leasectl.cli import stderr
 from leasectl.literal import visible
 from leasectl.models import (
@@ -30,6 +30,17 @@ from leasectl.models import (
     StatusReport,
     WatcherResult,
 )
+from leasectl.present.actions import (
+    LISTED_JOBS,
+    action_renderables,
+    watcher_renderables,
+    would_become,
+)
+from leasectl.present.detail import detail_renderables, events_table
+from leasectl.present.jsonout import detail_json, dumps, jsonable, status_json, watcher_json
+from leasectl.present.status import status_renderables
+from leasectl.present.text import format_ids, lit
+from leasectl.present.times import ago, clock, lease_left, short_window
 from tests.hostile import CORPUS, ESC, NAMES
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -173,48 +184,46 @@ def make_report() -> StatusReport:
 
 
 def test_format_ids_compacts_ranges() -> None:
-    assert output.format_ids([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
-    assert output.format_ids(list(range(1, 1001))) == "1-1000"
-    assert output.format_ids([]) == "-"
+    assert format_ids([3, 1, 2, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert format_ids(list(range(1, 1001))) == "1-1000"
+    assert format_ids([]) == "-"
     many = list(range(1, 40, 2))
-    assert output.format_ids(many, max_ranges=3) == "1, 3, 5, (+17 more)"
+    assert format_ids(many, max_ranges=3) == "1, 3, 5, (+17 more)"
 
 
 def test_relative_times_use_the_given_clock() -> None:
-    assert output.ago(NOW, NOW - timedelta(seconds=42)) == "42s ago"
-    assert output.ago(NOW, NOW + timedelta(seconds=12)) == "in 12s"
-    assert output.ago(NOW, None) == "-"
-    assert output.lease_state(NOW, NOW - timedelta(seconds=42)).plain == "expired 42s ago"
-    assert output.lease_state(NOW, NOW + timedelta(minutes=2)).plain == "2m00s left"
+    assert ago(NOW, NOW - timedelta(seconds=42)) == "42s ago"
+    assert ago(NOW, NOW + timedelta(seconds=12)) == "in 12s"
+    assert ago(NOW, None) == "-"
+    assert lease_left(NOW, NOW - timedelta(seconds=42)).plain == "expired 42s ago"
+    assert lease_left(NOW, NOW + timedelta(minutes=2)).plain == "2m00s left"
 
 
 def test_short_window() -> None:
-    assert output.short_window(timedelta(hours=1)) == "1h"
-    assert output.short_window(timedelta(minutes=30)) == "30m"
-    assert output.short_window(timedelta(seconds=90)) == "90s"
-    assert output.short_window(timedelta(milliseconds=250)) == "250ms"
+    assert short_window(timedelta(hours=1)) == "1h"
+    assert short_window(timedelta(minutes=30)) == "30m"
+    assert short_window(timedelta(seconds=90)) == "90s"
+    assert short_window(timedelta(milliseconds=250)) == "250ms"
 
 
 def test_would_become_mirrors_the_watcher() -> None:
     job = ExpiredJob(1, "q", JobStatus.PROCESSING, 2, 5, OWNER, NOW, NOW)
     spent = ExpiredJob(2, "q", JobStatus.PROCESSING, 5, 5, OWNER, NOW, NOW)
-    assert output.would_become(job, "requeue") == JobStatus.PENDING
-    assert output.would_become(spent, "requeue") == JobStatus.FAILED
-    assert output.would_become(job, "mark") == JobStatus.STUCK
+    assert would_become(job, "requeue") == JobStatus.PENDING
+    assert would_become(spent, "requeue") == JobStatus.FAILED
+    assert would_become(job, "mark") == JobStatus.STUCK
 
 
 # -- JSON -------------------------------------------------------------------------------------
 
 
 def test_jsonable_types() -> None:
-    doc = output.jsonable(
-        {"t": NOW, "d": timedelta(milliseconds=1500), "s": JobStatus.STUCK, "l": (1, 2)}
-    )
+    doc = jsonable({"t": NOW, "d": timedelta(milliseconds=1500), "s": JobStatus.STUCK, "l": (1, 2)})
     assert doc == {"t": "2025-03-01T12:00:00+00:00", "d": 1.5, "s": "Stuck", "l": [1, 2]}
 
 
 def test_detail_json_has_all_columns() -> None:
-    doc = json.loads(output.dumps(output.detail_json(make_detail())))
+    doc = json.loads(dumps(detail_json(make_detail())))
     assert set(doc) == {"job", "attempts", "events", "db_now"}
     assert set(doc["job"]) == {
         "id",
@@ -240,7 +249,7 @@ def test_detail_json_has_all_columns() -> None:
 
 
 def test_status_json_keys_and_check() -> None:
-    doc = json.loads(output.dumps(output.status_json(make_report())))
+    doc = json.loads(dumps(status_json(make_report())))
     assert set(doc) >= {"db_now", "queues", "totals", "finished_estimate", "owners", "check"}
     queue_keys = {
         "queue",
@@ -280,7 +289,7 @@ def test_status_json_keys_and_check() -> None:
 
 def test_status_json_without_statistics() -> None:
     report = StatusReport(db_now=NOW, queues=(), owners=())
-    doc = output.status_json(report)
+    doc = status_json(report)
     assert doc["finished_estimate"] == {"completed": None, "failed": None}
     assert doc["check"] == {"expired": 0, "stuck": 0, "ok": True}
     assert doc["totals"]["oldest_due_at"] is None
@@ -288,7 +297,7 @@ def test_status_json_without_statistics() -> None:
 
 def test_watcher_json() -> None:
     job = ExpiredJob(1, "q", JobStatus.PENDING, 2, 5, OWNER, NOW, NOW - timedelta(seconds=5))
-    doc = output.watcher_json(WatcherResult(requeued=1, batches=1, jobs=(job,)))
+    doc = watcher_json(WatcherResult(requeued=1, batches=1, jobs=(job,)))
     assert doc == {
         "dry_run": False,
         "requeued": 1,
@@ -313,7 +322,7 @@ def test_watcher_json() -> None:
 
 
 def test_inspect_output_fits_and_uses_db_clock() -> None:
-    text = render(output.detail_renderables(make_detail()))
+    text = render(detail_renderables(make_detail()))
     assert fits(text)
     assert "expired 42s ago" in text
     assert "(1m12s ago)" in text  # heartbeat age against db_now, not the local clock
@@ -326,7 +335,7 @@ def test_inspect_output_of_finished_job() -> None:
     job = make_job(
         status=JobStatus.COMPLETED, lease_until=None, finished_at=NOW, last_error="boom [x]"
     )
-    text = render(output.detail_renderables(make_detail(job)))
+    text = render(detail_renderables(make_detail(job)))
     assert fits(text)
     assert "Completed" in text and "last holder" in text and "boom [x]" in text
 
@@ -340,22 +349,22 @@ def test_inspect_output_of_fresh_job() -> None:
         heartbeat_at=None,
         run_at=NOW + timedelta(minutes=5),
     )
-    text = render(output.detail_renderables(JobDetail(job, (), (), NOW)))
+    text = render(detail_renderables(JobDetail(job, (), (), NOW)))
     assert "never leased" in text and "events: none" in text and "due in 5m00s" in text
 
 
 def test_status_output_fits() -> None:
-    text = render(output.status_renderables(make_report()))
+    text = render(status_renderables(make_report()))
     assert fits(text)
     assert "expired" in text and "pending" in text  # headers are not truncated
-    assert OWNER in render(output.status_renderables(make_report()), width=120)
+    assert OWNER in render(status_renderables(make_report()), width=120)
     assert "total" in text
     assert "1,000,000" in text
     assert "1 expired lease(s), 2 Stuck job(s)" in text
 
 
 def test_status_output_without_owners() -> None:
-    text = render(output.status_renderables(StatusReport(db_now=NOW, queues=(), owners=())))
+    text = render(status_renderables(StatusReport(db_now=NOW, queues=(), owners=())))
     assert "no live jobs" in text and "lease owners: none" in text
     assert "unknown (no planner statistics yet)" in text
 
@@ -364,40 +373,36 @@ def test_watcher_output() -> None:
     job = ExpiredJob(
         9, "emails", JobStatus.PROCESSING, 5, 5, OWNER, NOW - timedelta(minutes=2), None
     )
-    dry = render(
-        output.watcher_renderables(WatcherResult(dry_run=True, jobs=(job,)), NOW, "requeue")
-    )
+    dry = render(watcher_renderables(WatcherResult(dry_run=True, jobs=(job,)), NOW, "requeue"))
     assert fits(dry)
     assert "dry run" in dry and "Failed" in dry and "2m00s ago" in dry and "48213" in dry
-    moved = render(output.watcher_renderables(WatcherResult(), NOW, "requeue"))
+    moved = render(watcher_renderables(WatcherResult(), NOW, "requeue"))
     assert "requeued 0, failed 0" in moved
 
 
 def test_a_large_pass_lists_only_its_first_jobs_and_says_how_many_more() -> None:
     jobs = tuple(
         ExpiredJob(i, "q", JobStatus.PENDING, 1, 5, OWNER, NOW - timedelta(minutes=1), None)
-        for i in range(100_001, 100_001 + output.LISTED_JOBS + 7)
+        for i in range(100_001, 100_001 + LISTED_JOBS + 7)
     )
-    text = render(
-        output.watcher_renderables(WatcherResult(requeued=len(jobs), jobs=jobs), NOW, "x")
-    )
+    text = render(watcher_renderables(WatcherResult(requeued=len(jobs), jobs=jobs), NOW, "x"))
     listed = [j.id for j in jobs if str(j.id) in text]
-    assert listed == [j.id for j in jobs[: output.LISTED_JOBS]]
+    assert listed == [j.id for j in jobs[:LISTED_JOBS]]
     assert "and 7 more job(s), not listed; --json lists all" in text
     assert f"requeued {len(jobs)}" in text
-    short = render(output.watcher_renderables(WatcherResult(jobs=jobs[:3]), NOW, "requeue"))
+    short = render(watcher_renderables(WatcherResult(jobs=jobs[:3]), NOW, "requeue"))
     assert "more job(s)" not in short
     # What `requeue-stuck` gets from run_pass(listed=LISTED_JOBS): the counts of all it moved,
     # the jobs of only the first batches.
-    pass_of_1000 = WatcherResult(requeued=990, failed=10, jobs=jobs[: output.LISTED_JOBS])
-    text = render(output.watcher_renderables(pass_of_1000, NOW, "requeue"))
-    assert f"and {1000 - output.LISTED_JOBS} more job(s), not listed" in text
+    pass_of_1000 = WatcherResult(requeued=990, failed=10, jobs=jobs[:LISTED_JOBS])
+    text = render(watcher_renderables(pass_of_1000, NOW, "requeue"))
+    assert f"and {1000 - LISTED_JOBS} more job(s), not listed" in text
     assert "requeued 990, failed 10" in text
 
 
 def test_action_output() -> None:
     result = ActionResult("requeue", (1, 2, 3), (Skipped(9, "a Completed job cannot be requeued"),))
-    text = render(output.action_renderables(result))
+    text = render(action_renderables(result))
     assert fits(text)
     assert "requeued 3 job(s): 1-3" in text
     assert "a Completed job cannot be requeued" in text
@@ -413,10 +418,10 @@ def acting(text: str) -> set[str]:
 
 @pytest.mark.parametrize("text", CORPUS, ids=range(len(CORPUS)))
 def test_lit_is_the_literal_text_with_controls_visible(text: str) -> None:
-    cell = output.lit(text, "red")
+    cell = lit(text, "red")
     assert cell.plain == visible(text) and ESC not in cell.plain
     assert cell.style == "red" and cell.spans == []  # no markup read from the value
-    several = output.lit(text, multiline=True)
+    several = lit(text, multiline=True)
     assert several.plain == visible(text, multiline=True) and ESC not in several.plain
 
 
@@ -424,12 +429,12 @@ def test_json_gives_back_exact_values_and_carries_nothing_a_terminal_acts_on() -
     values = [*CORPUS, "\U000e0001tag", "\udc80lone", "\x85next line"]
     document = {"values": values, **{v: v for v in values}}
     for indent in (2, None):
-        text = output.dumps(document, indent=indent)
+        text = dumps(document, indent=indent)
         assert json.loads(text) == document
         assert not acting(text), acting(text)
     # Readable text stays readable; what acts on a terminal is a JSON escape.
-    assert output.dumps("日本語🙂 e\u0301") == '"日本語🙂 e\u0301"'
-    assert output.dumps("\x9b\u202e\x7f\U000e0001") == '"\\u009b\\u202e\\u007f\\udb40\\udc01"'
+    assert dumps("日本語🙂 e\u0301") == '"日本語🙂 e\u0301"'
+    assert dumps("\x9b\u202e\x7f\U000e0001") == '"\\u009b\\u202e\\u007f\\udb40\\udc01"'
 
 
 def hostile_detail(value: str) -> JobDetail:
@@ -459,21 +464,21 @@ def test_every_cell_shows_hostile_text_as_text(value: str) -> None:
     expired = ExpiredJob(9, value, JobStatus.PROCESSING, 1, 5, value, NOW, None)
     action = ActionResult("requeue", (), (Skipped(9, f"lease live: held by {value}"),))
     for what, parts in (
-        ("status", output.status_renderables(hostile_report(value))),
-        ("inspect", output.detail_renderables(hostile_detail(value))),
-        ("dry run", output.watcher_renderables(WatcherResult(True, jobs=(expired,)), NOW, "x")),
-        ("pass", output.watcher_renderables(WatcherResult(requeued=1, jobs=(expired,)), NOW, "x")),
-        ("action", output.action_renderables(action)),
+        ("status", status_renderables(hostile_report(value))),
+        ("inspect", detail_renderables(hostile_detail(value))),
+        ("dry run", watcher_renderables(WatcherResult(True, jobs=(expired,)), NOW, "x")),
+        ("pass", watcher_renderables(WatcherResult(requeued=1, jobs=(expired,)), NOW, "x")),
+        ("action", action_renderables(action)),
     ):
         text = render(parts, width=400)
         assert not acting(text), (what, acting(text))
         assert visible(value).strip() in text, what
     # The payload is its JSON text, escaped as --json escapes it.
-    assert output.dumps(value) in render(output.detail_renderables(hostile_detail(value)), 400)
+    assert dumps(value) in render(detail_renderables(hostile_detail(value)), 400)
 
 
 def test_events_whose_documents_are_not_objects_still_render() -> None:
-    text = render([output.events_table(hostile_detail("x").events[1:])])
+    text = render([events_table(hostile_detail("x").events[1:])])
     assert "? → ?" in text
 
 
@@ -509,12 +514,10 @@ def test_inspect_shows_the_database_role_beside_the_actor() -> None:
         )
         for n, role in ((8, "lc_ops"), (9, None))
     )
-    text = render(
-        output.detail_renderables(JobDetail(make_job(), (), (recorded, older), NOW)), width=140
-    )
+    text = render(detail_renderables(JobDetail(make_job(), (), (recorded, older), NOW)), width=140)
     assert "operator:ceo@ops-1 (role lc_ops)" in text
     assert text.count("(role ") == 1
-    doc = output.detail_json(JobDetail(make_job(), (), (recorded, older), NOW))
+    doc = detail_json(JobDetail(make_job(), (), (recorded, older), NOW))
     assert [e["db_role"] for e in doc["events"]] == ["lc_ops", None]
     assert [e["actor"] for e in doc["events"]] == ["operator:ceo@ops-1"] * 2
 
@@ -532,13 +535,13 @@ def test_infinite_timestamps_are_shown_as_such_never_fatal() -> None:
         finished_at=TIMESTAMP_MAX,
     )
     detail = make_detail(job)
-    text = render(output.detail_renderables(detail))
+    text = render(detail_renderables(detail))
     assert "run at       -infinity" in text and "lease until  infinity" in text
     assert "(lapsed at infinity)" in text and "heartbeat    infinity  (at infinity)" in text
-    doc = json.loads(output.dumps(output.detail_json(detail)))
+    doc = json.loads(dumps(detail_json(detail)))
     assert (doc["job"]["run_at"], doc["job"]["lease_until"]) == ("-infinity", "infinity")
-    assert output.clock(TIMESTAMP_MIN) == "-infinity"
-    assert output.ago(NOW, TIMESTAMP_MAX) == "at infinity"
+    assert clock(TIMESTAMP_MIN) == "-infinity"
+    assert ago(NOW, TIMESTAMP_MAX) == "at infinity"
 
 
 def test_a_payload_text_is_spliced_into_json_exactly() -> None:
@@ -546,19 +549,19 @@ def test_a_payload_text_is_spliced_into_json_exactly() -> None:
     deep = "[" * 5000 + "]" * 5000
     for text in (exact, deep):
         job = make_job(payload=PayloadText(text, len(text)))
-        encoded = output.dumps(output.detail_json(make_detail(job)))
+        encoded = dumps(detail_json(make_detail(job)))
         assert f'"payload": {text},' in encoded
-    doc = json.loads(output.dumps({"job": make_job(payload=PayloadText(exact, len(exact)))}))
+    doc = json.loads(dumps({"job": make_job(payload=PayloadText(exact, len(exact)))}))
     assert str(doc["job"]["payload"]["amount"]) != "12345678901234567.89"  # (floats: why raw)
     # A string that only looks like the placeholder stays a string.
     fake = make_job(queue="\x00raw-0000000000000000-0", payload=PayloadText("[1]", 3))
-    assert json.loads(output.dumps(fake))["queue"] == "\x00raw-0000000000000000-0"
+    assert json.loads(dumps(fake))["queue"] == "\x00raw-0000000000000000-0"
 
 
 def test_a_long_payload_is_shown_cut_with_its_size_and_how_to_get_all_of_it() -> None:
     head = '{"items": [' + ", ".join(f'{{"n": {i}}}' for i in range(400))
     job = make_job(payload=PayloadText(head[:200], 50_000_000))
-    text = render(output.detail_renderables(make_detail(job)))
+    text = render(detail_renderables(make_detail(job)))
     assert fits(text)
     assert "payload: first 200 of 50,000,000 characters" in text
     assert "all of it: leasectl inspect 42 --json" in text

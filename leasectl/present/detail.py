@@ -1,0 +1,183 @@
+"""One job in full: its fields, payload, attempts and audit events. `leasectl inspect` prints
+these renderables; the console's detail screen shows the same ones in a scrolling widget."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from leasectl.config import format_duration
+from leasectl.literal import shorten
+from leasectl.models import Attempt, Event, Job, JobDetail, JobStatus, PayloadText
+from leasectl.present.jsonout import dumps, terminal_safe_json
+from leasectl.present.styles import OUTCOME_STYLE, status_text
+from leasectl.present.text import lit, table
+from leasectl.present.times import ago, clock, lease_left, timestamp
+
+# `inspect` shows this much of a payload; --json prints all of it.
+PAYLOAD_SHOWN = 4096
+
+
+def detail_renderables(detail: JobDetail, *, cell_limit: int | None = None) -> list[RenderableType]:
+    """``cell_limit`` cuts an attempt's error and an event's reason in their table cells (a
+    screen that redraws them would fold 100,000 characters into thousands of lines); the job's
+    last error is always shown whole."""
+    return [
+        fields_panel(detail),
+        payload_panel(detail.job),
+        attempts_table(detail.attempts, detail.db_now, cell_limit=cell_limit),
+        Text(),
+        events_table(detail.events, cell_limit=cell_limit),
+    ]
+
+
+def fields_panel(detail: JobDetail) -> RenderableType:
+    job, now = detail.job, detail.db_now
+    fields = Table.grid(padding=(0, 2))
+    fields.add_column(style="bold", no_wrap=True)
+    fields.add_column(overflow="fold")
+
+    def add(name: str, value: str | Text) -> None:
+        fields.add_row(name, value if isinstance(value, Text) else Text(value))
+
+    add("status", status_text(job.status))
+    add("queue", lit(job.queue))
+    add("priority", str(job.priority))
+    add("attempts", f"{job.attempts}/{job.max_attempts}")
+    owner = lit(job.lease_owner or "-")
+    if job.lease_owner and job.status != JobStatus.PROCESSING:
+        owner.append("  (last holder)", style="dim")
+    add("lease owner", owner)
+    if job.lease_until is not None:
+        until = Text(timestamp(job.lease_until) + "  ")
+        if job.status == JobStatus.PROCESSING:
+            until.append_text(lease_left(now, job.lease_until))
+        else:
+            until.append(f"(lapsed {ago(now, job.lease_until)})", style="dim")
+        add("lease until", until)
+    else:
+        add("lease until", "-")
+    heartbeat = timestamp(job.heartbeat_at)
+    if job.heartbeat_at is not None:
+        heartbeat += f"  ({ago(now, job.heartbeat_at)})"
+    add("heartbeat", heartbeat)
+    run_at = timestamp(job.run_at)
+    if job.status == JobStatus.PENDING:
+        run_at += f"  ({'due' if job.run_at <= now else 'due ' + ago(now, job.run_at)})"
+    add("run at", run_at)
+    add("last error", lit(job.last_error, "red", multiline=True) if job.last_error else "-")
+    add("created", timestamp(job.created_at))
+    add("updated", timestamp(job.updated_at))
+    add("finished", timestamp(job.finished_at))
+    return Panel(fields, title=f"job {job.id}", title_align="left", box=box.ROUNDED)
+
+
+def payload_panel(job: Job) -> RenderableType:
+    """The payload laid out as JSON; a long one cut short, with its size and how to get all."""
+    payload = job.payload
+    if isinstance(payload, PayloadText):
+        body, title, subtitle = terminal_safe_json(payload.pretty()), "payload", None
+        if payload.truncated:
+            body += "\n…"
+            title = f"payload: first {len(payload.text):,} of {payload.chars:,} characters"
+            subtitle = f"all of it: leasectl inspect {job.id} --json"
+    else:
+        body, title, subtitle = dumps(payload), "payload", None
+    return Panel(
+        # String contents escaped before they are highlighted.
+        Syntax(body, "json", word_wrap=True),
+        title=title,
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="left",
+        box=box.ROUNDED,
+    )
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None else shorten(text, limit)
+
+
+def attempts_table(
+    attempts: Sequence[Attempt], db_now: datetime, *, cell_limit: int | None = None
+) -> RenderableType:
+    if not attempts:
+        return Text("attempts: none (never leased)", style="dim")
+    listing = table("attempts")
+    listing.add_column("#", justify="right")
+    listing.add_column("owner", overflow="fold", min_width=18)
+    listing.add_column("started", no_wrap=True)
+    listing.add_column("took", justify="right")
+    listing.add_column("outcome")
+    listing.add_column("error", overflow="fold")
+    for a in attempts:
+        end = a.ended_at if a.ended_at is not None else db_now
+        took = format_duration(end - a.started_at)
+        listing.add_row(
+            str(a.attempt),
+            lit(a.lease_owner),
+            clock(a.started_at),
+            took if a.ended_at is not None else f"{took}…",
+            lit(a.outcome, OUTCOME_STYLE.get(a.outcome, "")),
+            lit(_cut(a.error or "", cell_limit), "dim", multiline=True),
+        )
+    return listing
+
+
+def event_actor(event: Event) -> str:
+    """Who made an audited change: the name the client gave, and the database role that the
+    database recorded (rows from before it did have none)."""
+    if event.db_role is None:
+        return event.actor
+    return f"{event.actor} (role {event.db_role})"
+
+
+def _doc_value(document: Any, key: str) -> str:
+    """A value an event's before/after document holds; anyone with the table can write it."""
+    value = document.get(key) if isinstance(document, dict) else None
+    return "?" if value is None else str(value)
+
+
+# Besides the status, an event's change names these when they changed.
+CHANGED_TOO = ("attempts", "lease_owner")
+
+
+def change_text(before: Any, after: Any) -> Text:
+    """``Processing → Pending``, then a line per other field the change moved."""
+    old, new = _doc_value(before, "status"), _doc_value(after, "status")
+    arrow = " →\n" if len(f"{old}{new}") > 14 else " → "
+    text = Text.assemble(lit(old), arrow, lit(new))
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in CHANGED_TOO:
+            if key in after and before.get(key) != after[key]:
+                text.append("\n")
+                text.append_text(lit(f"{key} {_doc_value(before, key)} → {_doc_value(after, key)}"))
+    return text
+
+
+def events_table(events: Sequence[Event], *, cell_limit: int | None = None) -> RenderableType:
+    if not events:
+        return Text("events: none (no operator or watcher action)", style="dim")
+    listing = table("events")
+    listing.add_column("at", no_wrap=True)
+    listing.add_column("actor", overflow="fold", min_width=16)
+    listing.add_column("action")
+    listing.add_column("change")
+    listing.add_column("reason", overflow="fold")
+    for e in events:
+        listing.add_row(
+            clock(e.at),
+            lit(event_actor(e)),
+            lit(e.action),
+            change_text(e.before, e.after),
+            lit(_cut(e.reason or "", cell_limit), multiline=True),
+        )
+    return listing

@@ -1,0 +1,221 @@
+"""Models as JSON documents: every value exact, and nothing in the text a terminal acts on.
+
+JSON keeps every value exact, but writes the characters that a terminal acts on or that
+reorder text as ``\\u`` escapes, so that a JSON document is safe to ``cat`` too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import re
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from leasectl.literal import visible
+from leasectl.models import (
+    Attempt,
+    Event,
+    ExpiredJob,
+    Job,
+    JobDetail,
+    OwnerHealth,
+    PayloadText,
+    QueueCounts,
+    StatusReport,
+    WatcherResult,
+    infinity_label,
+)
+from leasectl.present.status import finished_estimate, totals
+
+
+class RawJson(str):
+    """JSON text that ``dumps`` puts into its document as it is (a payload: never decoded, so
+    its numbers keep their digits and any depth is fine)."""
+
+
+@dataclasses.dataclass
+class _Splices:
+    """The RawJson texts of one ``dumps`` call, each behind a placeholder no other string of
+    the document can equal (NUL, which no jsonb or text value holds, and a random tag)."""
+
+    tag: str = dataclasses.field(default_factory=lambda: f"\x00raw-{secrets.token_hex(8)}-")
+    texts: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, text: str) -> str:
+        self.texts.append(text)
+        return f"{self.tag}{len(self.texts) - 1}"
+
+    def apply(self, encoded: str) -> str:
+        for i, text in enumerate(self.texts):
+            encoded = encoded.replace(json.dumps(f"{self.tag}{i}"), text, 1)
+        return encoded
+
+
+def jsonable(value: Any, splices: _Splices | None = None) -> Any:
+    """Datetimes as ISO 8601 with offset ('infinity', '-infinity' for the sentinels), intervals
+    as seconds, enums as their value, a payload's text as RawJson."""
+    if isinstance(value, datetime):
+        return infinity_label(value) or value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, PayloadText):
+        return jsonable(RawJson(value.text), splices)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: jsonable(getattr(value, f.name), splices) for f in dataclasses.fields(value)
+        }
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, splices) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v, splices) for v in value]
+    if splices is not None and type(value) is RawJson:
+        return splices.add(value)
+    return value
+
+
+# json.dumps escapes C0 controls in strings; DEL, C1 controls, bidi and other format
+# characters it leaves raw. Outside strings a JSON document is ASCII, so every match is in one.
+_BEYOND_ASCII = re.compile(r"[^\x00-\x7e]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if visible(char) == char:
+        return char  # text: accents, CJK, emoji stay readable
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells these as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def dumps(document: Any, *, indent: int | None = 2) -> str:
+    """JSON that parses back to the exact values and carries no byte a terminal acts on (a
+    payload's text is spliced in as PostgreSQL wrote it, then escaped the same way)."""
+    splices = _Splices()
+    encoded = json.dumps(jsonable(document, splices), indent=indent, ensure_ascii=False)
+    return terminal_safe_json(splices.apply(encoded) if splices.texts else encoded)
+
+
+def terminal_safe_json(text: str) -> str:
+    """JSON text with every character a terminal acts on written as a JSON escape (the same
+    value once parsed; only strings hold such characters)."""
+    return _BEYOND_ASCII.sub(_json_escape, text)
+
+
+def _age_s(db_now: datetime, then: datetime | None) -> float | None:
+    return None if then is None else (db_now - then).total_seconds()
+
+
+# -- inspect ------------------------------------------------------------------------------------
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    result: dict[str, Any] = jsonable(job)
+    return result
+
+
+def attempt_json(attempt: Attempt) -> dict[str, Any]:
+    result: dict[str, Any] = jsonable(attempt)
+    return result
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    result: dict[str, Any] = jsonable(event)
+    return result
+
+
+def detail_json(detail: JobDetail) -> dict[str, Any]:
+    return {
+        "job": job_json(detail.job),
+        "attempts": [attempt_json(a) for a in detail.attempts],
+        "events": [event_json(e) for e in detail.events],
+        "db_now": jsonable(detail.db_now),
+    }
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
+    return {
+        "pending": q.pending,
+        "due": q.due,
+        "oldest_due_at": jsonable(q.oldest_due_at),
+        "oldest_due_age_s": _age_s(db_now, q.oldest_due_at),
+        "processing": q.processing,
+        "expired": q.expired,
+        "stuck": q.stuck,
+        "completed_recent": q.completed_recent,
+        "failed_recent": q.failed_recent,
+    }
+
+
+def check_json(report: StatusReport) -> dict[str, Any]:
+    return {
+        "expired": report.expired,
+        "stuck": report.stuck,
+        "ok": report.expired == 0 and report.stuck == 0,
+    }
+
+
+def owner_json(owner: OwnerHealth) -> dict[str, Any]:
+    return {
+        "owner": owner.owner,
+        "freshness": owner.freshness.value,
+        "held": owner.held,
+        "expired": owner.expired,
+        "last_seen_at": jsonable(owner.last_seen_at),
+        "last_job_heartbeat_at": jsonable(owner.last_job_heartbeat_at),
+        "next_expiry_at": jsonable(owner.next_expiry_at),
+        "heartbeat_every_s": jsonable(owner.heartbeat_every),
+        "lease_ttl_s": jsonable(owner.lease_ttl),
+        "hostname": owner.hostname,
+        "pid": owner.pid,
+        "queues": list(owner.queues),
+        "started_at": jsonable(owner.started_at),
+        "stopped_at": jsonable(owner.stopped_at),
+    }
+
+
+def status_json(report: StatusReport) -> dict[str, Any]:
+    return {
+        "db_now": jsonable(report.db_now),
+        "recent_window_s": report.recent_window.total_seconds(),
+        "queues": [{"queue": q.queue, **_counts_json(q, report.db_now)} for q in report.queues],
+        "totals": _counts_json(totals(report), report.db_now),
+        "finished_estimate": finished_estimate(report),
+        "owners": [owner_json(o) for o in report.owners],
+        "check": check_json(report),
+    }
+
+
+# -- watcher pass -------------------------------------------------------------------------------
+
+
+def expired_job_json(job: ExpiredJob) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "queue": job.queue,
+        "status": job.status.value,
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "lease_owner": job.lease_owner,
+        "lease_until": jsonable(job.lease_until),
+        "heartbeat_at": jsonable(job.heartbeat_at),
+    }
+
+
+def watcher_json(result: WatcherResult) -> dict[str, Any]:
+    return {
+        "dry_run": result.dry_run,
+        "requeued": result.requeued,
+        "failed": result.failed,
+        "marked_stuck": result.marked_stuck,
+        "jobs": [expired_job_json(j) for j in result.jobs],
+    }

@@ -1,0 +1,119 @@
+"""`leasectl status`: the queues' counts and the lease owners, on the database clock."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from leasectl.config import format_duration
+from leasectl.models import JobStatus, OwnerHealth, QueueCounts, StatusReport, finished_estimates
+from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, STATUS_STYLE
+from leasectl.present.text import lit, num, table
+from leasectl.present.times import ago, expiry, interval, short_window, timestamp
+
+
+def totals(report: StatusReport) -> QueueCounts:
+    qs = report.queues
+    return QueueCounts(
+        queue="total",
+        pending=sum(q.pending for q in qs),
+        due=sum(q.due for q in qs),
+        processing=sum(q.processing for q in qs),
+        expired=sum(q.expired for q in qs),
+        stuck=sum(q.stuck for q in qs),
+        completed_recent=sum(q.completed_recent for q in qs),
+        failed_recent=sum(q.failed_recent for q in qs),
+        oldest_due_at=report.oldest_due_at,
+    )
+
+
+def finished_estimate(report: StatusReport) -> dict[str, int | None]:
+    """All-time totals from planner statistics; None for both while the table has none."""
+    completed, failed = finished_estimates(report.finished_estimate)
+    return {"completed": completed, "failed": failed}
+
+
+def status_renderables(report: StatusReport) -> list[RenderableType]:
+    now = report.db_now
+    window = short_window(report.recent_window)
+    queues = table(f"queues at {timestamp(now)} (database clock)")
+    queues.add_column("queue", overflow="fold", min_width=8)
+    for header in ("pending", "due", "oldest due", "proc.", "expired", "stuck"):
+        queues.add_column(header, justify="right", min_width=min(len(header), 7))
+    queues.add_column(f"done {window}", justify="right", min_width=4)
+    queues.add_column(f"failed {window}", justify="right", min_width=6)
+
+    def row(q: QueueCounts, *, style: str = "") -> None:
+        queues.add_row(
+            lit(q.queue, style),
+            num(q.pending),
+            num(q.due),
+            Text(format_duration(now - q.oldest_due_at) if q.oldest_due_at else "-"),
+            num(q.processing),
+            num(q.expired, alert=EXPIRED_STYLE),
+            num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK]),
+            num(q.completed_recent),
+            num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
+            style=style,
+        )
+
+    for q in report.queues:
+        row(q)
+    if len(report.queues) > 1:
+        queues.add_section()
+        row(totals(report), style="bold")
+
+    est = finished_estimate(report)
+    if est["completed"] is None:
+        estimate = Text("≈ all-time completed/failed: unknown (no planner statistics yet)")
+    else:
+        estimate = Text(
+            f"≈ all-time completed {est['completed']:,} / failed {est['failed']:,} "
+            "(planner estimate)"
+        )
+    estimate.stylize("dim")
+    parts: list[RenderableType] = [
+        queues
+        if report.queues
+        else Text(f"no live jobs, and none finished in the last {window}", style="dim"),
+        estimate,
+        Text(),
+    ]
+    parts.append(owners_table(report.owners, now))
+    if report.expired or report.stuck:
+        parts.append(Text())
+        parts.append(
+            Text(
+                f"attention: {report.expired} expired lease(s), {report.stuck} Stuck job(s); "
+                "see `leasectl requeue-stuck --dry-run`",
+                style=EXPIRED_STYLE,
+            )
+        )
+    return parts
+
+
+def owners_table(owners: Sequence[OwnerHealth], db_now: datetime) -> RenderableType:
+    if not owners:
+        return Text("lease owners: none, and no worker seen in the last hour", style="dim")
+    listing = table("lease owners")
+    listing.add_column("owner", overflow="fold", min_width=18)
+    listing.add_column("fresh", min_width=5)
+    listing.add_column("held", justify="right", min_width=4)
+    listing.add_column("exp.", justify="right", min_width=4)
+    listing.add_column("last beat", justify="right")
+    listing.add_column("next expiry", justify="right")
+    listing.add_column("hb/ttl", justify="right")
+    for o in owners:
+        listing.add_row(
+            lit(o.owner),
+            Text(o.freshness.value, style=FRESHNESS_STYLE.get(o.freshness, "")),
+            num(o.held),
+            num(o.expired, alert=EXPIRED_STYLE),
+            Text(ago(db_now, o.last_sign_of_life)),
+            expiry(db_now, o.next_expiry_at) if o.held else Text("-", style="dim"),
+            Text(f"{interval(o.heartbeat_every)}/{interval(o.lease_ttl)}"),
+        )
+    return listing
