@@ -26,13 +26,17 @@ from typing import Annotated, Any
 from urllib.parse import unquote
 
 import typer
-from psycopg import conninfo
 from rich.console import Console, RenderableType
 
-from leasectl import config, grants, output, parent, queries, retention
+from leasectl import config, output, parent, retention
+from leasectl.db import grants
+from leasectl.db.connection import Database
+from leasectl.db.dsn import dsn_params
+from leasectl.db.operations import Operations
+from leasectl.db.sql import migrations
 from leasectl.errors import LeasectlError, UsageError
 from leasectl.literal import ECHO_LIMIT, echo, shorten, visible
-from leasectl.store import Store
+from leasectl.present.skips import action_json, skip_reason
 from leasectl.terminal import require_terminal
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 from leasectl.worker import Worker, WorkerConfig, load_handler
@@ -125,13 +129,13 @@ def _globals(ctx: typer.Context) -> Globals:
 
 
 @contextlib.contextmanager
-def _store(ctx: typer.Context) -> Iterator[Store]:
+def _operations(ctx: typer.Context) -> Iterator[Operations]:
     dsn, schema = _globals(ctx).resolve()
-    store = Store.connect(dsn, schema)
+    db = Database.connect(dsn, schema)
     try:
-        yield store
+        yield Operations(db)
     finally:
-        store.close()
+        db.close()
 
 
 def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:
@@ -214,9 +218,9 @@ def _setup_logging(level: LogLevel) -> None:
 def init(ctx: typer.Context) -> None:
     """Create or upgrade the schema (idempotent; safe to run concurrently)."""
     dsn, schema = _globals(ctx).resolve()
-    with Store.connect(dsn, schema, check_schema=False) as store:
-        applied = store.migrate()
-    latest = queries.migrations()[-1].version
+    with Database.connect(dsn, schema, check_schema=False) as db:
+        applied = db.migrate()
+    latest = migrations()[-1].version
     where = config.safe_dsn(dsn)
     if applied:
         _say(
@@ -261,8 +265,8 @@ def enqueue(
     queue = _queue_name(queue)
     body = config.parse_payload(_payload_text(payload))
     wait = _duration(delay, "--delay", allow_zero=True)
-    with _store(ctx) as store:
-        ids = store.enqueue_json(
+    with _operations(ctx) as ops:
+        ids = ops.enqueue_json(
             [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
         )
     if as_json:
@@ -462,8 +466,8 @@ def watch(
         interval=_duration(interval, "--interval"),
     )
     _setup_logging(log_level)
-    with _store(ctx) as store:
-        watcher = Watcher(store, watcher_config)
+    with _operations(ctx) as ops:
+        watcher = Watcher(ops, watcher_config)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             log.info("signal %d: stopping the watcher", signum)
@@ -475,7 +479,7 @@ def watch(
             f"queue {echo(queue)}" if queue else "all queues",
             config.format_duration(watcher_config.interval),
             watcher_config.mode,
-            store.where,
+            ops.db.where,
         )
         try:
             watcher.run()
@@ -510,13 +514,13 @@ def requeue_stuck(
     watcher_config = _watcher_config(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
     )
-    with _store(ctx) as store:
+    with _operations(ctx) as ops:
         listed = None if as_json else output.LISTED_JOBS
-        result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
+        result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
         if as_json:
             _emit_json(output.watcher_json(result))
             return
-        db_now = store.server_info()["db_now"]
+        db_now = ops.db.server_info()["db_now"]
     _show(output.watcher_renderables(result, db_now, mode.value))
 
 
@@ -529,12 +533,12 @@ def _operator_action(
     as_json: bool,
 ) -> None:
     ids = [config.parse_job_id(text) for text in id_texts]
-    with _store(ctx) as store:
-        seen = store.seen_now(ids)
-        act = store.operator_requeue if action == "requeue" else store.operator_mark_stuck
+    with _operations(ctx) as ops:
+        seen = ops.seen_now(ids)
+        act = ops.operator_requeue if action == "requeue" else ops.operator_mark_stuck
         result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
     if as_json:
-        _emit_json(result.to_json())
+        _emit_json(action_json(result))
     else:
         _show(output.action_renderables(result))
     if result.skipped:
@@ -542,7 +546,7 @@ def _operator_action(
         _warn(
             f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
             f"not {verb}: "
-            + "; ".join(f"{s.id}: {s.reason}" for s in result.skipped[:3])
+            + "; ".join(f"{s.id}: {skip_reason(s)}" for s in result.skipped[:3])
             + (f"; and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else "")
         )
         raise typer.Exit(1)
@@ -590,8 +594,8 @@ def inspect(
 ) -> None:
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
-    with _store(ctx) as store:
-        detail = store.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
+    with _operations(ctx) as ops:
+        detail = ops.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
     if as_json:
         _emit_json(output.detail_json(detail))
     else:
@@ -613,8 +617,8 @@ def status(
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     if queue is not None:
         queue = _queue_name(queue)
-    with _store(ctx) as store:
-        report = store.status(queue)
+    with _operations(ctx) as ops:
+        report = ops.status(queue)
     if as_json:
         _emit_json(output.status_json(report))
     else:
@@ -653,9 +657,9 @@ def prune(
     cutoff = _duration(older_than, "--older-than")
     if queue is not None:
         queue = _queue_name(queue)
-    with _store(ctx) as store:
+    with _operations(ctx) as ops:
         result = retention.prune(
-            store,
+            ops,
             older_than=cutoff,
             batch=batch,
             queue=queue,
@@ -731,9 +735,9 @@ def grant(
         # terminal: such a name is shown escaped (and the SQL then names it that way).
         sys.stdout.write(visible(grants.render(wanted, schema), multiline=True))
         return
-    with _store(ctx) as store:
-        grants.apply(store, wanted)
-        where, schema = store.where, store.schema
+    with _operations(ctx) as ops:
+        grants.apply(ops.db, wanted)
+        where, schema = ops.db.where, ops.db.schema
     for g in wanted:
         _say(
             f"granted {g.kind.value} privileges on schema {echo(schema)} to role {echo(g.role)} "
@@ -878,7 +882,7 @@ def _uri_password_pieces(dsn: str) -> set[str]:
             found.update(p for p in _URI_SEPARATORS.split(form) if len(p) >= MIN_PIECE)
     if config.ambiguous_uri(dsn):
         with contextlib.suppress(Exception):
-            params = conninfo.conninfo_to_dict(dsn)
+            params = dsn_params(dsn)
             for key in ("host", "port", "dbname"):
                 value = str(params.get(key) or "")
                 found.update(
@@ -893,7 +897,7 @@ def secrets_in(args: Sequence[str]) -> list[str]:
     secrets: set[str] = {os.environ.get("PGPASSWORD") or ""}
     for dsn in _dsn_candidates(args):
         with contextlib.suppress(Exception):
-            secrets.add(str(conninfo.conninfo_to_dict(dsn).get("password") or ""))
+            secrets.add(str(dsn_params(dsn).get("password") or ""))
         secrets.update(_uri_password_pieces(dsn))
         for m in _KV_PASSWORD.finditer(dsn):
             value, raw = _kv_value(dsn, m.end())

@@ -47,6 +47,7 @@ from leasectl.models import (
     finished_estimates,
     infinity_label,
 )
+from leasectl.present.skips import skip_reason
 
 STATUS_STYLE = {
     JobStatus.PENDING: "yellow",
@@ -690,6 +691,6 @@ def action_renderables(result: ActionResult) -> list[RenderableType]:
         table.add_column("id", justify="right")
         table.add_column("reason", overflow="fold")
         for s in result.skipped:
-            table.add_row(str(s.id), lit(s.reason))
+            table.add_row(str(s.id), lit(skip_reason(s)))
         parts.append(table)
     return parts

@@ -8,7 +8,7 @@ from datetime import timedelta
 import psycopg
 
 from leasectl.models import Lease
-from leasectl.store import Store
+from tests.stores import Stores
 
 HB = timedelta(seconds=10)
 TTL = timedelta(seconds=30)
@@ -26,21 +26,21 @@ class Seeded:
     stuck: int  # status Stuck
 
 
-def seed(store: Store, conn: psycopg.Connection) -> Seeded:
+def seed(store: Stores, conn: psycopg.Connection) -> Seeded:
     for worker in (ALIVE, SILENT):
         host, pid, _ = worker.split(":")
-        store.worker_register(
+        store.work.worker_register(
             worker, hostname=host, pid=int(pid), queues=["payments"], lease_ttl=TTL,
             heartbeat_every=HB,
         )  # fmt: skip
-    ids = store.enqueue([{"n": i} for i in range(10)], queue="payments")
-    store.enqueue([{"mail": 1}], queue="emails")
-    live = store.claim("payments", ALIVE, TTL, limit=2)
-    (at_risk,) = store.claim("payments", ALIVE, TTL)
-    expired = store.claim("payments", SILENT, TTL, limit=2)
-    (retry,) = store.claim("payments", ALIVE, TTL)
-    store.fail(retry, "gateway 503", retry_delay=timedelta(minutes=5))
-    (quarantined,) = store.claim("payments", SILENT, TTL)
+    ids = store.ops.enqueue([{"n": i} for i in range(10)], queue="payments")
+    store.ops.enqueue([{"mail": 1}], queue="emails")
+    live = store.work.claim("payments", ALIVE, TTL, limit=2)
+    (at_risk,) = store.work.claim("payments", ALIVE, TTL)
+    expired = store.work.claim("payments", SILENT, TTL, limit=2)
+    (retry,) = store.work.claim("payments", ALIVE, TTL)
+    store.work.fail(retry, "gateway 503", retry_delay=timedelta(minutes=5))
+    (quarantined,) = store.work.claim("payments", SILENT, TTL)
     conn.execute(
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute', "
         "heartbeat_at = now() - interval '90 seconds' WHERE id = ANY(%s)",
@@ -55,8 +55,8 @@ def seed(store: Store, conn: psycopg.Connection) -> Seeded:
         "WHERE worker_id = %s",
         (SILENT,),
     )
-    result = store.operator_mark_stuck(
-        [store.get_job(quarantined.job_id).seen()], actor="test", reason="seed"
+    result = store.ops.operator_mark_stuck(
+        [store.ops.get_job(quarantined.job_id).seen()], actor="test", reason="seed"
     )
     assert result.changed == (quarantined.job_id,)
     taken = {le.job_id for le in [*live, at_risk, *expired, retry, quarantined]}

@@ -22,8 +22,8 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.errors import UsageError
-from leasectl.store import Store
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
+from tests.stores import Stores
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,17 +52,21 @@ def seeded(server_dsn: str, template_db: str) -> Iterator[tuple[str, dict[str, i
             )
         )
     dsn = conninfo.make_conninfo(server_dsn, dbname=name)
-    with Store.connect(dsn, "leasectl") as store:
-        completed, expired, stuck, pending = store.enqueue([{"n": i} for i in range(4)], queue="q")
-        leases = store.claim("q", "owner", timedelta(seconds=30), 3)
-        store.complete(leases[:1])
+    with Stores.connect(dsn, "leasectl") as store:
+        completed, expired, stuck, pending = store.ops.enqueue(
+            [{"n": i} for i in range(4)], queue="q"
+        )
+        leases = store.work.claim("q", "owner", timedelta(seconds=30), 3)
+        store.work.complete(leases[:1])
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' "
                 "WHERE id = ANY(%s)",
                 [[expired, stuck]],
             )
-        store.operator_mark_stuck(store.seen_now([stuck]), actor="operator:t", reason="seed")
+        store.ops.operator_mark_stuck(
+            store.ops.seen_now([stuck]), actor="operator:t", reason="seed"
+        )
     ids = {"completed": completed, "expired": expired, "stuck": stuck, "pending": pending}
     try:
         yield dsn, ids
@@ -295,9 +299,9 @@ def test_queue_names_and_payloads_are_stored_verbatim(db_dsn: str) -> None:
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
 
 
-def test_reasons_are_stored_verbatim(db_dsn: str, store: Store) -> None:
-    ids = store.enqueue([{}] * (3 * len(WEIRD)), queue="q")
-    leases = store.claim("q", "owner", timedelta(seconds=30), len(WEIRD))
+def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
+    ids = store.ops.enqueue([{}] * (3 * len(WEIRD)), queue="q")
+    leases = store.work.claim("q", "owner", timedelta(seconds=30), len(WEIRD))
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute(
             "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
@@ -320,7 +324,7 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Store) -> None:
             (reason,)
         ]
     # A watcher pass with a weird reason, on freshly lapsed leases.
-    store.claim("q", "owner2", timedelta(seconds=30), 2)
+    store.work.claim("q", "owner2", timedelta(seconds=30), 2)
     rows(db_dsn, "UPDATE leasectl.jobs SET lease_until = now() - interval '1 s' "
          "WHERE lease_owner = 'owner2' RETURNING id")  # fmt: skip
     swept = cli("requeue-stuck", "--reason", SQLI, "--json", dsn=db_dsn)
@@ -353,8 +357,8 @@ def test_worker_id_and_queue_with_sql_metacharacters_are_lease_owner_and_queue_v
     db_dsn: str, tmp_path: Path
 ) -> None:
     owner = f"{SQLI} {UNICODE}"
-    with Store.connect(db_dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{}], queue=QUOTES)
+    with Stores.connect(db_dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{}], queue=QUOTES)
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
         [
@@ -478,7 +482,7 @@ def test_no_system_schema_is_ever_written(empty_db_dsn: str) -> None:
 
 
 def test_an_over_long_queue_name_is_a_usage_error_not_a_lost_database(
-    db_dsn: str, store: Store
+    db_dsn: str, store: Stores
 ) -> None:
     name = "n" * 8000
     proc = cli("enqueue", "-q", name, dsn=db_dsn)
@@ -486,9 +490,9 @@ def test_an_over_long_queue_name_is_a_usage_error_not_a_lost_database(
     assert "lost the database" not in line and len(line) < 400
     # Through the Python API too, and the schema refuses what gets past both.
     with pytest.raises(UsageError, match="at most 200 characters"):
-        store.enqueue([{}], queue="q" * 201)
+        store.ops.enqueue([{}], queue="q" * 201)
     with pytest.raises(UsageError, match='violates check constraint "jobs_bounded_values"'):
-        store.enqueue([{}], queue="q", max_attempts=1001)
+        store.ops.enqueue([{}], queue="q", max_attempts=1001)
     with (
         psycopg.connect(db_dsn, autocommit=True) as conn,
         pytest.raises(psycopg.errors.CheckViolation),

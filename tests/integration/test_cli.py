@@ -27,8 +27,9 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import output, queries
-from leasectl.store import Store
+from leasectl import output
+from leasectl.db import sql as queries
+from tests.stores import Stores
 
 SCHEMA = "leasectl"
 SECRET = "hunter2-Zq9-never-printed"
@@ -111,17 +112,19 @@ class Seeded:
     completed: int
 
 
-def seed(store: Store, sql_conn: psycopg.Connection) -> Seeded:
+def seed(store: Stores, sql_conn: psycopg.Connection) -> Seeded:
     """A database in which most commands would change something if they ran."""
-    completed, expired, stuck, pending = store.enqueue([{"n": i} for i in range(4)], queue="q")
-    lease = store.claim("q", OWNER, timedelta(seconds=30), 3)
+    completed, expired, stuck, pending = store.ops.enqueue([{"n": i} for i in range(4)], queue="q")
+    lease = store.work.claim("q", OWNER, timedelta(seconds=30), 3)
     assert [x.job_id for x in lease] == [completed, expired, stuck]
-    assert store.complete(lease[:1]) == {completed}
+    assert store.work.complete(lease[:1]) == {completed}
     sql_conn.execute(
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
         [[expired, stuck]],
     )
-    moved = store.operator_mark_stuck(store.seen_now([stuck]), actor="operator:test", reason="seed")
+    moved = store.ops.operator_mark_stuck(
+        store.ops.seen_now([stuck]), actor="operator:test", reason="seed"
+    )
     assert moved.changed == (stuck,)
     return Seeded(pending=pending, expired=expired, stuck=stuck, completed=completed)
 
@@ -206,7 +209,7 @@ BAD_INPUT = [
 @pytest.mark.parametrize(("args", "code", "fragments"), BAD_INPUT)
 def test_bad_input(
     db_dsn: str,
-    store: Store,
+    store: Stores,
     sql_conn: psycopg.Connection,
     args: list[str],
     code: int,
@@ -223,7 +226,7 @@ def test_bad_input(
 
 
 def test_requeue_unknown_id_is_skipped(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seed(store, sql_conn)
     before = snapshot(db_dsn)
@@ -387,8 +390,8 @@ def test_internal_errors_are_one_line(db_dsn: str) -> None:
     """A bug still ends in one line without a traceback unless LEASECTL_DEBUG=1."""
     env = _env(db_dsn)
     code = (
-        "import sys; from leasectl import cli; "
-        "cli.Store.connect = lambda *a, **k: 1 / 0; "
+        "import sys; from leasectl import cli; from leasectl.db.connection import Database; "
+        "Database.connect = lambda *a, **k: 1 / 0; "
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
@@ -409,9 +412,9 @@ def test_internal_errors_are_one_line(db_dsn: str) -> None:
 
 def test_interrupt_exits_130_quietly(db_dsn: str) -> None:
     code = (
-        "import sys; from leasectl import cli\n"
+        "import sys; from leasectl import cli; from leasectl.db.connection import Database\n"
         "def interrupted(*a, **k): raise KeyboardInterrupt\n"
-        "cli.Store.connect = interrupted\n"
+        "Database.connect = interrupted\n"
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
@@ -468,9 +471,9 @@ def test_enqueue(db_dsn: str, sql_conn: psycopg.Connection) -> None:
     assert f"enqueued 3 job(s) on queue 'emails': {first}-{first + 2}" in human.stdout
 
 
-def test_status_json_and_check(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
-    store.enqueue([{}, {}], queue="q")
-    (lease,) = store.claim("q", OWNER, timedelta(minutes=5))
+def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
+    store.ops.enqueue([{}, {}], queue="q")
+    (lease,) = store.work.claim("q", OWNER, timedelta(minutes=5))
 
     proc = cli("status", "--json", "--check", dsn=db_dsn)
     assert proc.returncode == 0, proc.stderr
@@ -513,7 +516,7 @@ def test_status_json_and_check(db_dsn: str, store: Store, sql_conn: psycopg.Conn
     assert other.returncode == 0, other.stderr
 
 
-def test_requeue_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_requeue_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed(store, sql_conn)
     before = snapshot(db_dsn)
 
@@ -545,7 +548,7 @@ def test_requeue_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) 
     assert again.returncode == 0 and "requeued 0, failed 0" in again.stdout
 
 
-def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_requeue_and_mark_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed(store, sql_conn)
 
     marked = cli("mark-stuck", str(seeded.pending), "--reason", "poison", dsn=db_dsn)
@@ -567,7 +570,7 @@ def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Con
     assert f"requeued 1 job(s): {seeded.stuck}" in human.stdout
     assert "a Completed job cannot be requeued" in human.stdout
 
-    (live,) = store.claim("q", OWNER, timedelta(minutes=5))
+    (live,) = store.work.claim("q", OWNER, timedelta(minutes=5))
     refused = cli("requeue", str(live.job_id), dsn=db_dsn)
     assert_one_line_error(refused, 1, "lease live", "--force", prefix="leasectl: ")
     forced = cli("requeue", str(live.job_id), "--force", "--reason", "on-call", dsn=db_dsn)
@@ -583,7 +586,7 @@ def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Con
     ]
 
 
-def test_inspect(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_inspect(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed(store, sql_conn)
     assert cli("requeue-stuck", dsn=db_dsn).returncode == 0
 
@@ -619,11 +622,11 @@ def handle(ctx):
 
 
 def test_worker_completes_jobs_and_stops_on_sigterm(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection, tmp_path: Path
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection, tmp_path: Path
 ) -> None:
     (tmp_path / "cli_test_handlers.py").write_text(textwrap.dedent(HANDLER_MODULE))
-    ids = store.enqueue([{"n": i} for i in range(6)], queue="work")
-    (failing,) = store.enqueue([{"fail": True}], queue="work", max_attempts=1)
+    ids = store.ops.enqueue([{"n": i} for i in range(6)], queue="work")
+    (failing,) = store.ops.enqueue([{"fail": True}], queue="work", max_attempts=1)
     worker = subprocess.Popen(
         [
             sys.executable, "-m", "leasectl", "worker", "-q", "work",
@@ -670,7 +673,7 @@ def test_worker_completes_jobs_and_stops_on_sigterm(
 
 
 def test_watch_requeues_and_stops_on_sigterm(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed(store, sql_conn)
     watcher = subprocess.Popen(

@@ -1,0 +1,1 @@
+"""The one presentation of leasectl's results, for the CLI and the console alike."""
