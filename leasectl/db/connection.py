@@ -226,7 +226,7 @@ class Database:
     ) -> list[dict[str, Any]]:
         """Run a named query in this schema: its rows as dicts."""
         statement = query.render(self.schema)
-        with self.connection(**mapping) as conn:
+        with self.errors(**mapping), self._pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(statement, params)
             return cur.fetchall() if cur.description is not None else []
@@ -243,7 +243,7 @@ class Database:
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """A query's column names and its rows as tuples (for many rows: no dict per row)."""
         query = queries.get(name).render(self.schema)
-        with self.connection() as conn:
+        with self._errors, self._pool.connection() as conn:
             cur = conn.execute(query, params)
             if cur.description is None:
                 return [], []
