@@ -45,8 +45,8 @@ from psycopg import sql
 
 from leasectl.config import parse_duration
 from leasectl.db.connection import Database
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.operations import Operations
-from leasectl.embedded import EmbeddedServer
 from leasectl.errors import ConnectionFailed, LeasectlError
 from leasectl.models import JobStatus, SeenState
 from leasectl.watcher import Watcher, WatcherConfig

@@ -49,7 +49,7 @@ SCALE = 10
 
 
 def pgbench() -> str:
-    from leasectl.embedded import pg_bin
+    from leasectl.db.embedded import pg_bin
 
     return str(pg_bin("pgbench"))
 

@@ -63,7 +63,7 @@ def main() -> None:
     server = None
     dsn = a.dsn
     if dsn is None:
-        from leasectl.embedded import EmbeddedServer
+        from leasectl.db.embedded import EmbeddedServer
 
         server = EmbeddedServer.temporary()
         server.start()

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     dsn = args.dsn
     if dsn is None:
-        from leasectl.embedded import EmbeddedServer
+        from leasectl.db.embedded import EmbeddedServer
 
         server = EmbeddedServer.temporary()
         log(f"starting a temporary embedded server in {server.base_dir}")

@@ -1,4 +1,5 @@
-"""Resolution and validation of what the user gives: DSN, schema name, durations, ids, JSON."""
+"""Resolution and validation of what the user gives: schema name, durations, ids, JSON (the
+DSN is the data layer's: `db/dsn.py`)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-# DSN parsing is libpq's, hence the data layer's; re-exported for the CLI.
-from leasectl.db.dsn import ambiguous_uri as ambiguous_uri
-from leasectl.db.dsn import is_uri as is_uri
-from leasectl.db.dsn import safe_dsn as safe_dsn
-from leasectl.db.dsn import validate_dsn as validate_dsn
-from leasectl.errors import ConfigError, UsageError
+from leasectl.errors import UsageError
 from leasectl.literal import echo
 
 DEFAULT_SCHEMA = "leasectl"
@@ -33,20 +29,6 @@ MAX_PAYLOAD_DEPTH = 256
 _DURATION = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 MAX_DURATION = timedelta(days=3650)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-NO_DSN_MESSAGE = (
-    "no database given: pass --dsn, or set LEASECTL_DSN or DATABASE_URL "
-    "(to try leasectl without a database, run `leasectl demo`)"
-)
-
-
-def resolve_dsn(cli_value: str | None) -> str:
-    """--dsn, else LEASECTL_DSN, else DATABASE_URL; validated for syntax, never echoed."""
-    for value in (cli_value, os.environ.get("LEASECTL_DSN"), os.environ.get("DATABASE_URL")):
-        if value is not None and value.strip():
-            validate_dsn(value)
-            return value
-    raise ConfigError(NO_DSN_MESSAGE)
 
 
 def resolve_schema(cli_value: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Typed errors meant for users; cli.py turns each into one line on stderr and an exit code."""
+"""Typed errors meant for users; `cli/entry.py` makes each one line on stderr and an exit code."""
 
 from __future__ import annotations
 

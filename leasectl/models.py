@@ -187,8 +187,33 @@ def _from_tuples(
     return tuple(made)
 
 
+class _JobRow:
+    """What a Job and a PanelJob (two views of a row of ``jobs``) share besides their fields.
+
+    The fields are listed in each class: a base dataclass would put its fields first and so
+    reorder Job's, whose field order is the key order of ``inspect --json`` and the column order
+    the worker builds Jobs by. The annotations here only tell the type checker what the methods
+    read; a plain class's annotations are no dataclass fields.
+    """
+
+    id: int
+    status: JobStatus
+    attempts: int
+    lease_owner: str | None
+    priority: int
+    run_at: datetime
+
+    def seen(self) -> SeenState:
+        return SeenState(self.id, self.status, self.attempts, self.lease_owner)
+
+    @property
+    def claim_order(self) -> ClaimKey:
+        """Claims take jobs in this order: priority (smaller first), run_at, id."""
+        return (self.priority, self.run_at, self.id)
+
+
 @dataclass(frozen=True)
-class Job:
+class Job(_JobRow):
     id: int
     queue: str
     payload: Any
@@ -209,14 +234,6 @@ class Job:
     def from_row(cls, row: dict[str, Any]) -> Self:
         job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
         return job
-
-    def seen(self) -> SeenState:
-        return SeenState(self.id, self.status, self.attempts, self.lease_owner)
-
-    @property
-    def claim_order(self) -> ClaimKey:
-        """Claims take jobs in this order: priority (smaller first), run_at, id."""
-        return (self.priority, self.run_at, self.id)
 
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
@@ -456,7 +473,7 @@ class StatusReport:
 
 
 @dataclass(frozen=True)
-class PanelJob:
+class PanelJob(_JobRow):
     """A job as a console panel lists it: no payload, the error cut short.
 
     ``risk_window`` is the owner's heartbeat interval (or the console's fixed window when the
@@ -486,14 +503,6 @@ class PanelJob:
         a refresh builds up to three panels of them. A column may be missing only for a field
         with a default."""
         return _from_tuples(cls, names, rows)
-
-    def seen(self) -> SeenState:
-        return SeenState(self.id, self.status, self.attempts, self.lease_owner)
-
-    @property
-    def claim_order(self) -> ClaimKey:
-        """Claims take jobs in this order: priority (smaller first), run_at, id."""
-        return (self.priority, self.run_at, self.id)
 
 
 @dataclass(frozen=True)

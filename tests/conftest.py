@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.worker import Worker, WorkerConfig
 from tests.stores import Stores
 
@@ -40,7 +40,7 @@ def server_dsn() -> Iterator[str]:
     if given:
         yield given
         return
-    from leasectl.embedded import EmbeddedServer
+    from leasectl.db.embedded import EmbeddedServer
 
     server = EmbeddedServer.temporary()
     server.start()

@@ -491,7 +491,7 @@ def database() -> Iterator[str]:
     if given:
         yield given
         return
-    from leasectl.embedded import EmbeddedServer
+    from leasectl.db.embedded import EmbeddedServer
 
     server = EmbeddedServer.temporary()
     server.start()

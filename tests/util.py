@@ -1,28 +1,67 @@
-"""Polling helpers: wait for a condition with a deadline instead of sleeping."""
+"""Polling helpers: wait for a condition with a deadline instead of sleeping.
+
+``wait_until`` is the one poll loop; ``wait_until_pilot`` is the same loop for a Textual Pilot
+(a polling app is never idle, so the console tests yield to it between checks instead of
+sleeping). Both name what they waited for when the deadline passes.
+"""
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
+if TYPE_CHECKING:
+    from textual.pilot import Pilot
+
 T = TypeVar("T")
+
+
+def _describe(predicate: Callable[[], object]) -> str:
+    """The predicate's source line (a lambda says what it waits for), else its name."""
+    try:
+        return " ".join(inspect.getsource(predicate).split())
+    except (OSError, TypeError):
+        return getattr(predicate, "__qualname__", repr(predicate))
+
+
+class _Deadline:
+    """Fails the test, naming what it waited for, once ``timeout`` has passed."""
+
+    def __init__(self, timeout: float, what: str, predicate: Callable[[], object]) -> None:
+        self.timeout = timeout
+        self.what = what or _describe(predicate)
+        self.at = time.monotonic() + timeout
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise AssertionError(f"timed out after {self.timeout:g}s waiting for {self.what}")
 
 
 def wait_until(
     predicate: Callable[[], T], *, timeout: float = 20.0, interval: float = 0.02, what: str = ""
 ) -> T:
     """Return the first truthy value of ``predicate()``; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    deadline = _Deadline(timeout, what, predicate)
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        deadline.check()
         time.sleep(interval)
+
+
+async def wait_until_pilot(
+    pilot: Pilot[Any], condition: Callable[[], object], what: str, timeout: float = 15.0
+) -> None:
+    """``wait_until`` for the console: the app runs between checks (``pilot.pause``)."""
+    deadline = _Deadline(timeout, what, condition)
+    while not condition():
+        deadline.check()
+        await pilot.pause(0.05)
 
 
 def wait_for_lock_wait(conn: psycopg.Connection[Any], *, what: str) -> None:

@@ -22,6 +22,21 @@ AMBIGUOUS_URI_MESSAGE = (
 )
 
 
+NO_DSN_MESSAGE = (
+    "no database given: pass --dsn, or set LEASECTL_DSN or DATABASE_URL "
+    "(to try leasectl without a database, run `leasectl demo`)"
+)
+
+
+def resolve_dsn(cli_value: str | None) -> str:
+    """--dsn, else LEASECTL_DSN, else DATABASE_URL; validated for syntax, never echoed."""
+    for value in (cli_value, os.environ.get("LEASECTL_DSN"), os.environ.get("DATABASE_URL")):
+        if value is not None and value.strip():
+            validate_dsn(value)
+            return value
+    raise ConfigError(NO_DSN_MESSAGE)
+
+
 def validate_dsn(dsn: str) -> dict[str, Any]:
     """The connection parameters libpq reads from ``dsn``, or a ConfigError that quotes none of
     it: libpq's own message can hold fragments of the DSN, so any quoted part is dropped."""

@@ -48,10 +48,10 @@ from leasectl.config import DEFAULT_SCHEMA
 from leasectl.db import demo as demo_db
 from leasectl.db.connection import Database
 from leasectl.db.dsn import safe_dsn, validate_dsn
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.operations import Operations
 from leasectl.demo.fleet import FLEET, Fleet, FleetConfig
 from leasectl.demo.traffic import Traffic
-from leasectl.embedded import EmbeddedServer
 from leasectl.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
 from leasectl.watcher import Watcher, WatcherConfig, run_pass
 

@@ -20,7 +20,7 @@ CORE = [
     "leasectl.present.skips",
     "leasectl.watcher",
     "leasectl.worker",
-    "leasectl.embedded",
+    "leasectl.db.embedded",
 ]
 
 

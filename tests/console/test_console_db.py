@@ -29,9 +29,9 @@ from leasectl.console.widgets.tables import (
 from leasectl.errors import ConnectionFailed, SchemaMissing
 from leasectl.present.skips import skip_reason
 from tests.conftest import SCHEMA
-from tests.console.conftest import wait_until
-from tests.console.seed import ALIVE, SILENT, seed
+from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
+from tests.util import wait_until_pilot
 
 Scenario = Callable[[ConsoleApp, Pilot[None]], Awaitable[None]]
 
@@ -59,8 +59,8 @@ def drive(
 
     async def run() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: app.snapshot is not None, "the first refresh")
-            await wait_until(pilot, lambda: app.privileges_checked, "the privilege check")
+            await wait_until_pilot(pilot, lambda: app.snapshot is not None, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.privileges_checked, "the privilege check")
             await scenario(app, pilot)
 
     try:
@@ -74,7 +74,7 @@ async def highlight(app: ConsoleApp, pilot: Pilot[None], panel: str, job_id: int
     key = {"pending": "1", "processing": "2", "stuck": "3"}[panel]
     await pilot.press(key)
     table = app.main.query_one(f"#{panel}", PanelTable)
-    await wait_until(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
+    await wait_until_pilot(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
     table.move_cursor(row=[table.key_of(item) for item in table.items].index(str(job_id)))
     await pilot.pause()
 
@@ -84,15 +84,15 @@ async def no_confirmation_after(pilot: Pilot[None], *keys: str) -> None:
     one of them has been handled, and none of them may have asked for a confirmation."""
     app = pilot.app
     await pilot.press(*keys, "question_mark")
-    await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
+    await wait_until_pilot(pilot, lambda: isinstance(app.screen, HelpScreen), "the help screen")
     assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
     await pilot.press("escape")
-    await wait_until(pilot, lambda: len(app.screen_stack) == 1, "the main screen")
+    await wait_until_pilot(pilot, lambda: len(app.screen_stack) == 1, "the main screen")
 
 
 async def confirm(app: ConsoleApp, pilot: Pilot[None], key: str, reason: str) -> None:
     await pilot.press(key)
-    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+    await wait_until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
     app.screen.query_one("#reason", Input).value = reason
     await pilot.press("enter")
 
@@ -122,7 +122,7 @@ def test_bad_dsn_and_missing_schema_fail_before_the_app(empty_db_dsn: str) -> No
 def test_panels_fill_from_seeded_jobs(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     clock = FakeClock()  # no poll falls due unless the test moves it
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -160,17 +160,17 @@ def test_panels_fill_from_seeded_jobs(
 def test_requeue_from_the_console_changes_the_row_and_writes_the_event(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await highlight(app, pilot, "stuck", target)
         await confirm(app, pilot, "r", "INC-7 silent worker")
-        await wait_until(pilot, lambda: app.last_result is not None, "the action result")
+        await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert app.last_result.changed == (target,) and app.last_result.skipped == ()
         pending = app.main.query_one("#pending", PendingTable)
-        await wait_until(
+        await wait_until_pilot(
             pilot, lambda: target in {j.id for j in pending.items}, "the job back in Pending"
         )
         stuck = app.main.query_one("#stuck", StuckTable)
@@ -186,18 +186,20 @@ def test_requeue_from_the_console_changes_the_row_and_writes_the_event(
 def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     lease = seeded.expired[1]
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await highlight(app, pilot, "processing", lease.job_id)
         await pilot.press("r")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        await wait_until_pilot(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation"
+        )
         # While the operator types, the worker finishes the job after all.
         assert store.work.complete([lease]) == {lease.job_id}
         app.screen.query_one("#reason", Input).value = "looks stuck"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.last_result is not None, "the action result")
+        await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert app.last_result.changed == ()
         [skipped] = app.last_result.skipped
@@ -210,7 +212,7 @@ def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
 
 
 def test_mark_stuck_selected_jobs(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     a, b = seeded.pending[:2]
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -220,7 +222,7 @@ def test_mark_stuck_selected_jobs(db_dsn: str, store: Stores, sql_conn: psycopg.
         await pilot.press("space")
         assert app.selected == {a, b}
         await confirm(app, pilot, "s", "poison messages")
-        await wait_until(pilot, lambda: app.last_result is not None, "the action result")
+        await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert sorted(app.last_result.changed) == sorted([a, b])
         assert app.selected == set()
@@ -232,7 +234,7 @@ def test_mark_stuck_selected_jobs(db_dsn: str, store: Stores, sql_conn: psycopg.
 def test_requeue_all_expired_in_the_filter(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     expired = sorted(le.job_id for le in seeded.expired)
     # The seed's at-risk lease ends 4 s after seeding; on a slow machine it lapsed before the
     # console had loaded, and "all expired" had three jobs. This test needs only the two.
@@ -243,14 +245,16 @@ def test_requeue_all_expired_in_the_filter(
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await pilot.press("R")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        await wait_until_pilot(
+            pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation"
+        )
         screen = app.screen
         assert isinstance(screen, ConfirmScreen)
         assert sorted(j.id for j in screen.jobs) == expired
         assert "Requeue all 2 expired jobs" in screen.title_text
         screen.query_one("#reason", Input).value = "bulk"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.last_result is not None, "the action result")
+        await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert sorted(app.last_result.changed) == expired
 
@@ -261,7 +265,7 @@ def test_requeue_all_expired_in_the_filter(
 def test_read_only_flag_hides_and_refuses(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -298,7 +302,7 @@ def reader_dsn(db_dsn: str, sql_conn: psycopg.Connection) -> Iterator[str]:
 def test_read_only_by_itself_without_update_privilege(
     reader_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -316,18 +320,18 @@ def test_read_only_by_itself_without_update_privilege(
 def test_polling_pauses_while_a_modal_is_open(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seed(store, sql_conn)
+    seed_console(store, sql_conn)
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         await pilot.press("question_mark")
-        await wait_until(pilot, lambda: app.paused, "the help screen")
+        await wait_until_pilot(pilot, lambda: app.paused, "the help screen")
         # The poll already running when it opened may finish; then its next one falls due
         # (the refresh timer fires) and must wait instead of running.
-        await wait_until(pilot, lambda: not app.polling, "the running poll to finish")
+        await wait_until_pilot(pilot, lambda: not app.polling, "the running poll to finish")
         polls = app.polls
-        await wait_until(pilot, lambda: app.poll_pending, "a poll to fall due meanwhile")
+        await wait_until_pilot(pilot, lambda: app.poll_pending, "a poll to fall due meanwhile")
         assert (app.polls, app.polling) == (polls, False)
         await pilot.press("escape")
-        await wait_until(pilot, lambda: app.polls >= polls + 2, "polling to resume")
+        await wait_until_pilot(pilot, lambda: app.polls >= polls + 2, "polling to resume")
 
     drive(db_dsn, scenario)

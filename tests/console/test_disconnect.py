@@ -13,10 +13,10 @@ from textual.widgets import Static
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PendingTable
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from tests.conftest import SCHEMA
-from tests.console.conftest import wait_until
 from tests.stores import Stores
+from tests.util import wait_until_pilot
 
 
 @pytest.fixture
@@ -42,14 +42,14 @@ def test_banner_while_the_server_is_down_then_recovery(server: EmbeddedServer) -
         return app.main.query_one("#banner", Static)
 
     async def scenario(pilot: Pilot[None]) -> None:
-        await wait_until(pilot, lambda: app.snapshot is not None, "the first refresh")
+        await wait_until_pilot(pilot, lambda: app.snapshot is not None, "the first refresh")
         assert not banner().has_class("-shown")
         rows = app.main.query_one("#pending", PendingTable).row_count
         assert rows == 3
 
         await asyncio.to_thread(server.stop, mode="fast")
-        await wait_until(pilot, lambda: banner().has_class("-shown"), "the banner", 20)
-        await wait_until(pilot, lambda: app.next_poll_at is not None, "a retry to be armed")
+        await wait_until_pilot(pilot, lambda: banner().has_class("-shown"), "the banner", 20)
+        await wait_until_pilot(pilot, lambda: app.next_poll_at is not None, "a retry to be armed")
         await pilot.pause(1.1)  # let the banner's countdown and the data's age tick
         text = str(banner().render())
         assert "DATABASE UNREACHABLE" in text
@@ -61,8 +61,10 @@ def test_banner_while_the_server_is_down_then_recovery(server: EmbeddedServer) -
         assert "disconnected" in str(app.main.query_one("#status-left").render())
 
         await asyncio.to_thread(server.start)
-        await wait_until(pilot, lambda: app.connected is True, "the reconnection", 40)
-        await wait_until(pilot, lambda: not banner().has_class("-shown"), "the banner to clear")
+        await wait_until_pilot(pilot, lambda: app.connected is True, "the reconnection", 40)
+        await wait_until_pilot(
+            pilot, lambda: not banner().has_class("-shown"), "the banner to clear"
+        )
         assert app.error is None
 
     async def run() -> None:

@@ -43,8 +43,8 @@ from leasectl.console.widgets.tables import PanelTable
 from leasectl.literal import visible
 from leasectl.models import OwnerHealth, PanelJob
 from tests.conftest import SCHEMA
-from tests.console.conftest import wait_until
 from tests.hostile import CORPUS, NAMES
+from tests.util import wait_until_pilot
 
 SIZE = (200, 60)
 OSC = "\x1b]0;PWNED\x07"  # sets the terminal's title
@@ -205,8 +205,8 @@ def drive(dsn: str, scenario: Scenario) -> None:
 
     async def run() -> None:
         async with app.run_test(size=SIZE, notifications=True) as pilot:
-            await wait_until(pilot, lambda: app.snapshot is not None, "the first refresh")
-            await wait_until(pilot, lambda: app.privileges_checked, "the privilege check")
+            await wait_until_pilot(pilot, lambda: app.snapshot is not None, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.privileges_checked, "the privilege check")
             await scenario(app, pilot)
             screen_text(app, "the end")
 
@@ -288,7 +288,7 @@ async def open_detail(app: ConsoleApp, pilot: Pilot[None], job_id: int) -> Detai
         screen = app.screen
         return isinstance(screen, DetailScreen) and screen.job_id == job_id and bool(screen.detail)
 
-    await wait_until(pilot, loaded, f"the detail of job #{job_id}")
+    await wait_until_pilot(pilot, loaded, f"the detail of job #{job_id}")
     await pilot.pause()
     screen = app.screen
     assert isinstance(screen, DetailScreen)
@@ -349,11 +349,11 @@ def owners_row(table: PanelTable[object], owner: str) -> int:
 
 async def filter_by_typing(app: ConsoleApp, pilot: Pilot[None], text: str) -> None:
     await pilot.press("slash")
-    await wait_until(pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog")
+    await wait_until_pilot(pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog")
     screen_text(app, "the filter dialog")
     app.screen.query_one("#filter-input", Input).value = text
     await pilot.press("enter")
-    await wait_until(pilot, lambda: not app.paused, "the main screen")
+    await wait_until_pilot(pilot, lambda: not app.paused, "the main screen")
 
 
 def toasts(app: ConsoleApp) -> str:
@@ -368,7 +368,9 @@ def toasts(app: ConsoleApp) -> str:
 
 async def toast_shown(app: ConsoleApp, pilot: Pilot[None], text: str) -> None:
     try:
-        await wait_until(pilot, lambda: text in toasts(app), f"a notification saying {text!r}")
+        await wait_until_pilot(
+            pilot, lambda: text in toasts(app), f"a notification saying {text!r}"
+        )
     except AssertionError as exc:
         raise AssertionError(f"{exc}; shown: {toasts(app)!r}") from None
     screen_text(app, f"notification {text!r}")
@@ -376,7 +378,7 @@ async def toast_shown(app: ConsoleApp, pilot: Pilot[None], text: str) -> None:
 
 async def refreshed(app: ConsoleApp, pilot: Pilot[None]) -> None:
     polls = app.polls
-    await wait_until(pilot, lambda: app.polls >= polls + 2, "a refresh with the filter")
+    await wait_until_pilot(pilot, lambda: app.polls >= polls + 2, "a refresh with the filter")
     await pilot.pause()
 
 
@@ -419,20 +421,24 @@ def test_hostile_filters_typed_and_chosen(db_dsn: str, sql_conn: psycopg.Connect
             assert str(by_name[name].live) in map(processing.key_of, processing.items)
         # The filter dialog shows the escaped filter; submitted as it is, it keeps the filter.
         await pilot.press("slash")
-        await wait_until(pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog")
+        await wait_until_pilot(
+            pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog"
+        )
         field = app.screen.query_one("#filter-input", Input)
         assert field.value == f"owner:{visible(osc)}"
         screen_text(app, "the filter dialog with an escaped owner")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not app.paused, "the main screen")
+        await wait_until_pilot(pilot, lambda: not app.paused, "the main screen")
         assert app.filter.owner == osc
         # A paste (from a log, a web page) is escaped too.
         await pilot.press("slash")
-        await wait_until(pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog")
+        await wait_until_pilot(
+            pilot, lambda: isinstance(app.screen, FilterScreen), "the filter dialog"
+        )
         field = app.screen.query_one("#filter-input", Input)
         field.value = ""
         field.post_message(events.Paste(f"{osc}pasted\nsecond line"))
-        await wait_until(pilot, lambda: field.value, "the paste")
+        await wait_until_pilot(pilot, lambda: field.value, "the paste")
         assert field.value == visible(f"{osc}pasted")
         assert field.cursor_position == len(field.value)  # after the paste, as shown
         screen_text(app, "the filter dialog with a paste")
@@ -447,7 +453,7 @@ async def act(
     """Press an action key on the highlighted job of ``job``, give a reason, and see the
     result's notification say ``result``."""
     await pilot.press(key)
-    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+    await wait_until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
     await pilot.pause()
     listed = widget_text(app.screen.query_one("#confirm-jobs", Static), "the confirmation")
     assert head(visible(job.name), 20) in listed
@@ -461,7 +467,7 @@ async def act(
 async def highlight(app: ConsoleApp, pilot: Pilot[None], panel: str, job_id: int) -> None:
     await pilot.press({"pending": "1", "processing": "2", "stuck": "3"}[panel])
     table = table_of(app, panel)
-    await wait_until(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
+    await wait_until_pilot(pilot, lambda: str(job_id) in map(table.key_of, table.items), "the row")
     await show_row(pilot, table, [table.key_of(i) for i in table.items].index(str(job_id)))
     screen_text(app, f"#{job_id} highlighted")
 
@@ -491,7 +497,7 @@ def test_actions_with_hostile_reasons_and_owners(db_dsn: str, sql_conn: psycopg.
         body = widget_text(screen.query_one("#detail-content", Static), "requeued detail")
         assert "[/]" in body.split("Audit events")[1]
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not app.paused, "the main screen")
+        await wait_until_pilot(pilot, lambda: not app.paused, "the main screen")
         # Mark a Pending job stuck with a reason that is a click action.
         unclosed = by_name["[b]unclosed"]
         await highlight(app, pilot, "pending", unclosed.pending)
@@ -533,7 +539,7 @@ def test_hostile_database_name_and_queue_option(hostile_db_dsn: str) -> None:
 
     async def run() -> None:
         async with app.run_test(size=SIZE, notifications=True) as pilot:
-            await wait_until(pilot, lambda: app.snapshot is not None, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.snapshot is not None, "the first refresh")
             await pilot.pause()
             text = screen_text(app, "the main screen")
             assert f"/[/]{visible(OSC)}" in text, "the database name"

@@ -14,8 +14,8 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.messages import PollFailed, PrivilegeChecked, SnapshotLoaded
 from leasectl.console.source import StaticSource
 from leasectl.console.view import ConsoleFilter
-from tests.console.conftest import wait_until
 from tests.console.sample import sample_snapshot
+from tests.util import wait_until_pilot
 
 
 def closed_app() -> ConsoleApp:
@@ -23,8 +23,8 @@ def closed_app() -> ConsoleApp:
 
     async def run() -> None:
         async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
-            await wait_until(pilot, lambda: app.privileges_checked, "the privilege check")
+            await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.privileges_checked, "the privilege check")
 
     asyncio.run(run())
     assert not app.is_running and not app.screen_stack

@@ -15,8 +15,8 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.confirm import ConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.source import StaticSource
-from tests.console.conftest import wait_until
 from tests.console.sample import sample_detail, sample_snapshot
+from tests.util import wait_until_pilot
 
 SnapCompare = Callable[..., bool]
 
@@ -31,13 +31,13 @@ def settle(keys: Sequence[str] = (), until: Callable[[ConsoleApp], object] | Non
     async def run_before(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, ConsoleApp)
-        await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
-        await wait_until(pilot, lambda: app.privileges_checked, "the privilege check")
+        await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
+        await wait_until_pilot(pilot, lambda: app.privileges_checked, "the privilege check")
         for key in keys:
             await pilot.press(key)
             await pilot.pause(0.05)
         if until is not None:
-            await wait_until(pilot, lambda: until(app), "the screen under test")
+            await wait_until_pilot(pilot, lambda: until(app), "the screen under test")
         for field in app.screen.query(Input):
             field.cursor_blink = False  # a blinking cursor would make the picture flaky
 

@@ -13,12 +13,12 @@ from bench.plans import generic_plan
 from leasectl.db import sql as queries
 from leasectl.models import Freshness, JobStatus
 from leasectl.throughput import GRACE, minute_of
-from tests.console.seed import ALIVE, SILENT, seed
+from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
 
 
 def test_counts_rows_and_order(store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     snap = store.panels.snapshot(None, 50)
     c = snap.counts
     assert (c.pending, c.due) == (5, 4)  # 3 payments + 1 email due, 1 retry delayed
@@ -52,7 +52,7 @@ def test_panels_are_bounded_but_counts_are_not(store: Stores) -> None:
 
 
 def test_filters(store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_console(store, sql_conn)
     emails = store.panels.snapshot("emails", 50)
     assert emails.counts.pending == 1 and emails.counts.processing == 0
     assert {j.queue for j in emails.pending} == {"emails"}
@@ -165,7 +165,7 @@ def test_refresh_queries_use_indexes_on_a_big_history(
     store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     """No console query scans the finished history (here 300k Completed rows)."""
-    seed(store, sql_conn)
+    seed_console(store, sql_conn)
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, finished_at) "
         "SELECT 'payments', 'Completed', 1, now() - make_interval(secs => g * 3) "

@@ -26,7 +26,6 @@ from leasectl.console.widgets.tables import (
     cell_segments,
 )
 from leasectl.models import JobStatus, PanelJob
-from tests.console.conftest import wait_until
 from tests.console.sample import (
     HB,
     NOW,
@@ -38,6 +37,7 @@ from tests.console.sample import (
     sample_detail,
     sample_snapshot,
 )
+from tests.util import wait_until_pilot
 
 
 def ctx(now_offset: float = 0) -> RowContext:
@@ -151,27 +151,29 @@ def test_after_a_poll_lists_other_rows_enter_opens_the_job_under_the_cursor() ->
         source = StaticSource(sample_snapshot(), details={1042: sample_detail()})
         app = ConsoleApp(source, clock=lambda: 1000.0)
         async with app.run_test(size=(160, 48)) as pilot:
-            await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
             table = app.main.query_one(ProcessingTable)
             await pilot.press("2", "down", "down")
             assert table.highlighted_key() == "1042"
             others = tuple(running(2000 + i, 30 + i) for i in range(4))
             source.data = replace(source.data, processing=(*others[:3], PROCESSING[2], others[3]))
             app.poll_now()
-            await wait_until(pilot, lambda: app.polls >= 2, "the second refresh")
+            await wait_until_pilot(pilot, lambda: app.polls >= 2, "the second refresh")
             assert keys(table) == ["2000", "2001", "2002", "1042", "2003"]
             assert table.cursor_row == 3 and table.highlighted_key() == "1042"
             await pilot.press("enter")
-            await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), "the detail")
+            await wait_until_pilot(
+                pilot, lambda: isinstance(app.screen, DetailScreen), "the detail"
+            )
             assert isinstance(app.screen, DetailScreen) and app.screen.job_id == 1042
             await pilot.press("escape")
-            await wait_until(pilot, lambda: app.screen is app.main, "the main screen")
+            await wait_until_pilot(pilot, lambda: app.screen is app.main, "the main screen")
 
             owners = app.main.query_one(OwnersTable)
             await pilot.press("4", "down")
             source.data = replace(source.data, owners=OWNERS[::-1])
             app.poll_now()
-            await wait_until(pilot, lambda: app.polls >= 3, "the third refresh")
+            await wait_until_pilot(pilot, lambda: app.polls >= 3, "the third refresh")
             assert owners.cursor_row == len(OWNERS) - 2
             await pilot.press("enter")
             assert app.filter.owner == OWNERS[1].owner
@@ -209,7 +211,7 @@ def test_tables_draw_their_lines_as_datatable_does() -> None:
         many = tuple(running(3000 + i, 5 + i) for i in range(60))
         app = ConsoleApp(StaticSource(replace(snap, processing=many)), clock=lambda: 1000.0)
         async with app.run_test(size=size) as pilot:
-            await wait_until(pilot, lambda: app.polls >= 1, "the first refresh")
+            await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
             assert lines_differ(app) == []
             await pilot.press("2", "down", "down", "space")
             await pilot.hover("#processing", offset=(4, 5))

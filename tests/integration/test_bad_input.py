@@ -23,6 +23,7 @@ from psycopg import conninfo, sql
 
 from leasectl.errors import UsageError
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
+from tests.seed import seed_states_at
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -52,22 +53,8 @@ def seeded(server_dsn: str, template_db: str) -> Iterator[tuple[str, dict[str, i
             )
         )
     dsn = conninfo.make_conninfo(server_dsn, dbname=name)
-    with Stores.connect(dsn, "leasectl") as store:
-        completed, expired, stuck, pending = store.ops.enqueue(
-            [{"n": i} for i in range(4)], queue="q"
-        )
-        leases = store.work.claim("q", "owner", timedelta(seconds=30), 3)
-        store.work.complete(leases[:1])
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' "
-                "WHERE id = ANY(%s)",
-                [[expired, stuck]],
-            )
-        store.ops.operator_mark_stuck(
-            store.ops.seen_now([stuck]), actor="operator:t", reason="seed"
-        )
-    ids = {"completed": completed, "expired": expired, "stuck": stuck, "pending": pending}
+    seeded = seed_states_at(dsn)
+    ids = vars(seeded).copy()
     try:
         yield dsn, ids
     finally:

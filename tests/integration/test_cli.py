@@ -16,9 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,11 +27,12 @@ from psycopg import conninfo, sql
 
 from leasectl import output
 from leasectl.db import sql as queries
+from tests.seed import OWNER, seed_states
 from tests.stores import Stores
+from tests.util import wait_until
 
 SCHEMA = "leasectl"
 SECRET = "hunter2-Zq9-never-printed"
-OWNER = "test-host:4242:abcdef"
 _ENV_DROP = {"LEASECTL_DSN", "DATABASE_URL", "LEASECTL_SCHEMA", "LEASECTL_DEBUG", "COLUMNS"}
 
 
@@ -102,39 +101,6 @@ def snapshot(dsn: str) -> dict[str, Any]:
             )
             rows[f"{schema}.{table}"] = [r[0] for r in conn.execute(query)]
         return {"schemas": schemas, "rows": rows}
-
-
-@dataclass
-class Seeded:
-    pending: int
-    expired: int
-    stuck: int
-    completed: int
-
-
-def seed(store: Stores, sql_conn: psycopg.Connection) -> Seeded:
-    """A database in which most commands would change something if they ran."""
-    completed, expired, stuck, pending = store.ops.enqueue([{"n": i} for i in range(4)], queue="q")
-    lease = store.work.claim("q", OWNER, timedelta(seconds=30), 3)
-    assert [x.job_id for x in lease] == [completed, expired, stuck]
-    assert store.work.complete(lease[:1]) == {completed}
-    sql_conn.execute(
-        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
-        [[expired, stuck]],
-    )
-    moved = store.ops.operator_mark_stuck(
-        store.ops.seen_now([stuck]), actor="operator:test", reason="seed"
-    )
-    assert moved.changed == (stuck,)
-    return Seeded(pending=pending, expired=expired, stuck=stuck, completed=completed)
-
-
-def wait_for(condition: Callable[[], bool], *, timeout: float = 30, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 # -- bad input: one line, exit code, nothing changed --------------------------------------------
@@ -215,7 +181,7 @@ def test_bad_input(
     code: int,
     fragments: list[str],
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_states(store, sql_conn)
     for name, value in vars(seeded).items():
         args = [a.replace(f"{{{name}}}", str(value)) for a in args]
     before = snapshot(db_dsn)
@@ -228,7 +194,7 @@ def test_bad_input(
 def test_requeue_unknown_id_is_skipped(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seed(store, sql_conn)
+    seed_states(store, sql_conn)
     before = snapshot(db_dsn)
     proc = cli("requeue", "999999", dsn=db_dsn)
     line = assert_one_line_error(proc, 1, "999999: no such job", prefix="leasectl: ")
@@ -517,7 +483,7 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
 
 
 def test_requeue_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_states(store, sql_conn)
     before = snapshot(db_dsn)
 
     dry = cli("requeue-stuck", "--dry-run", dsn=db_dsn)
@@ -549,7 +515,7 @@ def test_requeue_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection)
 
 
 def test_requeue_and_mark_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_states(store, sql_conn)
 
     marked = cli("mark-stuck", str(seeded.pending), "--reason", "poison", dsn=db_dsn)
     assert marked.returncode == 0, marked.stderr
@@ -587,7 +553,7 @@ def test_requeue_and_mark_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Co
 
 
 def test_inspect(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_states(store, sql_conn)
     assert cli("requeue-stuck", dsn=db_dsn).returncode == 0
 
     proc = cli("inspect", str(seeded.expired), "--json", dsn=db_dsn)
@@ -646,7 +612,7 @@ def test_worker_completes_jobs_and_stops_on_sigterm(
             rows = sql_conn.execute("SELECT id, status::text FROM leasectl.jobs").fetchall()
             return dict(rows)
 
-        wait_for(
+        wait_until(
             lambda: set(statuses().values()) <= {"Completed", "Failed"},
             timeout=30,
             what="the worker to finish every job",
@@ -675,7 +641,7 @@ def test_worker_completes_jobs_and_stops_on_sigterm(
 def test_watch_requeues_and_stops_on_sigterm(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    seeded = seed(store, sql_conn)
+    seeded = seed_states(store, sql_conn)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "leasectl", "watch", "--interval", "200ms", "--queue", "q"],
         env=_env(db_dsn),
@@ -691,7 +657,7 @@ def test_watch_requeues_and_stops_on_sigterm(
             ).fetchone()
             return row[0] if row else ""
 
-        wait_for(lambda: status() == "Pending", timeout=30, what="the watcher to requeue")
+        wait_until(lambda: status() == "Pending", timeout=30, what="the watcher to requeue")
         watcher.send_signal(signal.SIGTERM)
         _, err = watcher.communicate(timeout=30)
     finally:

@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,9 @@ import psycopg
 import pytest
 
 import leasectl
-from leasectl.embedded import EmbeddedServer, _source_pginstall, install_dir, pg_bin
+from leasectl.db.embedded import EmbeddedServer, install_dir, pg_bin
+from leasectl.db.embedded.binaries import _source_pginstall
+from tests.util import wait_until
 
 REPO_ROOT = Path(leasectl.__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
@@ -65,18 +66,11 @@ def child_env() -> dict[str, str]:
 START_IN_CHILD = """
 import sys
 from pathlib import Path
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 srv = EmbeddedServer(Path(sys.argv[1]))
 srv.start()
 print(srv.postmaster_pid(), srv.port)
 """
-
-
-def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met before the deadline"
-        time.sleep(0.02)
 
 
 def pid_gone(pid: int) -> bool:
@@ -187,7 +181,7 @@ def test_start_kills_orphaned_backends(server: EmbeddedServer) -> None:
         assert not pid_gone(backend)  # orphaned, still attached
 
         server.start()
-        wait_until(lambda: pid_gone(backend))
+        wait_until(lambda: pid_gone(backend), timeout=10.0, what="the orphaned backend to exit")
         assert rows(server) == ["kept"]
     finally:
         conn.close()
@@ -245,7 +239,8 @@ def test_root_runs_unprivileged_and_touches_no_foreign_directory() -> None:
 NON_ROOT_ROUND_TRIP = """
 import sys
 import psycopg
-from leasectl.embedded import EmbeddedServer, install_dir, _source_pginstall
+from leasectl.db.embedded import EmbeddedServer, install_dir
+from leasectl.db.embedded.binaries import _source_pginstall
 assert install_dir() == _source_pginstall(), (install_dir(), _source_pginstall())
 srv = EmbeddedServer.temporary()
 try:
@@ -303,7 +298,7 @@ def _interpreter_for(user: pwd.struct_passwd, scratch: Path) -> tuple[str, list[
         for candidate in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
             try:
                 probe = subprocess.run(
-                    [candidate, "-c", "import leasectl.embedded, psycopg"],
+                    [candidate, "-c", "import leasectl.db.embedded, psycopg"],
                     user=user.pw_uid,
                     group=user.pw_gid,
                     extra_groups=[],

@@ -26,7 +26,7 @@ from psycopg import conninfo, sql
 
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
-from leasectl.embedded import EmbeddedServer
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.errors import ConnectionFailed
 from leasectl.models import JobStatus
 from leasectl.watcher import Watcher, WatcherConfig

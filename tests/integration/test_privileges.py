@@ -28,6 +28,7 @@ from leasectl.db import grants
 from leasectl.errors import PermissionDenied
 from leasectl.models import JobStatus
 from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
+from tests.seed import seed_states_at
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -84,33 +85,6 @@ def test_grant_command_prints_what_it_granted_and_is_idempotent(roles: Roles, db
     assert status.returncode == 0, status.stderr
 
 
-@dataclass
-class Seeded:
-    pending: int
-    expired: int
-    stuck: int
-    completed: int
-
-
-def seed(db_dsn: str) -> Seeded:
-    with Stores.connect(db_dsn, "leasectl") as store:
-        completed, expired, stuck, pending = store.ops.enqueue(
-            [{"n": i} for i in range(4)], queue="q"
-        )
-        leases = store.work.claim("q", "owner-1", timedelta(seconds=30), 3)
-        store.work.complete(leases[:1])
-        with psycopg.connect(db_dsn, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' "
-                "WHERE id = ANY(%s)",
-                [[expired, stuck]],
-            )
-        store.ops.operator_mark_stuck(
-            store.ops.seen_now([stuck]), actor="operator:test", reason="seed"
-        )
-    return Seeded(pending, expired, stuck, completed)
-
-
 def refused(roles: Roles, kind: str, db_dsn: str, *args: str) -> None:
     """Exit 1 with one error line; long-running commands (worker, watch) log their start first."""
     before = snapshot(db_dsn)
@@ -142,7 +116,7 @@ DESTRUCTIVE = [
 
 
 def test_no_role_can_drop_truncate_delete_or_rewrite_history(granted: Roles, db_dsn: str) -> None:
-    seed(db_dsn)
+    seed_states_at(db_dsn)
     before = snapshot(db_dsn)
     for kind in KINDS:
         with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
@@ -158,7 +132,7 @@ def test_a_role_allowed_to_delete_jobs_takes_their_attempts_along(
     """A role the owner let delete jobs (and nothing on job_attempts) deletes a job with its
     attempts, as the foreign key's cascade did: the trigger of migration 3 deletes with the
     owner's rights. A direct DELETE on job_attempts stays refused."""
-    seeded = seed(db_dsn)
+    seeded = seed_states_at(db_dsn)
     name = sql.Identifier(roles.names["nobody"])
 
     def attempts() -> tuple[int, int] | None:
@@ -183,7 +157,7 @@ def test_a_role_allowed_to_delete_jobs_takes_their_attempts_along(
 
 
 def test_viewer_reads_everything_and_changes_nothing(granted: Roles, db_dsn: str) -> None:
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     before = snapshot(db_dsn)
     for args in (
         ["status"],
@@ -209,7 +183,7 @@ def test_viewer_reads_everything_and_changes_nothing(granted: Roles, db_dsn: str
 
 
 def test_viewer_console_is_read_only(granted: Roles, db_dsn: str) -> None:
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     before = snapshot(db_dsn)
     source = DatabaseSource.connect(granted.dsn("viewer"), "leasectl")
     try:
@@ -255,7 +229,7 @@ def audit(db_dsn: str) -> list[tuple[int, str, str, str | None]]:
 def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_dsn: str) -> None:
     """Through the audited functions: each change has its row, with the operator's name (from
     $USER) as actor and the operator's database role (recorded by the database) as db_role."""
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     dsn = granted.dsn("operator")
     for args in (
         ["requeue", str(s.stuck), "--reason", "ops"],
@@ -322,7 +296,7 @@ UNAUDITED = [
 def test_operator_changes_jobs_only_through_the_audited_operations(
     granted: Roles, db_dsn: str
 ) -> None:
-    seed(db_dsn)
+    seed_states_at(db_dsn)
     before = snapshot(db_dsn)
     with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
         for statement in UNAUDITED:
@@ -344,7 +318,7 @@ FUNCTION_CALLS = [
 def test_only_operators_may_run_the_audited_operations(granted: Roles, db_dsn: str) -> None:
     """EXECUTE is revoked from PUBLIC: a viewer or a worker role (both may use the schema)
     cannot run them, and a role with UPDATE on jobs but not EXECUTE gets no console actions."""
-    seed(db_dsn)
+    seed_states_at(db_dsn)
     before = snapshot(db_dsn)
     for kind in ("viewer", "worker"):
         with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
@@ -378,7 +352,7 @@ def test_only_operators_may_run_the_audited_operations(granted: Roles, db_dsn: s
 def test_watch_as_operator_moves_expired_leases_with_audit_rows(
     granted: Roles, db_dsn: str
 ) -> None:
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "leasectl", "watch", "--interval", "200ms"],
         env=_env(granted.dsn("operator")),
@@ -408,7 +382,7 @@ def test_watch_as_operator_moves_expired_leases_with_audit_rows(
 def test_operator_name_falls_back_to_the_os_account(granted: Roles, db_dsn: str) -> None:
     """Without $USER and $LOGNAME (cron, systemd) the actor is the process's account, not
     "unknown"; the role is recorded either way."""
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     proc = cli_env(
         "mark-stuck",
         str(s.pending),
@@ -482,7 +456,7 @@ def test_grant_operator_takes_the_old_privileges_back(roles: Roles, db_dsn: str)
             "insert events": False,
             "execute": True,
         }
-    s = seed(db_dsn)
+    s = seed_states_at(db_dsn)
     with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute(UNAUDITED[0])

@@ -29,10 +29,11 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import cli, config
+from leasectl.cli import stderr
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
-from leasectl.embedded import EmbeddedServer
+from leasectl.db import dsn as dsnlib
+from leasectl.db.embedded import EmbeddedServer
 from tests.conftest import SCHEMA
 from tests.integration.test_cli import _env
 from tests.util import wait_until
@@ -476,7 +477,7 @@ def test_console_header(db_dsn: str, form: str) -> None:
         if form == "uri-encoded"
         else conninfo.make_conninfo(db_dsn, password=password)
     )
-    expected = config.safe_dsn(db_dsn)
+    expected = dsnlib.safe_dsn(db_dsn)
     source = DatabaseSource.connect(dsn, SCHEMA)
     app = ConsoleApp(source, refresh=timedelta(milliseconds=300))
     seen: dict[str, str] = {}
@@ -513,14 +514,14 @@ def test_warnings_and_logs_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> N
     said = f"something about {password} and {quote(password, safe='')}"
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
-    cli._given_args[:] = ["--dsn", f"postgresql://app:{password}@127.0.0.1/db"]
+    stderr._given_args[:] = ["--dsn", f"postgresql://app:{password}@127.0.0.1/db"]
     try:
-        cli._warn(said)
-        cli._setup_logging(cli.LogLevel.INFO)  # as `worker` and `watch` do
+        stderr._warn(said)
+        stderr._setup_logging(stderr.LogLevel.INFO)  # as `worker` and `watch` do
         record = logging.LogRecord("leasectl", logging.ERROR, __file__, 1, said, None, None)
         logged = root.handlers[0].format(record)
     finally:
-        cli._given_args.clear()
+        stderr._given_args.clear()
         root.handlers[:] = handlers
         root.setLevel(level)
     err = capsys.readouterr().err
@@ -530,12 +531,12 @@ def test_warnings_and_logs_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_where_is_built_from_parsed_parameters() -> None:
-    """Database.where, the banners and the console all show config.safe_dsn: for a URI libpq would
+    """Database.where, the banners and the console all show safe_dsn: for a URI libpq would
     misread (host "app", port "Kq7v", ...) it shows no host, port or database at all."""
     for password in (MIXED["slash-at"], MIXED["at-at"], MIXED["everything"]):
-        shown = config.safe_dsn(f"postgresql://app:{password}@127.0.0.1:5432/db")
+        shown = dsnlib.safe_dsn(f"postgresql://app:{password}@127.0.0.1:5432/db")
         assert shown == "<invalid DSN>"
-    assert re.fullmatch(r"127\.0\.0\.1:5432/db", config.safe_dsn(
+    assert re.fullmatch(r"127\.0\.0\.1:5432/db", dsnlib.safe_dsn(
         f"postgresql://app:{quote(MIXED['everything'], safe='')}@127.0.0.1:5432/db"
     ))  # fmt: skip
 

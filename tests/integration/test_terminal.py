@@ -25,8 +25,8 @@ from typing import IO
 import psycopg
 import pytest
 
+from leasectl.db.embedded import EmbeddedServer
 from leasectl.demo.fleet import HANDLER
-from leasectl.embedded import EmbeddedServer
 from tests.integration.test_cli import _env
 from tests.util import wait_until
 

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import conninfo
 
-from leasectl import cli, config
+from leasectl.cli import redaction
+from leasectl.db import dsn as dsnlib
 from leasectl.errors import ConfigError
 
 SECRET_TOKENS = ("Kq7v", "Wm3x", "Zr9p")
@@ -43,7 +44,7 @@ def no_dsn_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     ],
 )
 def test_ambiguous_uri(dsn: str, ambiguous: bool) -> None:
-    assert config.ambiguous_uri(dsn) is ambiguous
+    assert dsnlib.ambiguous_uri(dsn) is ambiguous
 
 
 @pytest.mark.parametrize(
@@ -64,12 +65,12 @@ def test_ambiguous_uri(dsn: str, ambiguous: bool) -> None:
 )
 def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
-        config.validate_dsn(dsn)
+        dsnlib.validate_dsn(dsn)
     message = str(err.value)
     assert message.startswith("invalid DSN: ") and fragment in message
     assert "\n" not in message
     assert not [t for t in SECRET_TOKENS if t in message], message
-    assert config.safe_dsn(dsn) == "<invalid DSN>"
+    assert dsnlib.safe_dsn(dsn) == "<invalid DSN>"
 
 
 @pytest.mark.parametrize(
@@ -82,8 +83,8 @@ def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
     ],
 )
 def test_safe_dsn_of_accepted_dsns(dsn: str, shown: str) -> None:
-    config.validate_dsn(dsn)
-    assert config.safe_dsn(dsn) == shown
+    dsnlib.validate_dsn(dsn)
+    assert dsnlib.safe_dsn(dsn) == shown
 
 
 # Tokens between the characters that matter, so that a message showing any of them is caught.
@@ -98,12 +99,12 @@ def test_an_accepted_raw_uri_is_read_as_meant(password: str) -> None:
     database we wrote (so nothing of the password can be shown as one of them)."""
     dsn = f"postgresql://app:{password}@db.example:6432/orders"
     try:
-        params = config.validate_dsn(dsn)
+        params = dsnlib.validate_dsn(dsn)
     except ConfigError as exc:
         assert not [t for t in SECRET_TOKENS if t in str(exc)], str(exc)
         return
     assert (params["host"], params["port"], params["dbname"]) == ("db.example", "6432", "orders")
-    assert config.safe_dsn(dsn) == "db.example:6432/orders"
+    assert dsnlib.safe_dsn(dsn) == "db.example:6432/orders"
 
 
 @given(_PASSWORDS)
@@ -116,7 +117,7 @@ def test_the_scrub_finds_every_password(password: str) -> None:
         f"host=db.example dbname=orders password='{escaped}' user=app",
         f"host=db.example password='{escaped}",  # unterminated: libpq cannot parse it
     ):
-        assert password in cli.secrets_in(["--dsn", dsn]), dsn
+        assert password in redaction.secrets_in(["--dsn", dsn]), dsn
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_the_scrub_finds_every_password(password: str) -> None:
     ],
 )
 def test_secret_candidates(no_dsn_env: pytest.MonkeyPatch, dsn: str, pieces: list[str]) -> None:
-    found = cli.secrets_in(["status", "--dsn", dsn])
+    found = redaction.secrets_in(["status", "--dsn", dsn])
     assert set(pieces) <= set(found), found
     assert found == sorted(found, key=len, reverse=True)  # a password before its pieces
     assert "app" not in found and "x" not in found  # short pieces would garble messages
@@ -147,17 +148,19 @@ def test_secret_channels(no_dsn_env: pytest.MonkeyPatch) -> None:
     no_dsn_env.setenv("LEASECTL_DSN", "host=db password=Kq7v")
     no_dsn_env.setenv("DATABASE_URL", "postgresql://app:Wm3x@db/x")
     no_dsn_env.setenv("PGPASSWORD", "Zr9p")
-    found = cli.secrets_in(["--dsn=postgresql://app:Tj5n@db/x", "status"])
+    found = redaction.secrets_in(["--dsn=postgresql://app:Tj5n@db/x", "status"])
     assert {"Kq7v", "Wm3x", "Zr9p", "Tj5n"} <= set(found)
 
 
 def test_scrub_replaces_longest_first() -> None:
     message = "cannot connect to Wm3x@127.0.0.1: failed to resolve host 'Wm3x@127.0.0.1'"
-    secrets = cli.secrets_in(["--dsn", "postgresql://app:Kq7v@Wm3x@127.0.0.1:1/x"])
-    assert cli.scrub(message, secrets) == "cannot connect to ***: failed to resolve host '***'"
+    secrets = redaction.secrets_in(["--dsn", "postgresql://app:Kq7v@Wm3x@127.0.0.1:1/x"])
+    assert (
+        redaction.scrub(message, secrets) == "cannot connect to ***: failed to resolve host '***'"
+    )
 
 
 def test_key_value_values_as_libpq_reads_them() -> None:
     text = "password='a\\'b c\\\\' x"
-    assert cli._kv_value(text, len("password=")) == ("a'b c\\", "a\\'b c\\\\")
+    assert redaction._kv_value(text, len("password=")) == ("a'b c\\", "a\\'b c\\\\")
     assert conninfo.conninfo_to_dict(text.removesuffix(" x"))["password"] == "a'b c\\"

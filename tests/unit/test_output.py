@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from rich.console import Console, RenderableType
 
-from leasectl import cli, output
+from leasectl import output
+from leasectl.cli import stderr
 from leasectl.literal import visible
 from leasectl.models import (
     TIMESTAMP_MAX,
@@ -482,15 +483,15 @@ def test_events_whose_documents_are_not_objects_still_render() -> None:
 def test_error_and_warning_lines_are_one_visible_bounded_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    cli._error("server said: \x1b]0;PWNED\x07\n\u202eevil " + "x" * 5000, [])
-    cli._warn("skipped: held by \x9b31m\r" + "y" * 5000)
+    stderr._error("server said: \x1b]0;PWNED\x07\n\u202eevil " + "x" * 5000, [])
+    stderr._warn("skipped: held by \x9b31m\r" + "y" * 5000)
     err = capsys.readouterr().err
     error, warning = err.splitlines()
     assert error.startswith("leasectl: error: server said: \\x1b]0;PWNED\\x07 \\u202eevil x")
     assert warning.startswith("leasectl: skipped: held by \\x9b31m\\ry")
     assert not acting(err)
     for line in (error, warning):
-        assert len(line) <= len("leasectl: error: ") + cli.MESSAGE_LIMIT
+        assert len(line) <= len("leasectl: error: ") + stderr.MESSAGE_LIMIT
         assert line.endswith("chars)")
 
 

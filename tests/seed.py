@@ -1,4 +1,10 @@
-"""A small, known state for the console's database tests."""
+"""Known database states that tests start from, built through the data layer like real traffic.
+
+``seed_states``: one job in each state an operator acts on (Completed, an expired lease,
+Stuck, Pending), for the CLI, privilege and bad-input tests. ``seed_console``: the richer
+state the console's database tests read (live, at-risk and lapsed leases of a live and a
+silent worker, a delayed retry, a Stuck job).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,45 @@ import psycopg
 from leasectl.models import Lease
 from tests.stores import Stores
 
+SCHEMA = "leasectl"
+OWNER = "test-host:4242:abcdef"
+
+# -- one job in each state ----------------------------------------------------------------------
+
+
+@dataclass
+class Seeded:
+    pending: int
+    expired: int
+    stuck: int
+    completed: int
+
+
+def seed_states(store: Stores, conn: psycopg.Connection) -> Seeded:
+    """A database in which most commands would change something if they ran."""
+    completed, expired, stuck, pending = store.ops.enqueue([{"n": i} for i in range(4)], queue="q")
+    lease = store.work.claim("q", OWNER, timedelta(seconds=30), 3)
+    assert [x.job_id for x in lease] == [completed, expired, stuck]
+    assert store.work.complete(lease[:1]) == {completed}
+    conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
+        [[expired, stuck]],
+    )
+    moved = store.ops.operator_mark_stuck(
+        store.ops.seen_now([stuck]), actor="operator:test", reason="seed"
+    )
+    assert moved.changed == (stuck,)
+    return Seeded(pending=pending, expired=expired, stuck=stuck, completed=completed)
+
+
+def seed_states_at(dsn: str) -> Seeded:
+    """``seed_states`` in the database at ``dsn``, through connections of its own."""
+    with Stores.connect(dsn, SCHEMA) as store, psycopg.connect(dsn, autocommit=True) as conn:
+        return seed_states(store, conn)
+
+
+# -- the console's state ------------------------------------------------------------------------
+
 HB = timedelta(seconds=10)
 TTL = timedelta(seconds=30)
 ALIVE = "alive-host:100:aaaaaa"
@@ -17,7 +62,7 @@ SILENT = "silent-host:200:bbbbbb"
 
 
 @dataclass
-class Seeded:
+class ConsoleSeeded:
     pending: list[int]
     delayed: int
     live: list[Lease]  # held by ALIVE, leases valid
@@ -26,7 +71,7 @@ class Seeded:
     stuck: int  # status Stuck
 
 
-def seed(store: Stores, conn: psycopg.Connection) -> Seeded:
+def seed_console(store: Stores, conn: psycopg.Connection) -> ConsoleSeeded:
     for worker in (ALIVE, SILENT):
         host, pid, _ = worker.split(":")
         store.work.worker_register(
@@ -60,7 +105,7 @@ def seed(store: Stores, conn: psycopg.Connection) -> Seeded:
     )
     assert result.changed == (quarantined.job_id,)
     taken = {le.job_id for le in [*live, at_risk, *expired, retry, quarantined]}
-    return Seeded(
+    return ConsoleSeeded(
         pending=[i for i in ids if i not in taken],
         delayed=retry.job_id,
         live=live,

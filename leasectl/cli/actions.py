@@ -1,0 +1,200 @@
+"""Getting stuck jobs moving: the watcher (watch, requeue-stuck) and the guarded operator
+actions on named jobs (requeue, mark-stuck)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+from collections.abc import Sequence
+from datetime import timedelta
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from leasectl import config, output
+from leasectl.cli.root import JsonOpt, _duration, _emit_json, _operations, _queue_name, _show
+from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
+from leasectl.literal import echo
+from leasectl.present.skips import action_json, skip_reason
+from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
+
+log = logging.getLogger("leasectl.cli")
+
+
+class Mode(enum.StrEnum):
+    REQUEUE = "requeue"
+    MARK = "mark"
+
+
+PaceOpt = Annotated[
+    float,
+    typer.Option(
+        min=0.0,
+        max=100.0,
+        help="After each batch, wait this many times its duration (leaves the workers CPU "
+        "during a large backlog; 1 = at most half the time in statements).",
+    ),
+]
+
+
+def _watcher_config(
+    *,
+    mode: Mode,
+    queue: str | None,
+    reason: str | None,
+    batch_size: int,
+    pace: float = 0.0,
+    interval: timedelta = timedelta(seconds=30),
+) -> WatcherConfig:
+    return WatcherConfig(
+        interval=interval,
+        mode="mark" if mode == Mode.MARK else "requeue",
+        batch_size=batch_size,
+        pace=pace,
+        queue=_queue_name(queue) if queue is not None else None,
+        reason=reason or DEFAULT_REASON,
+    )
+
+
+def watch(
+    ctx: typer.Context,
+    interval: Annotated[
+        str, typer.Option(metavar="DURATION", help="Time between watcher passes.")
+    ] = "30s",
+    mode: Annotated[
+        Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
+    ] = Mode.REQUEUE,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    pace: PaceOpt = 0.0,
+    reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
+    log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+) -> None:
+    """Run the stuck watcher until SIGTERM/SIGINT."""
+    watcher_config = _watcher_config(
+        mode=mode,
+        queue=queue,
+        reason=reason,
+        batch_size=batch_size,
+        pace=pace,
+        interval=_duration(interval, "--interval"),
+    )
+    _setup_logging(log_level)
+    with _operations(ctx) as ops:
+        watcher = Watcher(ops, watcher_config)
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stopping the watcher", signum)
+            watcher.stop()
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        log.info(
+            "watching %s every %s (mode %s) at %s",
+            f"queue {echo(queue)}" if queue else "all queues",
+            config.format_duration(watcher_config.interval),
+            watcher_config.mode,
+            ops.db.where,
+        )
+        try:
+            watcher.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("watcher stopped after %d passes; moved %d jobs", watcher.passes, watcher.moved)
+
+
+def requeue_stuck(
+    ctx: typer.Context,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="Move at most N jobs.", show_default=False),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would move; change nothing.")
+    ] = False,
+    reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
+    mode: Annotated[
+        Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
+    ] = Mode.REQUEUE,
+    batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
+    pace: PaceOpt = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """One watcher pass over expired leases (for cron)."""
+    watcher_config = _watcher_config(
+        mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
+    )
+    with _operations(ctx) as ops:
+        listed = None if as_json else output.LISTED_JOBS
+        result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
+        if as_json:
+            _emit_json(output.watcher_json(result))
+            return
+        db_now = ops.db.server_info()["db_now"]
+    _show(output.watcher_renderables(result, db_now, mode.value))
+
+
+def _operator_action(
+    ctx: typer.Context,
+    action: str,
+    id_texts: Sequence[str],
+    force: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    ids = [config.parse_job_id(text) for text in id_texts]
+    with _operations(ctx) as ops:
+        seen = ops.seen_now(ids)
+        act = ops.operator_requeue if action == "requeue" else ops.operator_mark_stuck
+        result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
+    if as_json:
+        _emit_json(action_json(result))
+    else:
+        _show(output.action_renderables(result))
+    if result.skipped:
+        verb = output.ACTION_PAST[action]
+        _warn(
+            f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
+            f"not {verb}: "
+            + "; ".join(f"{s.id}: {skip_reason(s)}" for s in result.skipped[:3])
+            + (f"; and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else "")
+        )
+        raise typer.Exit(1)
+
+
+IdsArg = Annotated[list[str], typer.Argument(metavar="ID", help="Job ids.", show_default=False)]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Also override a live lease (the holder loses the job).")
+]
+ReasonOpt = Annotated[
+    str | None, typer.Option(help="Audit reason, kept in job_events.", show_default=False)
+]
+
+
+def requeue(
+    ctx: typer.Context,
+    ids: IdsArg,
+    force: ForceOpt = False,
+    reason: ReasonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any is skipped)."""
+    _operator_action(ctx, "requeue", ids, force, reason, as_json)
+
+
+def mark_stuck(
+    ctx: typer.Context,
+    ids: IdsArg,
+    force: ForceOpt = False,
+    reason: ReasonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped)."""
+    _operator_action(ctx, "mark-stuck", ids, force, reason, as_json)

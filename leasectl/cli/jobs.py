@@ -1,0 +1,209 @@
+"""The commands on jobs and the schema: init, enqueue, inspect, status, prune."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from leasectl import config, output, retention
+from leasectl.cli.root import (
+    EXIT_CHECK_FAILED,
+    JsonOpt,
+    _duration,
+    _emit_json,
+    _globals,
+    _operations,
+    _queue_name,
+    _say,
+    _show,
+)
+from leasectl.cli.stderr import _warn
+from leasectl.db.connection import Database
+from leasectl.db.dsn import safe_dsn
+from leasectl.db.sql import migrations
+from leasectl.errors import UsageError
+from leasectl.literal import echo
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _payload_text(value: str) -> str:
+    """--payload: JSON text, ``@FILE`` (a file's contents) or ``-`` (standard input); at most
+    MAX_PAYLOAD_BYTES are read."""
+    if value != "-" and not value.startswith("@"):
+        return value
+    limit = config.MAX_PAYLOAD_BYTES
+    try:
+        if value == "-":
+            data = sys.stdin.buffer.read(limit + 1)
+        else:
+            with open(value[1:], "rb") as f:
+                data = f.read(limit + 1)
+    except OSError as exc:
+        source = "standard input" if value == "-" else f"payload file {echo(value[1:])}"
+        raise UsageError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"payload too large: more than {limit:,} bytes (16 MiB)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError("invalid JSON payload: not valid UTF-8") from None
+
+
+def init(ctx: typer.Context) -> None:
+    """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    dsn, schema = _globals(ctx).resolve()
+    with Database.connect(dsn, schema, check_schema=False) as db:
+        applied = db.migrate()
+    latest = migrations()[-1].version
+    where = safe_dsn(dsn)
+    if applied:
+        _say(
+            f"applied migration(s) {output.format_ids(applied)} to schema {echo(schema)} at "
+            f"{where}; now at version {latest}"
+        )
+    else:
+        _say(f"schema {echo(schema)} is up to date (version {latest}) at {where}")
+
+
+def enqueue(
+    ctx: typer.Context,
+    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue name.", show_default=False)],
+    payload: Annotated[
+        str,
+        typer.Option(
+            "--payload",
+            "-p",
+            metavar="JSON",
+            help="Job payload: JSON text, @FILE (read from a file) or - (from stdin); "
+            "stored exactly as written, at most 16 MiB and 256 levels deep.",
+        ),
+    ] = "{}",
+    priority: Annotated[
+        int,
+        typer.Option(min=INT32_MIN, max=INT32_MAX, help="Smaller runs first."),
+    ] = 0,
+    delay: Annotated[
+        str, typer.Option(metavar="DURATION", help="Not claimable before now + delay.")
+    ] = "0",
+    max_attempts: Annotated[
+        int,
+        typer.Option(min=1, max=config.MAX_ATTEMPTS, help="Leases before the job is Failed."),
+    ] = 5,
+    count: Annotated[
+        int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
+    ] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Add jobs to a queue."""
+    queue = _queue_name(queue)
+    body = config.parse_payload(_payload_text(payload))
+    wait = _duration(delay, "--delay", allow_zero=True)
+    with _operations(ctx) as ops:
+        ids = ops.enqueue_json(
+            [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
+        )
+    if as_json:
+        # One line: --count may make this a million ids.
+        _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
+        return
+    when = f", due in {config.format_duration(wait)}" if wait else ""
+    _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {output.format_ids(ids)}")
+
+
+def inspect(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id.", show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a job, its attempts and its audit events."""
+    parsed = config.parse_job_id(job_id)
+    with _operations(ctx) as ops:
+        detail = ops.inspect(parsed, payload_chars=None if as_json else output.PAYLOAD_SHOWN)
+    if as_json:
+        _emit_json(output.detail_json(detail))
+    else:
+        _show(output.detail_renderables(detail))
+
+
+def status(
+    ctx: typer.Context,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Exit 3 when a lease has expired or a job is Stuck."),
+    ] = False,
+) -> None:
+    """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    if queue is not None:
+        queue = _queue_name(queue)
+    with _operations(ctx) as ops:
+        report = ops.status(queue)
+    if as_json:
+        _emit_json(output.status_json(report))
+    else:
+        _show(output.status_renderables(report))
+    if check and (report.expired or report.stuck):
+        _warn(
+            f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"
+            + (f" in queue {echo(queue)}" if queue else "")
+        )
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def prune(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than", metavar="DURATION", help="Delete jobs finished longer ago than this."
+        ),
+    ],
+    batch: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 5000,
+    queue: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    ] = None,
+    drop_events: Annotated[
+        bool,
+        typer.Option("--drop-events", help="Also delete the pruned jobs' audit events."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Delete finished (Completed/Failed) jobs and their attempts in batches."""
+    cutoff = _duration(older_than, "--older-than")
+    if queue is not None:
+        queue = _queue_name(queue)
+    with _operations(ctx) as ops:
+        result = retention.prune(
+            ops,
+            older_than=cutoff,
+            batch=batch,
+            queue=queue,
+            keep_events=not drop_events,
+            dry_run=dry_run,
+        )
+    if as_json:
+        _emit_json(
+            {
+                "dry_run": result.dry_run,
+                "jobs": result.jobs,
+                "events": result.events,
+                "batches": result.batches,
+                "older_than_s": cutoff.total_seconds(),
+            }
+        )
+        return
+    verb = "would delete" if result.dry_run else "deleted"
+    events = "" if result.dry_run else f", {result.events} audit event(s)"
+    typer.echo(
+        f"{verb} {result.jobs} finished job(s) older than {config.format_duration(cutoff)}"
+        f"{events}" + ("" if result.dry_run else f" in {result.batches} batch(es)")
+    )

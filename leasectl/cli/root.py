@@ -1,0 +1,129 @@
+"""The Typer app, its root options, and what every command shares: the data layer's
+Operations, option parsing, and the one way each command writes to stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import metadata
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, RenderableType
+
+from leasectl import config, output
+from leasectl.db.connection import Database
+from leasectl.db.dsn import resolve_dsn
+from leasectl.db.operations import Operations
+from leasectl.literal import visible
+
+PROG = "leasectl"
+# The exit codes of docs/design.md that are not an error's own (LeasectlError.exit_code).
+EXIT_CHECK_FAILED = 3
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Globals:
+    """The global options, resolved only by the commands that need the database."""
+
+    dsn: str | None
+    schema: str | None
+
+    def resolve(self) -> tuple[str, str]:
+        return resolve_dsn(self.dsn), config.resolve_schema(self.schema)
+
+
+app = typer.Typer(
+    name=PROG,
+    help="A leased-job queue on PostgreSQL: enqueue, work, watch for stuck jobs, inspect.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"{PROG} {metadata.version(PROG)}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--dsn",
+            metavar="DSN",
+            help="PostgreSQL DSN (URI or key=value). Default: $LEASECTL_DSN, else $DATABASE_URL.",
+            show_default=False,
+        ),
+    ] = None,
+    schema: Annotated[
+        str | None,
+        typer.Option(
+            "--schema",
+            metavar="NAME",
+            help="Schema holding the leasectl tables. Default: $LEASECTL_SCHEMA, else leasectl.",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    ctx.obj = Globals(dsn=dsn, schema=schema)
+
+
+# -- what the commands share -----------------------------------------------------------------------
+
+
+def _globals(ctx: typer.Context) -> Globals:
+    found = ctx.find_object(Globals)
+    return found if found is not None else Globals(None, None)
+
+
+@contextlib.contextmanager
+def _operations(ctx: typer.Context) -> Iterator[Operations]:
+    dsn, schema = _globals(ctx).resolve()
+    db = Database.connect(dsn, schema)
+    try:
+        yield Operations(db)
+    finally:
+        db.close()
+
+
+def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:
+    return config.parse_duration(text, allow_zero=allow_zero, what=option)
+
+
+def _queue_name(name: str, option: str = "--queue") -> str:
+    return config.check_queue(name, option)
+
+
+def _show(parts: Sequence[RenderableType]) -> None:
+    # Data reaches these parts as output.lit cells; plain strings (our own) are not read as
+    # markup or emoji codes either.
+    console = Console(highlight=False, markup=False, emoji=False)
+    for part in parts:
+        console.print(part)
+
+
+def _emit_json(document: Any, *, indent: int | None = 2) -> None:
+    sys.stdout.write(output.dumps(document, indent=indent) + "\n")
+    sys.stdout.flush()
+
+
+def _say(message: str) -> None:
+    """A one-line result on stdout; a value it names is shown, never acted on."""
+    typer.echo(visible(message))
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
