@@ -162,7 +162,7 @@ def _heading(text: str) -> Text:
 def _payload(payload: Any) -> RenderableType:
     """Indented, highlighted JSON, as Rich's ``JSON`` shows it; but that one writes DEL, C1 and
     bidi characters inside strings as they are (``ensure_ascii=False``): escape them."""
-    if isinstance(payload, PayloadText):  # exact text, never decoded (Operations.inspect)
+    if isinstance(payload, PayloadText):  # exact text, never decoded (store.inspect)
         shown = literal(payload.pretty(), multiline=True, no_wrap=True)
         JSONHighlighter().highlight(shown)
         if payload.truncated:
