@@ -44,10 +44,11 @@ import psycopg
 from psycopg import sql
 
 from leasectl.config import parse_duration
+from leasectl.db.connection import Database
 from leasectl.db.embedded import EmbeddedServer
+from leasectl.db.operations import Operations
 from leasectl.errors import ConnectionFailed, LeasectlError
 from leasectl.models import JobStatus, SeenState
-from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -259,8 +260,8 @@ class Chaos:
 
     def setup(self) -> None:
         s = self.settings
-        with Store.connect(self.dsn, self.schema, check_schema=False) as store:
-            store.migrate()
+        with Database.connect(self.dsn, self.schema, check_schema=False) as db:
+            db.migrate()
         self.q(
             "CREATE TABLE {s}.chaos_executions ("
             " key uuid PRIMARY KEY, job_id bigint NOT NULL, attempt integer NOT NULL,"
@@ -280,11 +281,12 @@ class Chaos:
         chunks = min(200, s.jobs)
         spread = 0.85 * s.duration
         made = 0
-        with Store.connect(self.dsn, self.schema) as store:
+        with Database.connect(self.dsn, self.schema) as db:
+            producer = Operations(db)
             for c in range(chunks):
                 n = s.jobs * (c + 1) // chunks - made
                 payloads = [self._payload(made + i) for i in range(n)]
-                store.enqueue(
+                producer.enqueue(
                     payloads,
                     queue=QUEUE,
                     delay=timedelta(seconds=spread * c / chunks),
@@ -313,8 +315,8 @@ class Chaos:
         s = self.settings
         self.t0 = time.monotonic()
         self.setup()
-        watcher_store = Store.connect(self.dsn, self.schema, pool_timeout=2)
-        operator_store = Store.connect(self.dsn, self.schema, pool_timeout=2)
+        watcher_store = Operations(Database.connect(self.dsn, self.schema, pool_timeout=2))
+        operator_store = Operations(Database.connect(self.dsn, self.schema, pool_timeout=2))
         watcher = Watcher(
             watcher_store,
             WatcherConfig(interval=timedelta(seconds=s.watch_interval), actor=WATCHER),
@@ -341,15 +343,15 @@ class Chaos:
             thread.join(30)
             watcher_log.removeHandler(counter)
             watcher_log.propagate = True
-            watcher_store.close()
-            operator_store.close()
+            watcher_store.db.close()
+            operator_store.db.close()
         self.tally.watcher_failed_passes = counter.failures
         report = self.check(watcher.moved)
         if self._conn is not None:
             self._conn.close()
         return report
 
-    def chaos_phase(self, operator_store: Store) -> None:
+    def chaos_phase(self, operator_store: Operations) -> None:
         s = self.settings
         end = time.monotonic() + s.duration
         # The guaranteed ones, spread over the run; random ones come on top.
@@ -412,7 +414,7 @@ class Chaos:
 
     # -- actions --------------------------------------------------------------------------------
 
-    def random_action(self, operator_store: Store) -> None:
+    def random_action(self, operator_store: Operations) -> None:
         choices: list[tuple[str, float, Callable[[], None]]] = [
             ("kill", 3, self.kill_one),
             ("term", 1, self.term_one),
@@ -519,7 +521,7 @@ class Chaos:
 
         self.at(down_for, "server up", up)
 
-    def operator_action(self, store: Store) -> None:
+    def operator_action(self, store: Operations) -> None:
         """Guarded operator actions, as the console and the CLI issue them."""
         if self.server_down:
             return
@@ -553,7 +555,7 @@ class Chaos:
         return [SeenState(r[0], JobStatus(r[1]), r[2], r[3]) for r in rows]
 
     def _operator(
-        self, store: Store, kind: str, seen: list[SeenState], *, requeue: bool, force: bool
+        self, store: Operations, kind: str, seen: list[SeenState], *, requeue: bool, force: bool
     ) -> list[int]:
         if not seen:
             return []
@@ -571,7 +573,7 @@ class Chaos:
             self.say(f"operator {kind}: {list(result.changed)}")
         return list(result.changed)
 
-    def _unquarantine_later(self, store: Store, ids: list[int]) -> None:
+    def _unquarantine_later(self, store: Operations, ids: list[int]) -> None:
         if not ids:
             return
 
@@ -588,7 +590,7 @@ class Chaos:
 
     # -- the end --------------------------------------------------------------------------------
 
-    def drain(self, store: Store) -> None:
+    def drain(self, store: Operations) -> None:
         """Chaos over: every worker runs; wait until every job is Completed (or the deadline)."""
         self.say("chaos over: draining")
         deadline = time.monotonic() + self.settings.drain_timeout

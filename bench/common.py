@@ -19,7 +19,7 @@ import psutil
 import psycopg
 from psycopg import conninfo, sql
 
-from leasectl.store import Store
+from leasectl.db.connection import Database
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -105,8 +105,8 @@ def loadavg() -> list[float]:
 
 
 def leasectl_init(dsn: str) -> None:
-    with Store.connect(dsn, SCHEMA, check_schema=False) as store:
-        store.migrate()
+    with Database.connect(dsn, SCHEMA, check_schema=False) as db:
+        db.migrate()
 
 
 def seed_pending(dsn: str, n: int, queue: str = QUEUE) -> None:

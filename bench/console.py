@@ -1,8 +1,8 @@
 """Console at scale: one full console refresh on tables with N completed jobs plus 20k pending,
 2k processing and 500 expired leases (seeded by bench/explain.py's routine).
 
-The refresh is ``Store.console_snapshot(None, limit)`` (all the console's queries, in its one
-transaction) when the store has it, else ``Store.status()`` (said so in the results). The render
+The refresh is the console's ``Panels.snapshot(None, limit)`` (all the console's queries, in
+its one transaction, read by ``leasectl.db.console.ConsoleReads``). The render
 is the console app's own ``MainScreen.refresh_view(full=True)`` plus one idle cycle of a headless
 160x50 Textual app fed that snapshot, when the console package is importable: "render" when the
 poll brings the same rows again (the panels update only changed cells), "rows changed" when
@@ -12,6 +12,7 @@ every panel's rows changed (alternating with the rows reversed: every visible ce
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -21,18 +22,13 @@ import psycopg
 
 from bench.common import Ctx, leasectl_init, log, percentile, scalar, table
 from bench.explain import seed
-from leasectl.store import Store
+from leasectl.console.panels import Panels
+from leasectl.db.connection import Database
+from leasectl.db.console import ConsoleReads
 from leasectl.throughput import GRACE
 
 LIMIT = 100
 PENDING, PROCESSING, EXPIRED = 20_000, 2_000, 500
-
-
-def refresh_call(store: Store) -> tuple[str, Callable[[], Any]]:
-    snapshot = getattr(store, "console_snapshot", None)
-    if snapshot is not None:
-        return "Store.console_snapshot", lambda: snapshot(None, LIMIT)
-    return "Store.status (no console_snapshot in this leasectl)", store.status
 
 
 def time_calls(fn: Callable[[], Any], runs: int) -> list[float]:
@@ -59,7 +55,7 @@ CONSOLE_QUERIES = (
 
 def query_times(dsn: str, runs: int) -> dict[str, float]:
     """p50 ms of each query a refresh runs, one by one (where the refresh time goes)."""
-    from leasectl import queries
+    from leasectl.db import sql as queries
 
     params: dict[str, Any] = {
         "queue": None,
@@ -152,8 +148,10 @@ def run(ctx: Ctx) -> dict[str, Any]:
             started = time.perf_counter()
             seed(dsn, n, PENDING, PROCESSING, EXPIRED)
             seeded = time.perf_counter() - started
-            with Store.connect(dsn, "leasectl", max_size=2) as store:
-                what, fn = refresh_call(store)
+            with Database.connect(dsn, "leasectl", max_size=2) as db:
+                panels = Panels(ConsoleReads(db))
+                what = "Panels.snapshot"
+                fn = functools.partial(panels.snapshot, None, LIMIT)
                 times = time_calls(fn, sizes.console_runs)
                 entry: dict[str, Any] = {
                     "refresh": what,
@@ -163,16 +161,15 @@ def run(ctx: Ctx) -> dict[str, Any]:
                     "seed_s": round(seeded, 1),
                 }
                 entry["query_p50_ms"] = query_times(dsn, sizes.console_runs)
-                if what.startswith("Store.console_snapshot"):
-                    rendered = render_times(fn(), sizes.console_runs)
-                    if isinstance(rendered, str):
-                        entry["render"] = rendered
-                    else:
-                        entry["render_p50_ms"] = round(percentile(rendered["same"], 50), 2)
-                        entry["render_p99_ms"] = round(percentile(rendered["same"], 99), 2)
-                        changed_ms = rendered["changed"]
-                        entry["render_changed_p50_ms"] = round(percentile(changed_ms, 50), 2)
-                        entry["render_changed_p99_ms"] = round(percentile(changed_ms, 99), 2)
+                rendered = render_times(fn(), sizes.console_runs)
+                if isinstance(rendered, str):
+                    entry["render"] = rendered
+                else:
+                    entry["render_p50_ms"] = round(percentile(rendered["same"], 50), 2)
+                    entry["render_p99_ms"] = round(percentile(rendered["same"], 99), 2)
+                    changed_ms = rendered["changed"]
+                    entry["render_changed_p50_ms"] = round(percentile(changed_ms, 50), 2)
+                    entry["render_changed_p99_ms"] = round(percentile(changed_ms, 99), 2)
             fig["sizes"][str(n)] = entry
             log(f"  -> refresh p50 {entry['refresh_p50_ms']} ms, p99 {entry['refresh_p99_ms']} ms")
         finally:

@@ -14,8 +14,10 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from leasectl import queries
-from leasectl.store import CLAIM_FROM_HEAD, Store
+from bench.plans import explain_generic, explain_nested
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database
+from leasectl.db.work import CLAIM_FROM_HEAD
 from leasectl.throughput import GRACE
 
 SCHEMA = "leasectl"
@@ -50,7 +52,7 @@ def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -
         conn.execute("VACUUM ANALYZE leasectl.jobs")
 
 
-# The worker's statements run with plan_cache_mode = force_generic_plan (see Store.connect).
+# The worker's statements run with plan_cache_mode = force_generic_plan (see Database.connect).
 WORKER_GENERIC = {"jobs_complete_and_claim", "jobs_heartbeat"}
 # Calls of the audited functions of migration 6: what is shown is the plan of the statement
 # inside, as the function ran it (auto_explain; needs a superuser).
@@ -113,8 +115,8 @@ def main() -> None:
         )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     dsn = conninfo.make_conninfo(a.dsn, dbname=name)
-    with Store.connect(dsn, SCHEMA, check_schema=False) as store:
-        store.migrate()
+    with Database.connect(dsn, SCHEMA, check_schema=False) as db:
+        db.migrate()
     seed(dsn, a.rows, 10_000, 2_000, 500)
     console = {
         "queue": None,
@@ -141,9 +143,9 @@ def main() -> None:
             explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + query
             try:
                 if qname in WORKER_GENERIC:  # as the worker runs them: one plan, made once
-                    lines = queries.explain_generic(conn, query, params).splitlines()
+                    lines = explain_generic(conn, query, params).splitlines()
                 elif qname in FUNCTIONS:
-                    _, plan = queries.explain_nested(conn, query, params)[0]
+                    _, plan = explain_nested(conn, query, params)[0]
                     lines = plan.splitlines()
                 else:
                     with conn.transaction(force_rollback=True):

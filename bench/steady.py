@@ -1,6 +1,6 @@
 """Steady state: a producer at 50% and 90% of leasectl's drain peak, for a fixed time each.
 
-The producer enqueues through ``Store.enqueue`` (one statement per 20 ms tick, the jobs due by
+The producer enqueues through ``Operations.enqueue`` (one statement per 20 ms tick, the jobs due by
 then). Workers run with the concurrency at which leasectl peaked in `drain`. Figures:
 
 * enqueue -> start latency, p50/p99: ``job_attempts.started_at - jobs.created_at`` of first
@@ -21,7 +21,8 @@ import psycopg
 
 from bench.common import Ctx, Proc, leasectl_init, log, median, stop, table
 from bench.drain import drain_once, leasectl_system, split
-from leasectl.store import Store
+from leasectl.db.connection import Database
+from leasectl.db.operations import Operations
 
 TICK_S = 0.02
 SAMPLE_S = 5.0
@@ -91,7 +92,7 @@ class Sampler:
         self.conn.close()
 
 
-def produce(store: Store, rate: float, seconds: float) -> int:
+def produce(store: Operations, rate: float, seconds: float) -> int:
     """Enqueue at `rate` jobs/s for `seconds`; returns how many were enqueued."""
     start = time.perf_counter()
     sent = 0
@@ -113,7 +114,8 @@ def one(ctx: Ctx, rate: float, concurrency: int, seconds: int) -> dict[str, Any]
         leasectl_init(dsn)
         nproc, per = split(concurrency)
         system = leasectl_system()
-        with Store.connect(dsn, "leasectl", max_size=2) as store, Sampler(dsn) as sampler:
+        with Database.connect(dsn, "leasectl", max_size=2) as db, Sampler(dsn) as sampler:
+            store = Operations(db)
             procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
             time.sleep(2.0)  # workers up (they then wait on an empty queue)
             with psycopg.connect(dsn, autocommit=True) as conn:

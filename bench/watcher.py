@@ -2,7 +2,7 @@
 ``leasectl.watcher.run_pass`` while workers drain another queue of the same table.
 
 Figures: the pass's wall time, its batches and the longest single batch statement (each
-``store.requeue_expired`` call is timed; one call is one statement, so that is also the longest
+``Operations.requeue_expired`` call is timed; one call is one statement, so that is also the longest
 time any row lock of the pass is held), and the workers' throughput during the pass against the
 same workers' throughput in the 10 s just before it (jobs completed in each interval, counted
 afterwards from finished_at: nothing polls the server meanwhile). Then the same with
@@ -22,8 +22,10 @@ import psycopg
 
 from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, median, seed_pending, stop, table
 from bench.drain import leasectl_system, split
+from leasectl.db.connection import Database
+from leasectl.db.operations import Operations
+from leasectl.db.work import CLAIM_FROM_HEAD
 from leasectl.present.actions import LISTED_JOBS
-from leasectl.store import CLAIM_FROM_HEAD, Store
 from leasectl.watcher import WatcherConfig, run_pass
 
 WORKER_CONCURRENCY = 10
@@ -55,7 +57,8 @@ def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
     this table: time, and whether it reads the whole table."""
     from datetime import timedelta
 
-    from leasectl import queries
+    from bench.plans import explain_generic
+    from leasectl.db import sql as queries
 
     query = queries.get("jobs_complete_and_claim").render("leasectl")
     params = {
@@ -68,7 +71,7 @@ def claim_plan(dsn: str, limit: int) -> dict[str, Any]:
         **CLAIM_FROM_HEAD,
     }
     with psycopg.connect(dsn, autocommit=True) as conn:
-        lines = queries.explain_generic(conn, query, params).splitlines()
+        lines = explain_generic(conn, query, params).splitlines()
     ms = next((float(x.split(":")[1].split()[0]) for x in lines if "Execution Time" in x), None)
     return {"ms": ms, "seq_scan_of_jobs": any("Seq Scan on jobs" in x for x in lines)}
 
@@ -199,8 +202,9 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
         plan = claim_plan(dsn, per)
         system = leasectl_system()
         # One connection, so that the pass's server process is known and its CPU time measured.
-        with Store.connect(dsn, "leasectl", max_size=1) as store, Completions(dsn) as done:
-            with store.pool.connection() as conn:
+        with Database.connect(dsn, "leasectl", max_size=1) as db, Completions(dsn) as done:
+            store = Operations(db)
+            with db.connection() as conn:
                 server = server_process(conn)
             procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
             deadline = time.monotonic() + 60

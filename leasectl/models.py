@@ -1,4 +1,4 @@
-"""Frozen value types that the store returns and the CLI, worker and console consume."""
+"""Frozen value types that the data layer returns and the CLI, worker and console consume."""
 
 from __future__ import annotations
 
@@ -313,10 +313,32 @@ class SeenState:
     lease_owner: str | None
 
 
+class SkipCode(enum.StrEnum):
+    """Why a guarded action left a job alone (``present.skips`` words it)."""
+
+    NOT_FOUND = "not-found"  # no such job
+    MOVED = "moved"  # its status changed since the operator looked
+    RENEWED = "renewed"  # same status, but another attempt or owner: the lease was renewed
+    NOT_ELIGIBLE = "not-eligible"  # the action does not apply to its status
+    LEASE_LIVE = "lease-live"  # a live lease, and no force
+    RACED = "raced"  # it changed while the action ran
+
+
 @dataclass(frozen=True)
 class Skipped:
+    """A job a guarded action skipped: the reason's code and the facts behind it (its state
+    as seen and as it is now, read at the database time)."""
+
     id: int
-    reason: str
+    code: SkipCode
+    action: str = "requeue"  # "requeue" or "mark-stuck"
+    seen_status: JobStatus | None = None
+    status: JobStatus | None = None  # now
+    owner: str | None = None  # its lease owner now
+    seen_attempts: int | None = None
+    attempts: int | None = None  # now
+    lease_until: datetime | None = None
+    heartbeat_age: timedelta | None = None  # since its last heartbeat, by the database clock
 
 
 @dataclass(frozen=True)
@@ -326,13 +348,6 @@ class ActionResult:
     action: str
     changed: tuple[int, ...]
     skipped: tuple[Skipped, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "changed": list(self.changed),
-            "skipped": [{"id": s.id, "reason": s.reason} for s in self.skipped],
-        }
 
 
 @dataclass(frozen=True)
@@ -525,7 +540,3 @@ class Snapshot:
     job_id: int | None = None
     limit: int = 100
     risk_window: timedelta = timedelta(seconds=10)
-
-    @property
-    def throughput_window(self) -> timedelta:
-        return timedelta(minutes=len(self.throughput))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from leasectl.db.operations import Operations
 from leasectl.errors import UsageError
-from leasectl.store import Store
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class PruneResult:
 
 
 def prune(
-    store: Store,
+    ops: Operations,
     *,
     older_than: timedelta,
     batch: int = 5000,
@@ -34,10 +34,10 @@ def prune(
     if not 1 <= batch <= 100_000:
         raise UsageError("--batch must be between 1 and 100000")
     if dry_run:
-        return PruneResult(store.prune_count(older_than, queue), 0, 0, dry_run=True)
+        return PruneResult(ops.prune_count(older_than, queue), 0, 0, dry_run=True)
     jobs = events = batches = 0
     while True:
-        deleted, deleted_events = store.prune_batch(older_than, batch, queue, keep_events)
+        deleted, deleted_events = ops.prune_batch(older_than, batch, queue, keep_events)
         batches += 1
         jobs += deleted
         events += deleted_events

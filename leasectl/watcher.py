@@ -12,9 +12,9 @@ from typing import Literal
 
 from leasectl.backoff import reconnect_delay
 from leasectl.config import watcher_actor
+from leasectl.db.operations import Operations
 from leasectl.errors import ConnectionFailed, UsageError
 from leasectl.models import ExpiredJob, JobStatus, WatcherResult
-from leasectl.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class WatcherConfig:
 
 
 def run_pass(
-    store: Store,
+    ops: Operations,
     config: WatcherConfig,
     *,
     limit: int | None = None,
@@ -67,7 +67,7 @@ def run_pass(
     if listed is not None and listed < 0:
         raise UsageError("listed must be at least 0")
     if dry_run:
-        expired = store.list_expired(limit=limit or 10_000, queue=config.queue)
+        expired = ops.list_expired(limit=limit or 10_000, queue=config.queue)
         return WatcherResult(dry_run=True, jobs=tuple(expired), batches=0)
     jobs: list[ExpiredJob] = []
     counts: collections.Counter[JobStatus] = collections.Counter()
@@ -80,7 +80,7 @@ def run_pass(
         if took and config.pace and stopping.wait(config.pace * took):
             break
         started = time.perf_counter()
-        batch = store.requeue_expired(
+        batch = ops.requeue_expired(
             limit=size,
             queue=config.queue,
             mark=config.mode == "mark",
@@ -107,8 +107,8 @@ def run_pass(
 class Watcher:
     """Runs passes every ``interval`` until stopped; survives the database going away."""
 
-    def __init__(self, store: Store, config: WatcherConfig) -> None:
-        self.store = store
+    def __init__(self, ops: Operations, config: WatcherConfig) -> None:
+        self.ops = ops
         self.config = config
         self.stopping = threading.Event()
         self.passes = 0
@@ -121,7 +121,7 @@ class Watcher:
         failures = 0
         while not self.stopping.is_set():
             try:
-                result = run_pass(self.store, self.config, stopping=self.stopping, listed=0)
+                result = run_pass(self.ops, self.config, stopping=self.stopping, listed=0)
             except ConnectionFailed as exc:
                 failures += 1
                 delay = reconnect_delay(failures, base=0.5)

@@ -29,10 +29,11 @@ from typing import Any
 
 from leasectl.backoff import reconnect_delay, retry_delay
 from leasectl.config import check_queue_length, default_worker_id
+from leasectl.db.connection import Database
+from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.literal import echo, shorten
 from leasectl.models import ClaimKey, Job, Lease
-from leasectl.store import NOTIFY_QUEUE_CHARS, Store
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +151,9 @@ class WorkerConfig:
         return self.heartbeat_every if self.heartbeat_every is not None else self.lease_ttl / 3
 
 
-def worker_store(dsn: str, schema: str, config: WorkerConfig) -> Store:
-    """The one way a worker's Store is built (`leasectl worker`, tests and benchmarks alike)."""
-    return Store.connect(
+def worker_store(dsn: str, schema: str, config: WorkerConfig) -> WorkerStore:
+    """The one way a worker's store is built (`leasectl worker`, tests and benchmarks alike)."""
+    db = Database.connect(
         dsn,
         schema,
         max_size=min(config.concurrency, 8) + 3,
@@ -162,6 +163,7 @@ def worker_store(dsn: str, schema: str, config: WorkerConfig) -> Store:
         pool_timeout=max(0.5, config.heartbeat.total_seconds()),
         generic_plans=True,
     )
+    return WorkerStore(db)
 
 
 @dataclass
@@ -193,7 +195,7 @@ class Worker:
         config: WorkerConfig,
         handler: Handler,
         *,
-        store: Store | None = None,
+        store: WorkerStore | None = None,
     ) -> None:
         self.dsn = dsn
         self.schema = schema
@@ -219,7 +221,7 @@ class Worker:
         return self.config.worker_id
 
     @property
-    def store(self) -> Store:
+    def store(self) -> WorkerStore:
         if self._store is None:
             self._store = worker_store(self.dsn, self.schema, self.config)
         return self._store
@@ -273,7 +275,7 @@ class Worker:
                 store.close()
         return self.stats
 
-    def _start(self, start_retry: timedelta) -> Store:
+    def _start(self, start_retry: timedelta) -> WorkerStore:
         """Connect, check the schema and register (in that order, before anything else)."""
         give_up = time.monotonic() + start_retry.total_seconds()
         failures = 0
@@ -318,7 +320,7 @@ class Worker:
         # queue -> (claim key to resume from, when the queue was last read from its head).
         # While claims come back full (a backlog), each starts at the first job of the one
         # before instead of at the queue's head, over the index entries every claim since the
-        # last vacuum left behind (store.complete_and_claim). A job that lands ahead of that
+        # last vacuum left behind (WorkerStore.complete_and_claim). A job that lands ahead of that
         # point (a higher priority, a released lease) is reached when the queue is read from
         # its head again: after a short claim (at once), an announced enqueue, or at the
         # latest one poll interval after the last head read.

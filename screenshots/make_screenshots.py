@@ -30,8 +30,10 @@ from textual.pilot import Pilot
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
+from leasectl.db.connection import Database
+from leasectl.db.operations import Operations
+from leasectl.db.work import WorkerStore
 from leasectl.models import Lease
-from leasectl.store import Store
 
 HB = timedelta(seconds=10)
 TTL = timedelta(seconds=30)
@@ -44,18 +46,18 @@ R1 = "report-worker:901:cc22dd"  # stopped cleanly, left a Stuck job behind
 
 def seed(dsn: str, schema: str, *, reset: bool) -> dict[str, list[Lease]]:
     """Build the incident; returns the leases held by the healthy workers (for --live)."""
-    store = Store.connect(dsn, schema, check_schema=False, max_size=2)
+    db = Database.connect(dsn, schema, check_schema=False, max_size=2)
     try:
-        store.migrate()
+        db.migrate()
         with psycopg.connect(dsn, autocommit=True) as conn:
             _prepare(conn, schema, reset=reset)
             _history(conn, schema)
-        leases = _live(store, dsn, schema)
+        leases = _live(WorkerStore(db), Operations(db), dsn, schema)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
         return leases
     finally:
-        store.close()
+        db.close()
 
 
 def _t(conn: psycopg.Connection, schema: str, text: str) -> sql.Composed:
@@ -110,7 +112,7 @@ def _history(conn: psycopg.Connection, schema: str) -> None:
     )
 
 
-def _live(store: Store, dsn: str, schema: str) -> dict[str, list[Lease]]:
+def _live(work: WorkerStore, ops: Operations, dsn: str, schema: str) -> dict[str, list[Lease]]:
     for worker, host, pid, queues, stopped in (
         (W1, "pay-worker-1", 4121, ["payments"], False),
         (W2, "pay-worker-2", 4188, ["payments"], False),
@@ -118,16 +120,16 @@ def _live(store: Store, dsn: str, schema: str) -> dict[str, list[Lease]]:
         (M1, "mail-worker-1", 777, ["emails"], False),
         (R1, "report-worker", 901, ["reports"], True),
     ):
-        store.worker_register(
+        work.worker_register(
             worker, hostname=host, pid=pid, queues=queues, lease_ttl=TTL, heartbeat_every=HB
         )
         if stopped:
-            store.worker_stopped(worker)
+            work.worker_stopped(worker)
 
     payment = {"amount_cents": 129900, "currency": "EUR", "customer": {"id": "cus_4471"}}
-    store.enqueue([{**payment, "order_id": f"ord_{i:05d}"} for i in range(40)], queue="payments")
-    store.enqueue([{"to": f"user{i}@example.com"} for i in range(6)], queue="emails")
-    store.enqueue([{"report": "daily"} for _ in range(2)], queue="reports")
+    ops.enqueue([{**payment, "order_id": f"ord_{i:05d}"} for i in range(40)], queue="payments")
+    ops.enqueue([{"to": f"user{i}@example.com"} for i in range(6)], queue="emails")
+    ops.enqueue([{"report": "daily"} for _ in range(2)], queue="reports")
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         # The backlog has been building up for a few minutes.
@@ -143,12 +145,12 @@ def _live(store: Store, dsn: str, schema: str) -> dict[str, list[Lease]]:
 
     # Retries: leased, failed, back to Pending with run_at in the future.
     for delay in (42, 95, 180):
-        (lease,) = store.claim("payments", W2, TTL)
-        store.fail(lease, "gateway 503 Service Unavailable", retry_delay=timedelta(seconds=delay))
+        (lease,) = work.claim("payments", W2, TTL)
+        work.fail(lease, "gateway 503 Service Unavailable", retry_delay=timedelta(seconds=delay))
 
     # One job for the detail screen: its lease expired under the silent worker, the watcher
     # requeued it, pay-worker-1 took it (attempt 2) and then stopped heartbeating it.
-    (first,) = store.claim("payments", W3, TTL)
+    (first,) = work.claim("payments", W3, TTL)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             _t(
@@ -158,18 +160,18 @@ def _live(store: Store, dsn: str, schema: str) -> dict[str, list[Lease]]:
             ),
             (first.job_id,),
         )
-    store.requeue_expired(
+    ops.requeue_expired(
         limit=1, queue="payments", mark=False, actor="watcher@ops-1:311", reason="lease expired"
     )
-    detail = store.claim_by_id(first.job_id, W1, TTL)
+    detail = work.claim_by_id(first.job_id, W1, TTL)
     assert detail is not None
 
     held: dict[str, list[Lease]] = {W1: [], W2: [], M1: []}
-    held[W1] += store.claim("payments", W1, TTL, limit=5)
-    held[W2] += store.claim("payments", W2, TTL, limit=3)
-    held[M1] += store.claim("emails", M1, TTL, limit=2)
-    silent = store.claim("payments", W3, TTL, limit=3)
-    report = store.claim("reports", R1, TTL, limit=1)
+    held[W1] += work.claim("payments", W1, TTL, limit=5)
+    held[W2] += work.claim("payments", W2, TTL, limit=3)
+    held[M1] += work.claim("emails", M1, TTL, limit=2)
+    silent = work.claim("payments", W3, TTL, limit=3)
+    report = work.claim("reports", R1, TTL, limit=1)
 
     with psycopg.connect(dsn, autocommit=True) as conn:
 
@@ -222,10 +224,10 @@ def _live(store: Store, dsn: str, schema: str) -> dict[str, list[Lease]]:
         shift([le.job_id for le in report], -600, 630)
 
     # The watcher (in mark mode) quarantined the report job and one of the silent worker's.
-    store.requeue_expired(
+    ops.requeue_expired(
         limit=1, queue="reports", mark=True, actor="watcher@ops-1:311", reason="watch --mode mark"
     )
-    store.requeue_expired(
+    ops.requeue_expired(
         limit=1, queue="payments", mark=True, actor="watcher@ops-1:311", reason="watch --mode mark"
     )
     return held
@@ -277,17 +279,17 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
 
 def live(dsn: str, schema: str, held: dict[str, list[Lease]], seconds: float) -> None:
     """Keep the healthy workers heartbeating (and completing now and then) for a while."""
-    store = Store.connect(dsn, schema)
+    work = WorkerStore(Database.connect(dsn, schema))
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             for worker, leases in held.items():
-                store.worker_seen(worker)
+                work.worker_seen(worker)
                 if leases:
-                    store.heartbeat(leases, TTL)
+                    work.heartbeat(leases, TTL)
             time.sleep(HB.total_seconds() / 2)
     finally:
-        store.close()
+        work.close()
 
 
 def main() -> None:

@@ -10,20 +10,20 @@ import json
 import sys
 from datetime import timedelta
 
-from leasectl.store import Store
+from tests.stores import Stores
 
 
 def main() -> None:
     dsn, queue, owner, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     done: list[tuple[int, int]] = []
-    with Store.connect(dsn, "leasectl") as store:
+    with Stores.connect(dsn, "leasectl") as store:
         print("ready", flush=True)
         sys.stdin.readline()  # the start gate: every claimer begins at once
         while True:
-            leases = store.claim(queue, owner, timedelta(minutes=5), batch)
+            leases = store.work.claim(queue, owner, timedelta(minutes=5), batch)
             if not leases:
                 break
-            accepted = store.complete(leases)
+            accepted = store.work.complete(leases)
             done.extend(
                 (lease.job_id, lease.attempt) for lease in leases if lease.job_id in accepted
             )

@@ -19,8 +19,8 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.db.embedded import EmbeddedServer
-from leasectl.store import Store
 from leasectl.worker import Worker, WorkerConfig
+from tests.stores import Stores
 
 SCHEMA = "leasectl"
 
@@ -58,9 +58,9 @@ def template_db(server_dsn: str) -> Iterator[str]:
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    store = Store.connect(_with_db(server_dsn, name), SCHEMA, check_schema=False)
+    store = Stores.connect(_with_db(server_dsn, name), SCHEMA, check_schema=False)
     try:
-        store.migrate()
+        store.db.migrate()
     finally:
         store.close()
     yield name
@@ -99,8 +99,8 @@ def _fresh_db(server_dsn: str, template: str | None) -> Iterator[str]:
 
 
 @pytest.fixture
-def store(db_dsn: str) -> Iterator[Store]:
-    s = Store.connect(db_dsn, SCHEMA, max_size=4)
+def store(db_dsn: str) -> Iterator[Stores]:
+    s = Stores.connect(db_dsn, SCHEMA, max_size=4)
     try:
         yield s
     finally:

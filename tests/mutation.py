@@ -12,7 +12,7 @@ equivalent mutant is killed (its review is wrong), when a mutant's text is not f
 once in its statement (the list is stale: the SQL changed under it), or when the unmutated
 copy does not pass the selected tests.
 
-A mutant names its file under leasectl/queries (migrations included) and its statement: the
+A mutant names its file under leasectl/db/sql (migrations included) and its statement: the
 text must occur exactly once in that ``-- name:`` block, or, in a migration, in the definition of
 the function of that name (the operator actions and the watcher batch are SECURITY DEFINER
 functions of migration 6).
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-QUERIES = Path("leasectl") / "queries"
+QUERIES = Path("leasectl") / "db" / "sql"
 FENCES = "tests/integration/test_fences.py"
 _BLOCK = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _FUNCTION = re.compile(r"^CREATE (?:OR REPLACE )?FUNCTION \{schema\}\.([a-z_]+)\(", re.MULTILINE)
@@ -63,7 +63,7 @@ _INVALID_SQL = (
 @dataclass(frozen=True)
 class Mutant:
     name: str
-    file: str  # under leasectl/queries
+    file: str  # under leasectl/db/sql
     statement: str
     edits: tuple[tuple[str, str], ...]  # (exact text, replacement), applied in order
     tests: tuple[str, ...]  # pytest node ids, run from the repository root
@@ -375,9 +375,10 @@ class Outcome:
 
 
 def _sandbox(base: Path) -> Path:
-    """A copy of the package and the tests (and pyproject.toml, the pytest configuration)."""
+    """A copy of the package, the tests and bench/ (the plan tests use its EXPLAIN helpers), and
+    pyproject.toml (the pytest configuration)."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
-    for name in ("leasectl", "tests"):
+    for name in ("leasectl", "tests", "bench"):
         shutil.copytree(ROOT / name, base / name, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", base / "pyproject.toml")
     return base

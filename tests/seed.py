@@ -1,4 +1,4 @@
-"""Known database states that tests start from, built through the Store like real traffic.
+"""Known database states that tests start from, built through the data layer like real traffic.
 
 ``seed_states``: one job in each state an operator acts on (Completed, an expired lease,
 Stuck, Pending), for the CLI, privilege and bad-input tests. ``seed_console``: the richer
@@ -14,7 +14,7 @@ from datetime import timedelta
 import psycopg
 
 from leasectl.models import Lease
-from leasectl.store import Store
+from tests.stores import Stores
 
 SCHEMA = "leasectl"
 OWNER = "test-host:4242:abcdef"
@@ -30,24 +30,26 @@ class Seeded:
     completed: int
 
 
-def seed_states(store: Store, conn: psycopg.Connection) -> Seeded:
+def seed_states(store: Stores, conn: psycopg.Connection) -> Seeded:
     """A database in which most commands would change something if they ran."""
-    completed, expired, stuck, pending = store.enqueue([{"n": i} for i in range(4)], queue="q")
-    lease = store.claim("q", OWNER, timedelta(seconds=30), 3)
+    completed, expired, stuck, pending = store.ops.enqueue([{"n": i} for i in range(4)], queue="q")
+    lease = store.work.claim("q", OWNER, timedelta(seconds=30), 3)
     assert [x.job_id for x in lease] == [completed, expired, stuck]
-    assert store.complete(lease[:1]) == {completed}
+    assert store.work.complete(lease[:1]) == {completed}
     conn.execute(
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
         [[expired, stuck]],
     )
-    moved = store.operator_mark_stuck(store.seen_now([stuck]), actor="operator:test", reason="seed")
+    moved = store.ops.operator_mark_stuck(
+        store.ops.seen_now([stuck]), actor="operator:test", reason="seed"
+    )
     assert moved.changed == (stuck,)
     return Seeded(pending=pending, expired=expired, stuck=stuck, completed=completed)
 
 
 def seed_states_at(dsn: str) -> Seeded:
     """``seed_states`` in the database at ``dsn``, through connections of its own."""
-    with Store.connect(dsn, SCHEMA) as store, psycopg.connect(dsn, autocommit=True) as conn:
+    with Stores.connect(dsn, SCHEMA) as store, psycopg.connect(dsn, autocommit=True) as conn:
         return seed_states(store, conn)
 
 
@@ -69,21 +71,21 @@ class ConsoleSeeded:
     stuck: int  # status Stuck
 
 
-def seed_console(store: Store, conn: psycopg.Connection) -> ConsoleSeeded:
+def seed_console(store: Stores, conn: psycopg.Connection) -> ConsoleSeeded:
     for worker in (ALIVE, SILENT):
         host, pid, _ = worker.split(":")
-        store.worker_register(
+        store.work.worker_register(
             worker, hostname=host, pid=int(pid), queues=["payments"], lease_ttl=TTL,
             heartbeat_every=HB,
         )  # fmt: skip
-    ids = store.enqueue([{"n": i} for i in range(10)], queue="payments")
-    store.enqueue([{"mail": 1}], queue="emails")
-    live = store.claim("payments", ALIVE, TTL, limit=2)
-    (at_risk,) = store.claim("payments", ALIVE, TTL)
-    expired = store.claim("payments", SILENT, TTL, limit=2)
-    (retry,) = store.claim("payments", ALIVE, TTL)
-    store.fail(retry, "gateway 503", retry_delay=timedelta(minutes=5))
-    (quarantined,) = store.claim("payments", SILENT, TTL)
+    ids = store.ops.enqueue([{"n": i} for i in range(10)], queue="payments")
+    store.ops.enqueue([{"mail": 1}], queue="emails")
+    live = store.work.claim("payments", ALIVE, TTL, limit=2)
+    (at_risk,) = store.work.claim("payments", ALIVE, TTL)
+    expired = store.work.claim("payments", SILENT, TTL, limit=2)
+    (retry,) = store.work.claim("payments", ALIVE, TTL)
+    store.work.fail(retry, "gateway 503", retry_delay=timedelta(minutes=5))
+    (quarantined,) = store.work.claim("payments", SILENT, TTL)
     conn.execute(
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute', "
         "heartbeat_at = now() - interval '90 seconds' WHERE id = ANY(%s)",
@@ -98,8 +100,8 @@ def seed_console(store: Store, conn: psycopg.Connection) -> ConsoleSeeded:
         "WHERE worker_id = %s",
         (SILENT,),
     )
-    result = store.operator_mark_stuck(
-        [store.get_job(quarantined.job_id).seen()], actor="test", reason="seed"
+    result = store.ops.operator_mark_stuck(
+        [store.ops.get_job(quarantined.job_id).seen()], actor="test", reason="seed"
     )
     assert result.changed == (quarantined.job_id,)
     taken = {le.job_id for le in [*live, at_risk, *expired, retry, quarantined]}

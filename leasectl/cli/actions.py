@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from leasectl import config
-from leasectl.cli.root import JsonOpt, _duration, _emit_json, _queue_name, _show, _store
+from leasectl.cli.root import JsonOpt, _duration, _emit_json, _operations, _queue_name, _show
 from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
 from leasectl.literal import echo
 from leasectl.present.actions import (
@@ -24,6 +24,7 @@ from leasectl.present.actions import (
     watcher_renderables,
 )
 from leasectl.present.jsonout import watcher_json
+from leasectl.present.skips import action_json, skip_reason
 from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 
 log = logging.getLogger("leasectl.cli")
@@ -90,8 +91,8 @@ def watch(
         interval=_duration(interval, "--interval"),
     )
     _setup_logging(log_level)
-    with _store(ctx) as store:
-        watcher = Watcher(store, watcher_config)
+    with _operations(ctx) as ops:
+        watcher = Watcher(ops, watcher_config)
 
         def stop(signum: int, frame: FrameType | None) -> None:
             log.info("signal %d: stopping the watcher", signum)
@@ -103,7 +104,7 @@ def watch(
             f"queue {echo(queue)}" if queue else "all queues",
             config.format_duration(watcher_config.interval),
             watcher_config.mode,
-            store.where,
+            ops.db.where,
         )
         try:
             watcher.run()
@@ -137,13 +138,13 @@ def requeue_stuck(
     watcher_config = _watcher_config(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
     )
-    with _store(ctx) as store:
+    with _operations(ctx) as ops:
         listed = None if as_json else LISTED_JOBS
-        result = run_pass(store, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
+        result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
         if as_json:
             _emit_json(watcher_json(result))
             return
-        db_now = store.server_info()["db_now"]
+        db_now = ops.db.server_info()["db_now"]
     _show(watcher_renderables(result, db_now, mode.value))
 
 
@@ -156,12 +157,12 @@ def _operator_action(
     as_json: bool,
 ) -> None:
     ids = [config.parse_job_id(text) for text in id_texts]
-    with _store(ctx) as store:
-        seen = store.seen_now(ids)
-        act = store.operator_requeue if action == "requeue" else store.operator_mark_stuck
+    with _operations(ctx) as ops:
+        seen = ops.seen_now(ids)
+        act = ops.operator_requeue if action == "requeue" else ops.operator_mark_stuck
         result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
     if as_json:
-        _emit_json(result.to_json())
+        _emit_json(action_json(result))
     else:
         _show(action_renderables(result))
     if result.skipped:
@@ -169,7 +170,7 @@ def _operator_action(
         _warn(
             f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
             f"not {verb}: "
-            + "; ".join(f"{s.id}: {s.reason}" for s in result.skipped[:3])
+            + "; ".join(f"{s.id}: {skip_reason(s)}" for s in result.skipped[:3])
             + (f"; and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else "")
         )
         raise typer.Exit(1)

@@ -7,8 +7,9 @@ from typing import Annotated, Any, TypeAlias
 
 import typer
 
-from leasectl import config, grants
-from leasectl.cli.root import _globals, _say, _store
+from leasectl import config
+from leasectl.cli.root import _globals, _operations, _say
+from leasectl.db import grants
 from leasectl.errors import UsageError
 from leasectl.literal import echo, visible
 
@@ -49,9 +50,9 @@ def grant(
         # terminal: such a name is shown escaped (and the SQL then names it that way).
         sys.stdout.write(visible(grants.render(wanted, schema), multiline=True))
         return
-    with _store(ctx) as store:
-        grants.apply(store, wanted)
-        where, schema = store.where, store.schema
+    with _operations(ctx) as ops:
+        grants.apply(ops.db, wanted)
+        where, schema = ops.db.where, ops.db.schema
     for g in wanted:
         _say(
             f"granted {g.kind.value} privileges on schema {echo(schema)} to role {echo(g.role)} "

@@ -8,6 +8,7 @@ import typer
 
 from leasectl import config
 from leasectl.cli.root import EXIT_INTERRUPTED, _duration, _emit_json, _globals, _queue_name
+from leasectl.db.dsn import validate_dsn
 from leasectl.errors import LeasectlError
 from leasectl.terminal import require_terminal
 
@@ -38,7 +39,7 @@ def demo(
 
     g = _globals(ctx)
     if g.dsn is not None:
-        config.validate_dsn(g.dsn)
+        validate_dsn(g.dsn)
     schema = config.resolve_schema(g.schema)
     lasts = _duration(duration, "--duration") if duration else None
     every = _duration(refresh, "--refresh")

@@ -7,26 +7,28 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config, queries, retention
+from leasectl import config, retention
 from leasectl.cli.root import (
     EXIT_CHECK_FAILED,
     JsonOpt,
     _duration,
     _emit_json,
     _globals,
+    _operations,
     _queue_name,
     _say,
     _show,
-    _store,
 )
 from leasectl.cli.stderr import _warn
+from leasectl.db.connection import Database
+from leasectl.db.dsn import safe_dsn
+from leasectl.db.sql import migrations
 from leasectl.errors import UsageError
 from leasectl.literal import echo
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
 from leasectl.present.status import status_renderables
 from leasectl.present.text import format_ids
-from leasectl.store import Store
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -57,10 +59,10 @@ def _payload_text(value: str) -> str:
 def init(ctx: typer.Context) -> None:
     """Create or upgrade the schema (idempotent; safe to run concurrently)."""
     dsn, schema = _globals(ctx).resolve()
-    with Store.connect(dsn, schema, check_schema=False) as store:
-        applied = store.migrate()
-    latest = queries.migrations()[-1].version
-    where = config.safe_dsn(dsn)
+    with Database.connect(dsn, schema, check_schema=False) as db:
+        applied = db.migrate()
+    latest = migrations()[-1].version
+    where = safe_dsn(dsn)
     if applied:
         _say(
             f"applied migration(s) {format_ids(applied)} to schema {echo(schema)} at "
@@ -103,8 +105,8 @@ def enqueue(
     queue = _queue_name(queue)
     body = config.parse_payload(_payload_text(payload))
     wait = _duration(delay, "--delay", allow_zero=True)
-    with _store(ctx) as store:
-        ids = store.enqueue_json(
+    with _operations(ctx) as ops:
+        ids = ops.enqueue_json(
             [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
         )
     if as_json:
@@ -122,8 +124,8 @@ def inspect(
 ) -> None:
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
-    with _store(ctx) as store:
-        detail = store.inspect(parsed, payload_chars=None if as_json else PAYLOAD_SHOWN)
+    with _operations(ctx) as ops:
+        detail = ops.inspect(parsed, payload_chars=None if as_json else PAYLOAD_SHOWN)
     if as_json:
         _emit_json(detail_json(detail))
     else:
@@ -144,8 +146,8 @@ def status(
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     if queue is not None:
         queue = _queue_name(queue)
-    with _store(ctx) as store:
-        report = store.status(queue)
+    with _operations(ctx) as ops:
+        report = ops.status(queue)
     if as_json:
         _emit_json(status_json(report))
     else:
@@ -183,9 +185,9 @@ def prune(
     cutoff = _duration(older_than, "--older-than")
     if queue is not None:
         queue = _queue_name(queue)
-    with _store(ctx) as store:
+    with _operations(ctx) as ops:
         result = retention.prune(
-            store,
+            ops,
             older_than=cutoff,
             batch=batch,
             queue=queue,

@@ -8,9 +8,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from psycopg import conninfo
-
-from leasectl import config
+from leasectl.db.dsn import ambiguous_uri, dsn_params, is_uri
 
 # Up to the LAST "@": a raw "/" or "@" in the password makes libpq stop earlier, so this takes
 # more than libpq does; the generous reading is the right one for scrubbing.
@@ -62,9 +60,9 @@ def _uri_password_pieces(dsn: str) -> set[str]:
         for form in (password, unquote(password)):
             found.add(form)
             found.update(p for p in _URI_SEPARATORS.split(form) if len(p) >= MIN_PIECE)
-    if config.ambiguous_uri(dsn):
+    if ambiguous_uri(dsn):
         with contextlib.suppress(Exception):
-            params = conninfo.conninfo_to_dict(dsn)
+            params = dsn_params(dsn)
             for key in ("host", "port", "dbname"):
                 value = str(params.get(key) or "")
                 found.update(
@@ -79,12 +77,12 @@ def secrets_in(args: Sequence[str]) -> list[str]:
     secrets: set[str] = {os.environ.get("PGPASSWORD") or ""}
     for dsn in _dsn_candidates(args):
         with contextlib.suppress(Exception):
-            secrets.add(str(conninfo.conninfo_to_dict(dsn).get("password") or ""))
+            secrets.add(str(dsn_params(dsn).get("password") or ""))
         secrets.update(_uri_password_pieces(dsn))
         for m in _KV_PASSWORD.finditer(dsn):
             value, raw = _kv_value(dsn, m.end())
             secrets.update({value, raw})
-            if config.is_uri(dsn):  # ?password=... in a URI's query ends at "&"
+            if is_uri(dsn):  # ?password=... in a URI's query ends at "&"
                 first = raw.split("&", 1)[0]
                 secrets.update({first, unquote(first), unquote(raw)})
     return sorted((s for s in secrets if s), key=len, reverse=True)

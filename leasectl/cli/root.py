@@ -1,5 +1,5 @@
-"""The Typer app, its root options, and what every command shares: the store, option parsing,
-and the one way each command writes to stdout."""
+"""The Typer app, its root options, and what every command shares: the data layer's
+Operations, option parsing, and the one way each command writes to stdout."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import typer
 from rich.console import Console, RenderableType
 
 from leasectl import config
+from leasectl.db.connection import Database
+from leasectl.db.dsn import resolve_dsn
+from leasectl.db.operations import Operations
 from leasectl.literal import visible
 from leasectl.present.jsonout import dumps
-from leasectl.store import Store
 
 PROG = "leasectl"
 # The exit codes of docs/design.md that are not an error's own (LeasectlError.exit_code).
@@ -33,7 +35,7 @@ class Globals:
     schema: str | None
 
     def resolve(self) -> tuple[str, str]:
-        return config.resolve_dsn(self.dsn), config.resolve_schema(self.schema)
+        return resolve_dsn(self.dsn), config.resolve_schema(self.schema)
 
 
 app = typer.Typer(
@@ -90,13 +92,13 @@ def _globals(ctx: typer.Context) -> Globals:
 
 
 @contextlib.contextmanager
-def _store(ctx: typer.Context) -> Iterator[Store]:
+def _operations(ctx: typer.Context) -> Iterator[Operations]:
     dsn, schema = _globals(ctx).resolve()
-    store = Store.connect(dsn, schema)
+    db = Database.connect(dsn, schema)
     try:
-        yield store
+        yield Operations(db)
     finally:
-        store.close()
+        db.close()
 
 
 def _duration(text: str, option: str, *, allow_zero: bool = False) -> timedelta:

@@ -1,8 +1,8 @@
 """Where the console's data comes from: the database, or (for tests and pictures) fixed data.
 
 The app only ever talks to a ``ConsoleSource``, from worker threads. ``DatabaseSource`` keeps
-two stores, hence two connections: the poll never queues behind an action, nor an action behind
-a poll. A store whose connection was lost is dropped and opened afresh on the next call, so the
+two databases, hence two connections: the poll never queues behind an action, nor an action behind
+a poll. A database whose connection was lost is dropped and opened afresh on the next call, so the
 console's own backoff (not the pool's) decides how soon it retries.
 """
 
@@ -15,11 +15,15 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from leasectl.config import operator_actor, safe_dsn
+from leasectl.config import operator_actor
+from leasectl.console.panels import Panels
 from leasectl.console.view import ConsoleFilter
+from leasectl.db.connection import Database
+from leasectl.db.console import ConsoleReads
+from leasectl.db.dsn import safe_dsn
+from leasectl.db.operations import Operations
 from leasectl.errors import ConnectionFailed, JobNotFound
 from leasectl.models import ActionResult, JobDetail, SeenState, Skipped, Snapshot
-from leasectl.store import Store
 
 T = TypeVar("T")
 
@@ -56,8 +60,6 @@ class DatabaseSource:
         dsn: str,
         schema: str,
         *,
-        poll_store: Store | None = None,
-        action_store: Store | None = None,
         risk_window: timedelta = timedelta(seconds=10),
         actor: str | None = None,
     ) -> None:
@@ -65,7 +67,9 @@ class DatabaseSource:
         self.schema = schema
         self.risk_window = risk_window
         self.actor = actor or operator_actor()
-        self._stores: dict[str, Store | None] = {POLL_ROLE: poll_store, ACTION_ROLE: action_store}
+        # The poll's database and the panels read through it; the actions' database.
+        self._poll: tuple[Database, Panels] | None = None
+        self._action: tuple[Database, Operations] | None = None
         self._locks = {POLL_ROLE: threading.Lock(), ACTION_ROLE: threading.Lock()}
         self._closed = False
 
@@ -82,8 +86,8 @@ class DatabaseSource:
         starts, with the core's typed one-line errors."""
         source = cls(dsn, schema, risk_window=risk_window, actor=actor)
         try:
-            source._store(POLL_ROLE)
-            source._store(ACTION_ROLE)
+            source._panels()
+            source._operations()
         except BaseException:
             source.close()
             raise
@@ -96,85 +100,109 @@ class DatabaseSource:
     # -- the ConsoleSource protocol ---------------------------------------------------------
 
     def snapshot(self, flt: ConsoleFilter, limit: int) -> Snapshot:
+        db, panels = self._panels()
         return self._call(
             POLL_ROLE,
-            lambda s: s.console_snapshot(
+            db,
+            lambda: panels.snapshot(
                 flt.queue, limit, owner=flt.owner, job_id=flt.job_id, risk_window=self.risk_window
             ),
         )
 
     def inspect(self, job_id: int) -> JobDetail:
-        return self._call(ACTION_ROLE, lambda s: s.inspect(job_id, payload_chars=PAYLOAD_CHARS))
+        db, ops = self._operations()
+        return self._call(ACTION_ROLE, db, lambda: ops.inspect(job_id, payload_chars=PAYLOAD_CHARS))
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        db, ops = self._operations()
         return self._call(
-            ACTION_ROLE, lambda s: s.operator_requeue(seen, actor=self.actor, reason=reason)
+            ACTION_ROLE, db, lambda: ops.operator_requeue(seen, actor=self.actor, reason=reason)
         )
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        db, ops = self._operations()
         return self._call(
-            ACTION_ROLE, lambda s: s.operator_mark_stuck(seen, actor=self.actor, reason=reason)
+            ACTION_ROLE, db, lambda: ops.operator_mark_stuck(seen, actor=self.actor, reason=reason)
         )
 
     def can_update(self) -> bool:
-        return self._call(ACTION_ROLE, lambda s: s.can_update_jobs())
+        db, ops = self._operations()
+        return self._call(ACTION_ROLE, db, ops.can_update_jobs)
 
     def close(self) -> None:
         self._closed = True
         for role in (POLL_ROLE, ACTION_ROLE):
             with self._locks[role]:
-                store, self._stores[role] = self._stores[role], None
-            if store is not None:
-                _close(store)
+                db = self._drop(role)
+            if db is not None:
+                _close(db)
 
     # -- connections ------------------------------------------------------------------------
 
-    def _store(self, role: str) -> Store:
-        with self._locks[role]:
-            store = self._stores[role]
-            if store is None:
-                if self._closed:
-                    raise ConnectionFailed("the console is closing")
-                store = Store.connect(
-                    self.dsn,
-                    self.schema,
-                    max_size=1 if role == POLL_ROLE else 2,
-                    check_schema=role == POLL_ROLE,
-                    application_name=f"leasectl console ({role})",
-                    pool_timeout=POOL_TIMEOUT_S,
-                )
-                self._stores[role] = store
-            return store
+    def _connect(self, role: str) -> Database:
+        if self._closed:
+            raise ConnectionFailed("the console is closing")
+        return Database.connect(
+            self.dsn,
+            self.schema,
+            max_size=1 if role == POLL_ROLE else 2,
+            check_schema=role == POLL_ROLE,
+            application_name=f"leasectl console ({role})",
+            pool_timeout=POOL_TIMEOUT_S,
+        )
 
-    def _call(self, role: str, fn: Callable[[Store], T]) -> T:
-        store = self._store(role)
+    def _panels(self) -> tuple[Database, Panels]:
+        with self._locks[POLL_ROLE]:
+            if self._poll is None:
+                db = self._connect(POLL_ROLE)
+                self._poll = (db, Panels(ConsoleReads(db)))
+            return self._poll
+
+    def _operations(self) -> tuple[Database, Operations]:
+        with self._locks[ACTION_ROLE]:
+            if self._action is None:
+                db = self._connect(ACTION_ROLE)
+                self._action = (db, Operations(db))
+            return self._action
+
+    def _drop(self, role: str, db: Database | None = None) -> Database | None:
+        """Forget the role's database (only if it is ``db``, when given); returns it."""
+        held = self._poll if role == POLL_ROLE else self._action
+        if held is None or (db is not None and held[0] is not db):
+            return None
+        if role == POLL_ROLE:
+            self._poll = None
+        else:
+            self._action = None
+        return held[0]
+
+    def _call(self, role: str, db: Database, fn: Callable[[], T]) -> T:
         try:
-            return fn(store)
+            return fn()
         except ConnectionFailed:
             with self._locks[role]:
-                if self._stores[role] is store:
-                    self._stores[role] = None
-            _close(store)
+                self._drop(role, db)
+            _close(db)
             raise
 
 
-def _close(store: Store) -> None:
+def _close(db: Database) -> None:
     """Close without waiting long for the pool's background threads: the server may be gone."""
     with contextlib.suppress(Exception):
-        store.pool.close(timeout=CLOSE_TIMEOUT_S)
+        db.close(timeout=CLOSE_TIMEOUT_S)
 
 
 @dataclass
 class StaticSource:
     """Fixed data for tests and pictures: no database, no clock, fully deterministic.
 
-    Actions change nothing: they report every job as changed unless ``skip`` names a reason.
+    Actions change nothing: they report every job as changed unless ``skip`` holds its skip.
     """
 
     data: Snapshot
     details: dict[int, JobDetail] = field(default_factory=dict)
     writable: bool = True
-    skip: dict[int, str] = field(default_factory=dict)
+    skip: dict[int, Skipped] = field(default_factory=dict)
     where: str = "db.example:5432/payments"
     calls: list[tuple[str, tuple[SeenState, ...], str]] = field(default_factory=list)
 
@@ -198,7 +226,7 @@ class StaticSource:
         return ActionResult(
             action=action,
             changed=tuple(s.id for s in seen if s.id not in self.skip),
-            skipped=tuple(Skipped(s.id, self.skip[s.id]) for s in seen if s.id in self.skip),
+            skipped=tuple(self.skip[s.id] for s in seen if s.id in self.skip),
         )
 
     def can_update(self) -> bool:

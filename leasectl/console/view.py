@@ -25,6 +25,7 @@ from leasectl.models import (
     PanelJob,
     Snapshot,
 )
+from leasectl.present.skips import skip_reason
 from leasectl.present.styles import LeaseState
 
 # -- the database clock -------------------------------------------------------------------------
@@ -264,7 +265,7 @@ def result_text(action: Action, result: ActionResult, limit: int = 6) -> ResultT
     if result.skipped:
         lines.append(f"skipped {len(result.skipped)}:")
         for s in result.skipped[:limit]:
-            lines.append(f"  #{s.id}: {visible(s.reason)}")  # names owners: untrusted
+            lines.append(f"  #{s.id}: {visible(skip_reason(s))}")  # names owners: untrusted
         if len(result.skipped) > limit:
             lines.append(f"  … and {len(result.skipped) - limit} more")
     severity: Severity = "information" if not result.skipped else "warning"

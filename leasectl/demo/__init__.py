@@ -3,8 +3,8 @@ processes with chaos, and the console on top; or, headless, a run that ends in a
 
 Modules: run.py (the entry point, where the demo runs, the summary), fleet.py (the worker
 processes and the kill/stall schedule), traffic.py (the producer and the scripted operator),
-handlers.py (the job handler, run by `leasectl worker` processes), db.py and demo.sql (its
-queries).
+handlers.py (the job handler, run by `leasectl worker` processes). Its queries and database
+chores are the data layer's (leasectl/db/demo.py, leasectl/db/sql/demo/demo.sql).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from leasectl.demo import db
+from leasectl.db import demo as demo_db
+from leasectl.db.connection import Database
 from leasectl.errors import LeasectlError, UsageError
-from leasectl.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class Fleet:
         config: FleetConfig,
         run_id: str,
         log_dir: Path,
-        store: Store,
+        db: Database,
         say: Callable[[str], None],
     ) -> None:
         self.dsn = dsn
@@ -168,7 +168,7 @@ class Fleet:
         self.config = config
         self.run_id = run_id
         self.log_dir = log_dir
-        self.store = store
+        self.db = db
         self.say = say
         self.members = [_Member(spec) for spec in FLEET]
         self.chaos = threading.Event()  # set: the kill/stall schedule runs
@@ -310,11 +310,11 @@ class Fleet:
         if not all(m.alive for m in self.members):
             return False
         wanted = [m.worker_id for m in self.members]
-        up = {r["worker_id"] for r in db.rows(self.store, "demo_workers_up", {"ids": wanted})}
+        up = {r["worker_id"] for r in demo_db.rows(self.db, "demo_workers_up", {"ids": wanted})}
         return up.issuperset(wanted)
 
     def _held(self, m: _Member) -> list[tuple[int, int]]:
-        found = db.rows(self.store, "demo_leases_held", {"owner": m.worker_id})
+        found = demo_db.rows(self.db, "demo_leases_held", {"owner": m.worker_id})
         return [(r["id"], r["attempts"]) for r in found]
 
     # -- chaos ------------------------------------------------------------------------------
@@ -372,8 +372,8 @@ class Fleet:
         still: list[int] = []
         if m.stall_leases:
             ids, attempts = zip(*m.stall_leases, strict=True)
-            found = db.rows(
-                self.store,
+            found = demo_db.rows(
+                self.db,
                 "demo_leases_still_held",
                 {"ids": list(ids), "attempts": list(attempts), "owner": m.worker_id},
             )

@@ -44,13 +44,15 @@ from types import FrameType
 from typing import Any, Protocol, TextIO, cast
 
 from leasectl import terminal
-from leasectl.config import DEFAULT_SCHEMA, safe_dsn, validate_dsn
+from leasectl.config import DEFAULT_SCHEMA
+from leasectl.db import demo as demo_db
+from leasectl.db.connection import Database
+from leasectl.db.dsn import safe_dsn, validate_dsn
 from leasectl.db.embedded import EmbeddedServer
-from leasectl.demo import db
+from leasectl.db.operations import Operations
 from leasectl.demo.fleet import FLEET, Fleet, FleetConfig
 from leasectl.demo.traffic import Traffic
 from leasectl.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
-from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig, run_pass
 
 DEMO_DATABASE = "leasectl_demo"
@@ -254,12 +256,14 @@ class _Target:
 
 
 def _try_lock(conn: Any, key: str) -> bool:
-    return bool(db.execute(conn, "demo_lock_try", {"key": key})[0]["locked"])
+    return bool(demo_db.execute(conn, "demo_lock_try", {"key": key})[0]["locked"])
 
 
 def _migrate(dsn: str, schema: str) -> None:
-    with Store.connect(dsn, schema, check_schema=False, application_name="leasectl demo") as s:
-        s.migrate()
+    with Database.connect(
+        dsn, schema, check_schema=False, application_name="leasectl demo"
+    ) as database:
+        database.migrate()
 
 
 def _write_owner(path: Path) -> None:
@@ -280,7 +284,7 @@ def _embedded_target(schema: str, fresh: bool, say: Callable[[str], None]) -> It
     server.start()
     mode = "reused" if was_running else "started"
     owns = False
-    conn = db.connect(server.dsn("postgres"), "leasectl demo")
+    conn = demo_db.connect(server.dsn("postgres"), "leasectl demo")
     try:
         if not _try_lock(conn, EMBEDDED_LOCK_KEY):
             raise LeasectlError(
@@ -293,12 +297,14 @@ def _embedded_target(schema: str, fresh: bool, say: Callable[[str], None]) -> It
         owns = mode != "reused"
         if owns:
             _write_owner(owner_file)
-        exists = db.execute(conn, "demo_database_exists", {"name": DEMO_DATABASE})[0]["present"]
+        exists = demo_db.execute(conn, "demo_database_exists", {"name": DEMO_DATABASE})[0][
+            "present"
+        ]
         if fresh and exists:
             say(f"fresh: dropping database {DEMO_DATABASE}")
-            db.execute(conn, "demo_database_drop", database=DEMO_DATABASE)
+            demo_db.execute(conn, "demo_database_drop", database=DEMO_DATABASE)
         if fresh or not exists:
-            db.execute(conn, "demo_database_create", database=DEMO_DATABASE)
+            demo_db.execute(conn, "demo_database_create", database=DEMO_DATABASE)
         dsn = server.dsn(DEMO_DATABASE)
         _migrate(dsn, schema)
         release = server.stop if owns else None
@@ -328,13 +334,13 @@ def _external_target(
             f"using schema {effective!r} in {where}: the demo stays out of the default "
             f"{DEFAULT_SCHEMA!r} schema of a real database (choose another with --schema)"
         )
-    conn = db.connect(dsn, "leasectl demo")
+    conn = demo_db.connect(dsn, "leasectl demo")
     try:
         if not _try_lock(conn, f"leasectl demo: schema {effective}"):
             raise LeasectlError(
                 f"another leasectl demo is running in schema {effective!r} at {where}"
             )
-        state = db.execute(conn, "demo_schema_state", {"schema": effective})[0]
+        state = demo_db.execute(conn, "demo_schema_state", {"schema": effective})[0]
         if state["present"] and not state["ours"]:
             raise LeasectlError(
                 f"schema {effective!r} at {where} was not created by leasectl demo; refusing to "
@@ -342,10 +348,10 @@ def _external_target(
             )
         if fresh and state["present"]:
             say(f"fresh: dropping the demo's schema {effective!r} at {where}")
-            db.execute(conn, "demo_schema_drop", schema=effective)
+            demo_db.execute(conn, "demo_schema_drop", schema=effective)
         if fresh or not state["present"]:
-            db.execute(conn, "demo_schema_create", schema=effective)
-            db.execute(conn, "demo_schema_mark", schema=effective)
+            demo_db.execute(conn, "demo_schema_create", schema=effective)
+            demo_db.execute(conn, "demo_schema_mark", schema=effective)
         _migrate(dsn, effective)
         yield _Target(dsn, effective, where, "external")
     finally:
@@ -371,20 +377,21 @@ class _Run:
         self.log_dir = log_dir
         self.say = say
         self.interrupted = interrupted
-        self.store = Store.connect(
+        self.db = Database.connect(
             target.dsn, target.schema, max_size=6, application_name="leasectl demo"
         )
-        self.watcher = Watcher(self.store, WatcherConfig(interval=config.watch_interval))
+        self.ops = Operations(self.db)
+        self.watcher = Watcher(self.ops, WatcherConfig(interval=config.watch_interval))
         self.fleet = Fleet(
             dsn=target.dsn,
             schema=target.schema,
             config=config,
             run_id=run_id,
             log_dir=log_dir,
-            store=self.store,
+            db=self.db,
             say=say,
         )
-        self.traffic = Traffic(self.store, config, run_id, say)
+        self.traffic = Traffic(self.ops, config, run_id, say)
         self.threads = {
             "watcher": threading.Thread(target=self.watcher.run, name="leasectl-demo-watcher"),
             "fleet": threading.Thread(target=self.fleet.run, name="leasectl-demo-fleet"),
@@ -394,7 +401,7 @@ class _Run:
         self.closed = False
 
     def start(self) -> None:
-        left = db.rows(self.store, "demo_live_leases")[0]["processing"]
+        left = demo_db.rows(self.db, "demo_live_leases")[0]["processing"]
         if left:
             self.say(
                 f"{left} job(s) are still leased by workers of an earlier demo that did not exit "
@@ -453,9 +460,9 @@ class _Run:
             stops = [t for t in (end, next_progress) if t is not None]
             self.interrupted.wait(max(0.01, min(stops) - now))
 
-    def _tally(self) -> db.Tally:
-        return db.tally(
-            self.store,
+    def _tally(self) -> demo_db.Tally:
+        return demo_db.tally(
+            self.db,
             self.traffic.ids,
             watcher=self.watcher.config.actor,
             operator=self.traffic.actor,
@@ -498,7 +505,7 @@ class _Run:
         the last watcher pass leaves nothing Processing in the schema (not even the leftovers
         of an earlier demo that was killed). Only demos use the schema, one at a time."""
         deadline = time.monotonic() + self.config.lease_ttl.total_seconds() + 2
-        while db.rows(self.store, "demo_live_leases")[0]["leased"]:
+        while demo_db.rows(self.db, "demo_live_leases")[0]["leased"]:
             if self.interrupted.is_set() or time.monotonic() > deadline:
                 return False
             time.sleep(0.1)
@@ -514,7 +521,7 @@ class _Run:
         self._stop_threads(force)
         settled = not self.interrupted.is_set() and self._settle()
         try:
-            final = run_pass(self.store, self.watcher.config, listed=0)
+            final = run_pass(self.ops, self.watcher.config, listed=0)
             if final.total:
                 self.say(f"last watcher pass: requeued {final.requeued}, failed {final.failed}")
         except LeasectlError as exc:
@@ -578,7 +585,7 @@ class _Run:
         watcher = self.threads["watcher"]
         if watcher.is_alive():
             watcher.join(timeout=30)
-        self.store.close()
+        self.db.close()
 
 
 # -- the entry point ----------------------------------------------------------------------------

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leasectl.db.operations import Operations
 from leasectl.demo.fleet import FleetConfig
 from leasectl.errors import LeasectlError
 from leasectl.models import JobStatus
-from leasectl.store import Store
 
 TICK = 0.2
 MAX_ATTEMPTS = 4
@@ -48,9 +48,9 @@ TRAFFIC: tuple[QueueTraffic, ...] = (
 
 class Traffic:
     def __init__(
-        self, store: Store, config: FleetConfig, run_id: str, say: Callable[[str], None]
+        self, ops: Operations, config: FleetConfig, run_id: str, say: Callable[[str], None]
     ) -> None:
-        self.store = store
+        self.ops = ops
         self.config = config
         self.run_id = run_id
         self.say = say
@@ -137,7 +137,7 @@ class Traffic:
             self._poison.add(job_id)
 
     def _enqueue(self, payloads: list[dict[str, Any]], queue: str, attempts: int) -> list[int]:
-        ids = self.store.enqueue(payloads, queue=queue, max_attempts=attempts)
+        ids = self.ops.enqueue(payloads, queue=queue, max_attempts=attempts)
         with self._lock:
             self._ids.extend(ids)
         return ids
@@ -149,14 +149,14 @@ class Traffic:
             watched = sorted(self._poison)
         if not watched:
             return
-        for job in self.store.get_jobs(watched).values():
+        for job in self.ops.get_jobs(watched).values():
             if job.status in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STUCK):
                 with self._lock:
                     self._poison.discard(job.id)
                 continue
             if job.status != JobStatus.PENDING or job.attempts < QUARANTINE_AFTER:
                 continue
-            result = self.store.operator_mark_stuck(
+            result = self.ops.operator_mark_stuck(
                 [job.seen()], actor=self.actor, reason=QUARANTINE_REASON
             )
             if job.id in result.changed:

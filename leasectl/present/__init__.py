@@ -1,1 +1,1 @@
-"""The one presentation of leasectl's models, for the CLI and the console (Rich renderables and phrases; no Textual)."""
+"""The one presentation of leasectl's models for the CLI and the console (Rich; no Textual)."""

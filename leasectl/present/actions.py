@@ -8,6 +8,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from leasectl.models import ActionResult, ExpiredJob, JobStatus, WatcherResult
+from leasectl.present.skips import skip_reason
 from leasectl.present.styles import status_text
 from leasectl.present.text import format_ids, lit, table
 from leasectl.present.times import ago, clock
@@ -97,6 +98,6 @@ def action_renderables(result: ActionResult) -> list[RenderableType]:
         listing.add_column("id", justify="right")
         listing.add_column("reason", overflow="fold")
         for s in result.skipped:
-            listing.add_row(str(s.id), lit(s.reason))
+            listing.add_row(str(s.id), lit(skip_reason(s)))
         parts.append(listing)
     return parts

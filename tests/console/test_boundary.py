@@ -11,8 +11,13 @@ CORE = [
     "leasectl.errors",
     "leasectl.health",
     "leasectl.models",
-    "leasectl.queries",
-    "leasectl.store",
+    "leasectl.db.sql",
+    "leasectl.db.connection",
+    "leasectl.db.work",
+    "leasectl.db.operations",
+    "leasectl.db.console",
+    "leasectl.db.grants",
+    "leasectl.present.skips",
     "leasectl.watcher",
     "leasectl.worker",
     "leasectl.db.embedded",
@@ -33,7 +38,7 @@ def test_core_does_not_import_textual() -> None:
 
 
 def test_console_sql_is_named_and_described() -> None:
-    from leasectl import queries
+    from leasectl.db import sql as queries
 
     names = [n for n in queries.all_queries() if n.startswith("console_")]
     assert {

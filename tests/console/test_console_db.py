@@ -27,9 +27,10 @@ from leasectl.console.widgets.tables import (
     StuckTable,
 )
 from leasectl.errors import ConnectionFailed, SchemaMissing
-from leasectl.store import Store
+from leasectl.present.skips import skip_reason
 from tests.conftest import SCHEMA
 from tests.seed import ALIVE, SILENT, seed_console
+from tests.stores import Stores
 from tests.util import wait_until_pilot
 
 Scenario = Callable[[ConsoleApp, Pilot[None]], Awaitable[None]]
@@ -119,7 +120,7 @@ def test_bad_dsn_and_missing_schema_fail_before_the_app(empty_db_dsn: str) -> No
 
 
 def test_panels_fill_from_seeded_jobs(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     clock = FakeClock()  # no poll falls due unless the test moves it
@@ -157,7 +158,7 @@ def test_panels_fill_from_seeded_jobs(
 
 
 def test_requeue_from_the_console_changes_the_row_and_writes_the_event(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
@@ -183,7 +184,7 @@ def test_requeue_from_the_console_changes_the_row_and_writes_the_event(
 
 
 def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     lease = seeded.expired[1]
@@ -195,7 +196,7 @@ def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
             pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation"
         )
         # While the operator types, the worker finishes the job after all.
-        assert store.complete([lease]) == {lease.job_id}
+        assert store.work.complete([lease]) == {lease.job_id}
         app.screen.query_one("#reason", Input).value = "looks stuck"
         await pilot.press("enter")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
@@ -203,14 +204,14 @@ def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
         assert app.last_result.changed == ()
         [skipped] = app.last_result.skipped
         assert skipped.id == lease.job_id
-        assert "Completed" in skipped.reason
+        assert "Completed" in skip_reason(skipped)
 
     drive(db_dsn, scenario)
     assert status(sql_conn, lease.job_id) == "Completed"
     assert events(sql_conn, lease.job_id) == []
 
 
-def test_mark_stuck_selected_jobs(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_mark_stuck_selected_jobs(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_console(store, sql_conn)
     a, b = seeded.pending[:2]
 
@@ -231,7 +232,7 @@ def test_mark_stuck_selected_jobs(db_dsn: str, store: Store, sql_conn: psycopg.C
 
 
 def test_requeue_all_expired_in_the_filter(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     expired = sorted(le.job_id for le in seeded.expired)
@@ -262,7 +263,7 @@ def test_requeue_all_expired_in_the_filter(
 
 
 def test_read_only_flag_hides_and_refuses(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
@@ -299,7 +300,7 @@ def reader_dsn(db_dsn: str, sql_conn: psycopg.Connection) -> Iterator[str]:
 
 
 def test_read_only_by_itself_without_update_privilege(
-    reader_dsn: str, store: Store, sql_conn: psycopg.Connection
+    reader_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_console(store, sql_conn)
     target = seeded.expired[0].job_id
@@ -317,7 +318,7 @@ def test_read_only_by_itself_without_update_privilege(
 
 
 def test_polling_pauses_while_a_modal_is_open(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seed_console(store, sql_conn)
 

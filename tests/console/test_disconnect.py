@@ -14,8 +14,8 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PendingTable
 from leasectl.db.embedded import EmbeddedServer
-from leasectl.store import Store
 from tests.conftest import SCHEMA
+from tests.stores import Stores
 from tests.util import wait_until_pilot
 
 
@@ -32,9 +32,9 @@ def server() -> Iterator[EmbeddedServer]:
 @pytest.mark.slow
 def test_banner_while_the_server_is_down_then_recovery(server: EmbeddedServer) -> None:
     dsn = server.dsn()
-    with Store.connect(dsn, SCHEMA, check_schema=False) as store:
-        store.migrate()
-        store.enqueue([{"n": i} for i in range(3)], queue="payments")
+    with Stores.connect(dsn, SCHEMA, check_schema=False) as store:
+        store.db.migrate()
+        store.ops.enqueue([{"n": i} for i in range(3)], queue="payments")
     source = DatabaseSource.connect(dsn, SCHEMA)
     app = ConsoleApp(source, refresh=timedelta(milliseconds=300))
 

@@ -1,4 +1,5 @@
-"""Store.console_snapshot against real PostgreSQL: counts, order, bounds, filters, plans."""
+"""The console's snapshot (Panels over ConsoleReads) against real PostgreSQL: counts, order,
+bounds, filters, plans."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
-from leasectl import queries
+from bench.plans import generic_plan
+from leasectl.db import sql as queries
 from leasectl.models import Freshness, JobStatus
-from leasectl.store import Store
 from leasectl.throughput import GRACE, minute_of
 from tests.seed import ALIVE, SILENT, seed_console
+from tests.stores import Stores
 
 
-def test_counts_rows_and_order(store: Store, sql_conn: psycopg.Connection) -> None:
+def test_counts_rows_and_order(store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_console(store, sql_conn)
-    snap = store.console_snapshot(None, 50)
+    snap = store.panels.snapshot(None, 50)
     c = snap.counts
     assert (c.pending, c.due) == (5, 4)  # 3 payments + 1 email due, 1 retry delayed
     assert (c.processing, c.expired, c.at_risk, c.stuck) == (5, 2, 1, 1)
@@ -42,25 +44,25 @@ def test_counts_rows_and_order(store: Store, sql_conn: psycopg.Connection) -> No
     assert owners[SILENT].expired == 2
 
 
-def test_panels_are_bounded_but_counts_are_not(store: Store) -> None:
-    store.enqueue([{} for _ in range(30)], queue="bulk")
-    snap = store.console_snapshot(None, 7)
+def test_panels_are_bounded_but_counts_are_not(store: Stores) -> None:
+    store.ops.enqueue([{} for _ in range(30)], queue="bulk")
+    snap = store.panels.snapshot(None, 7)
     assert len(snap.pending) == 7
     assert snap.counts.pending == 30
 
 
-def test_filters(store: Store, sql_conn: psycopg.Connection) -> None:
+def test_filters(store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_console(store, sql_conn)
-    emails = store.console_snapshot("emails", 50)
+    emails = store.panels.snapshot("emails", 50)
     assert emails.counts.pending == 1 and emails.counts.processing == 0
     assert {j.queue for j in emails.pending} == {"emails"}
     assert emails.owners == ()  # no owner declares or holds emails
 
-    silent = store.console_snapshot(None, 50, owner="silent-host")
+    silent = store.panels.snapshot(None, 50, owner="silent-host")
     assert {j.lease_owner for j in silent.processing} == {SILENT}
     assert [o.owner for o in silent.owners] == [SILENT]
 
-    one = store.console_snapshot(None, 50, job_id=seeded.stuck)
+    one = store.panels.snapshot(None, 50, job_id=seeded.stuck)
     assert [j.id for j in one.stuck] == [seeded.stuck]
     assert one.pending == () and one.processing == ()
 
@@ -70,7 +72,7 @@ def window_of(db_now: datetime, minutes: int = 30) -> list[datetime]:
     return [first + timedelta(minutes=i) for i in range(minutes)]
 
 
-def test_throughput_per_clock_minute(store: Store, sql_conn: psycopg.Connection) -> None:
+def test_throughput_per_clock_minute(store: Stores, sql_conn: psycopg.Connection) -> None:
     t = sql_conn.execute("SELECT date_trunc('minute', now())").fetchone()[0]
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (status, finished_at) "
@@ -80,7 +82,7 @@ def test_throughput_per_clock_minute(store: Store, sql_conn: psycopg.Connection)
         "UNION ALL SELECT 'Failed', now() - interval '10 seconds'",
         {"t": t},
     )
-    snap = store.console_snapshot(None, 10)
+    snap = store.panels.snapshot(None, 10)
     # The rows sit in the 30 minutes ending with t; the snapshot's window ends with its own
     # minute (t, or the next one if the clock turned a minute meanwhile).
     expected = tuple(
@@ -91,7 +93,7 @@ def test_throughput_per_clock_minute(store: Store, sql_conn: psycopg.Connection)
 
 
 def test_throughput_counts_each_settled_minute_once(
-    store: Store, sql_conn: psycopg.Connection
+    store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     """Later refreshes count only what finished since the last one: a row given a finished_at
     before the last refresh's settled point is not counted again (the proof that the window is
@@ -102,11 +104,11 @@ def test_throughput_counts_each_settled_minute_once(
         "FROM generate_series(1, %s)"
     )
     sql_conn.execute(finish, ("a", "1 second", 4))
-    first = store.console_snapshot(None, 10)
+    first = store.panels.snapshot(None, 10)
     assert sum(first.throughput) == 4
     sql_conn.execute(finish, ("a", "1 hour", 1))  # outside the window
     sql_conn.execute(finish, ("a", "0 seconds", 2))
-    second = store.console_snapshot(None, 10)
+    second = store.panels.snapshot(None, 10)
     assert sum(second.throughput) == 6
     # Behind the settled point of the second refresh (its now() - GRACE): not counted again.
     sql_conn.execute(
@@ -114,25 +116,25 @@ def test_throughput_counts_each_settled_minute_once(
         (second.db_now - GRACE - timedelta(seconds=1),),
     )
     sql_conn.execute(finish, ("b", "0 seconds", 3))
-    third = store.console_snapshot(None, 10)
+    third = store.panels.snapshot(None, 10)
     assert sum(third.throughput) == 9
     # Another queue filter has its own count, made whole the first time.
-    assert sum(store.console_snapshot("a", 10).throughput) == 6
-    assert sum(store.console_snapshot("b", 10).throughput) == 3
+    assert sum(store.panels.snapshot("a", 10).throughput) == 6
+    assert sum(store.panels.snapshot("b", 10).throughput) == 3
     # A new store (a console started afresh) counts the window: all 10 rows in it.
-    with Store.connect(store.dsn, "leasectl", max_size=1) as fresh:
-        assert sum(fresh.console_snapshot(None, 10).throughput) == 10
+    with Stores.connect(store.db.dsn, "leasectl", max_size=1) as fresh:
+        assert sum(fresh.panels.snapshot(None, 10).throughput) == 10
 
 
-def test_finished_history_is_an_estimate(store: Store, sql_conn: psycopg.Connection) -> None:
-    snap = store.console_snapshot(None, 10)
+def test_finished_history_is_an_estimate(store: Stores, sql_conn: psycopg.Connection) -> None:
+    snap = store.panels.snapshot(None, 10)
     assert snap.counts.completed_estimate is None  # no statistics yet: unknown, not zero
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (status, finished_at) "
         "SELECT 'Completed', now() - interval '1 day' FROM generate_series(1, 2000)"
     )
     sql_conn.execute("ANALYZE leasectl.jobs")
-    snap = store.console_snapshot(None, 10)
+    snap = store.panels.snapshot(None, 10)
     assert snap.counts.completed_estimate == pytest.approx(2000, rel=0.2)
     assert snap.counts.failed_estimate == 0  # none in the sample: about zero, as `status` says
 
@@ -160,7 +162,7 @@ PARAMS = {
 
 @pytest.mark.slow
 def test_refresh_queries_use_indexes_on_a_big_history(
-    store: Store, sql_conn: psycopg.Connection
+    store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     """No console query scans the finished history (here 300k Completed rows)."""
     seed_console(store, sql_conn)
@@ -181,11 +183,11 @@ def test_refresh_queries_use_indexes_on_a_big_history(
     filters = ({}, {"queue": "payments"}, {"owner": "w-"}, {"job_id": 1})
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
-        with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
+        with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
             for extra in filters:
                 plan = explain({**PARAMS, **extra}, analyze=False)
                 assert "Seq Scan on jobs" not in plan, f"{name} generic {extra}:\n{plan}"
-    snap = store.console_snapshot(None, 100)
+    snap = store.panels.snapshot(None, 100)
     # 29 whole minutes and the current one so far, at one every 3 s
     assert 29 * 20 - 1 <= sum(snap.throughput) <= 30 * 20
     assert snap.counts.processing == 5 and snap.pending[0].status == JobStatus.PENDING
@@ -199,7 +201,7 @@ def test_refresh_plans_made_on_empty_tables_read_only_through_indexes(
     sql_conn.execute("ANALYZE leasectl.jobs")
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
-        with queries.generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
+        with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
             for extra in ({}, {"queue": "payments", "owner": "w-", "job_id": 1}):
                 plan = explain({**PARAMS, **extra}, analyze=False)
                 assert not re.search(r"Seq Scan on jobs|Hash Join|Merge Join|Bitmap", plan), (
@@ -208,11 +210,11 @@ def test_refresh_plans_made_on_empty_tables_read_only_through_indexes(
 
 
 def test_an_owner_that_fell_out_of_the_window_keeps_its_intervals(
-    store: Store, sql_conn: psycopg.Connection
+    store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     """A worker last seen before the owners window that still holds a lease is listed with the
     intervals it declared (status_owners joins its workers row)."""
-    store.worker_register(
+    store.work.worker_register(
         "old-host:1:aa",
         hostname="old-host",
         pid=1,
@@ -220,13 +222,13 @@ def test_an_owner_that_fell_out_of_the_window_keeps_its_intervals(
         lease_ttl=timedelta(minutes=5),
         heartbeat_every=timedelta(seconds=7),
     )
-    store.enqueue([{}], queue="slow")
-    assert store.claim("slow", "old-host:1:aa", timedelta(minutes=5))
+    store.ops.enqueue([{}], queue="slow")
+    assert store.work.claim("slow", "old-host:1:aa", timedelta(minutes=5))
     sql_conn.execute(
         "UPDATE leasectl.workers SET last_seen_at = now() - interval '2 hours' "
         "WHERE worker_id = 'old-host:1:aa'"
     )
-    for owners in (store.console_snapshot(None, 10).owners, tuple(store.owners())):
+    for owners in (store.panels.snapshot(None, 10).owners, tuple(store.ops.owners())):
         [old] = [o for o in owners if o.owner == "old-host:1:aa"]
         assert (old.hostname, old.held) == ("old-host", 1)
         assert old.heartbeat_every == timedelta(seconds=7)

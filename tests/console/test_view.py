@@ -28,6 +28,7 @@ from leasectl.models import (
     ActionResult,
     Freshness,
     JobStatus,
+    SkipCode,
     Skipped,
 )
 from leasectl.present import times
@@ -143,7 +144,15 @@ def test_result_text_lists_skipped_with_reasons() -> None:
     result = ActionResult(
         "requeue",
         changed=(1, 2),
-        skipped=(Skipped(3, "moved since you looked: Processing -> Completed"),),
+        skipped=(
+            Skipped(
+                3,
+                SkipCode.MOVED,
+                "requeue",
+                seen_status=JobStatus.PROCESSING,
+                status=JobStatus.COMPLETED,
+            ),
+        ),
     )
     text = view.result_text(Action.REQUEUE, result)
     assert text.title == "Requeue: 2 of 3 requeued"
@@ -157,12 +166,12 @@ def test_result_text_lists_skipped_with_reasons() -> None:
 
 def test_result_text_escapes_the_owner_a_skip_reason_names() -> None:
     """One line per skipped job, whatever the owner id it quotes holds."""
-    reason = "lease live: held by w\n\x1b[2J#9: fake until 2024; use --force to override"
-    result = ActionResult("requeue", changed=(), skipped=(Skipped(3, reason),))
+    live = Skipped(3, SkipCode.LEASE_LIVE, "requeue", owner="w\n\x1b[2J#9: fake")
+    result = ActionResult("requeue", changed=(), skipped=(live,))
     body = view.result_text(Action.REQUEUE, result).body
     assert body.splitlines() == [
         "skipped 1:",
-        "  #3: lease live: held by w\\n\\x1b[2J#9: fake until 2024; use --force to override",
+        "  #3: lease live: held by w\\n\\x1b[2J#9: fake until ?; use --force to override",
     ]
 
 

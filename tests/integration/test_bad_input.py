@@ -22,9 +22,9 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.errors import UsageError
-from leasectl.store import Store
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
 from tests.seed import seed_states_at
+from tests.stores import Stores
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -286,9 +286,9 @@ def test_queue_names_and_payloads_are_stored_verbatim(db_dsn: str) -> None:
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
 
 
-def test_reasons_are_stored_verbatim(db_dsn: str, store: Store) -> None:
-    ids = store.enqueue([{}] * (3 * len(WEIRD)), queue="q")
-    leases = store.claim("q", "owner", timedelta(seconds=30), len(WEIRD))
+def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
+    ids = store.ops.enqueue([{}] * (3 * len(WEIRD)), queue="q")
+    leases = store.work.claim("q", "owner", timedelta(seconds=30), len(WEIRD))
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute(
             "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
@@ -311,7 +311,7 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Store) -> None:
             (reason,)
         ]
     # A watcher pass with a weird reason, on freshly lapsed leases.
-    store.claim("q", "owner2", timedelta(seconds=30), 2)
+    store.work.claim("q", "owner2", timedelta(seconds=30), 2)
     rows(db_dsn, "UPDATE leasectl.jobs SET lease_until = now() - interval '1 s' "
          "WHERE lease_owner = 'owner2' RETURNING id")  # fmt: skip
     swept = cli("requeue-stuck", "--reason", SQLI, "--json", dsn=db_dsn)
@@ -344,8 +344,8 @@ def test_worker_id_and_queue_with_sql_metacharacters_are_lease_owner_and_queue_v
     db_dsn: str, tmp_path: Path
 ) -> None:
     owner = f"{SQLI} {UNICODE}"
-    with Store.connect(db_dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{}], queue=QUOTES)
+    with Stores.connect(db_dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{}], queue=QUOTES)
     log = (tmp_path / "worker.log").open("w")
     worker = subprocess.Popen(
         [
@@ -469,7 +469,7 @@ def test_no_system_schema_is_ever_written(empty_db_dsn: str) -> None:
 
 
 def test_an_over_long_queue_name_is_a_usage_error_not_a_lost_database(
-    db_dsn: str, store: Store
+    db_dsn: str, store: Stores
 ) -> None:
     name = "n" * 8000
     proc = cli("enqueue", "-q", name, dsn=db_dsn)
@@ -477,9 +477,9 @@ def test_an_over_long_queue_name_is_a_usage_error_not_a_lost_database(
     assert "lost the database" not in line and len(line) < 400
     # Through the Python API too, and the schema refuses what gets past both.
     with pytest.raises(UsageError, match="at most 200 characters"):
-        store.enqueue([{}], queue="q" * 201)
+        store.ops.enqueue([{}], queue="q" * 201)
     with pytest.raises(UsageError, match='violates check constraint "jobs_bounded_values"'):
-        store.enqueue([{}], queue="q", max_attempts=1001)
+        store.ops.enqueue([{}], queue="q", max_attempts=1001)
     with (
         psycopg.connect(db_dsn, autocommit=True) as conn,
         pytest.raises(psycopg.errors.CheckViolation),

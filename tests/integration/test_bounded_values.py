@@ -20,11 +20,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl import queries
+from leasectl.db import sql as queries
 from leasectl.models import TIMESTAMP_MAX, TIMESTAMP_MIN, JobStatus
-from leasectl.store import Store
 from leasectl.worker import JobContext
 from tests.integration.test_cli import _env, cli
+from tests.stores import Stores
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,8 +100,8 @@ def test_the_migration_clamps_rows_outside_the_bounds_and_records_it(empty_db_ds
             _insert(conn, "(queue, run_at) VALUES (repeat('x', 300), '20000-01-01')"),
         ]
         good = _insert(conn, "(queue) VALUES ('q')")
-    with Store.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-        assert 5 in store.migrate()
+    with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+        assert 5 in store.db.migrate()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         conn.execute("SET TIME ZONE 'UTC'")
         fixed = conn.execute(
@@ -198,9 +198,9 @@ def test_inspect_json_of_a_deep_payload_is_exact(
 
 
 def test_the_console_snapshot_and_the_watcher_read_infinite_values(
-    store: Store, infinite: dict[str, int]
+    store: Stores, infinite: dict[str, int]
 ) -> None:
-    snapshot = store.console_snapshot(None, 50)
+    snapshot = store.panels.snapshot(None, 50)
     assert {j.id for j in snapshot.pending} >= {infinite["minus"], infinite["plus"]}
     [expired] = snapshot.stuck
     assert (expired.id, expired.lease_until, expired.heartbeat_at) == (
@@ -209,21 +209,21 @@ def test_the_console_snapshot_and_the_watcher_read_infinite_values(
         TIMESTAMP_MAX,
     )
     assert snapshot.counts.oldest_due_at == TIMESTAMP_MIN
-    [listed] = store.list_expired(limit=10, queue=None)
+    [listed] = store.ops.list_expired(limit=10, queue=None)
     assert listed.lease_until == TIMESTAMP_MIN
-    assert store.get_job(infinite["poison"]).payload.reason == TOO_DEEP  # type: ignore[union-attr]
+    assert store.ops.get_job(infinite["poison"]).payload.reason == TOO_DEEP  # type: ignore[union-attr]
 
 
 # -- the worker --------------------------------------------------------------------------------
 
 
 def test_a_worker_fails_jobs_it_cannot_load_and_goes_on(
-    store: Store, sql_conn: psycopg.Connection[Any], run_worker: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], run_worker: Any
 ) -> None:
     _unbounded(sql_conn)
     poison = _insert(sql_conn, f"(queue, payload) VALUES ('p', {POISON})")
     minus = _insert(sql_conn, "(queue, run_at) VALUES ('p', '-infinity')")
-    [good] = store.enqueue([{"n": 1}], queue="p")
+    [good] = store.ops.enqueue([{"n": 1}], queue="p")
     handled: list[int] = []
     worker = run_worker(
         lambda ctx: handled.append(ctx.job.id), queues=("p",), poll_interval=timedelta(seconds=0.05)
@@ -254,7 +254,7 @@ def test_a_worker_fails_jobs_it_cannot_load_and_goes_on(
         f"(queue, payload, status, lease_owner, lease_until, attempts) "
         f"VALUES ('c', {POISON}, 'Processing', 'dead', now() - interval '1 s', 1)",
     )
-    [later] = store.enqueue([{}], queue="c")
+    [later] = store.ops.enqueue([{}], queue="c")
     run_worker(lambda ctx: handled.append(ctx.job.id), queues=("c",), concurrency=4,
                poll_interval=timedelta(seconds=0.05))  # fmt: skip
     wait_until(
@@ -295,12 +295,12 @@ def leasectl_worker(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
 
 
 def test_the_leasectl_worker_command_fails_poison_jobs_and_stays_up(
-    store: Store, sql_conn: psycopg.Connection[Any], leasectl_worker: Any, tmp_path: Path
+    store: Stores, sql_conn: psycopg.Connection[Any], leasectl_worker: Any, tmp_path: Path
 ) -> None:
     _unbounded(sql_conn)
     poison = _insert(sql_conn, f"(queue, payload) VALUES ('r', {POISON})")
     minus = _insert(sql_conn, "(queue, run_at) VALUES ('r', '-infinity')")
-    [good] = store.enqueue([{}], queue="r")
+    [good] = store.ops.enqueue([{}], queue="r")
     worker = leasectl_worker("r")
     wait_until(
         lambda: (
@@ -315,14 +315,14 @@ def test_the_leasectl_worker_command_fails_poison_jobs_and_stays_up(
         what="the worker to fail the poison jobs and complete the good one",
     )
     assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-    [after] = store.enqueue([{}], queue="r")
-    wait_until(lambda: store.get_job(after).status == JobStatus.COMPLETED, what="a later job")
+    [after] = store.ops.enqueue([{}], queue="r")
+    wait_until(lambda: store.ops.get_job(after).status == JobStatus.COMPLETED, what="a later job")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0, (tmp_path / "worker.log").read_text()
 
 
 def test_a_handler_never_sees_a_sentinel_when_the_payload_is_fine(
-    store: Store, run_worker: Any
+    store: Stores, run_worker: Any
 ) -> None:
     """The fallback loaders are for failures only: an ordinary job comes as always."""
     seen: list[JobContext] = []
@@ -332,7 +332,7 @@ def test_a_handler_never_sees_a_sentinel_when_the_payload_is_fine(
         seen.append(ctx)
         done.set()
 
-    [job_id] = store.enqueue([{"deep": [[[1]]]}], queue="f")
+    [job_id] = store.ops.enqueue([{"deep": [[[1]]]}], queue="f")
     run_worker(handler, queues=("f",), poll_interval=timedelta(seconds=0.05))
     assert done.wait(20)
     assert seen[0].payload == {"deep": [[[1]]]} and seen[0].lease.unusable is None

@@ -25,10 +25,10 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import queries
+from leasectl.db import sql as queries
 from leasectl.present.text import format_ids
-from leasectl.store import Store
 from tests.seed import OWNER, seed_states
+from tests.stores import Stores
 from tests.util import wait_until
 
 SCHEMA = "leasectl"
@@ -175,7 +175,7 @@ BAD_INPUT = [
 @pytest.mark.parametrize(("args", "code", "fragments"), BAD_INPUT)
 def test_bad_input(
     db_dsn: str,
-    store: Store,
+    store: Stores,
     sql_conn: psycopg.Connection,
     args: list[str],
     code: int,
@@ -192,7 +192,7 @@ def test_bad_input(
 
 
 def test_requeue_unknown_id_is_skipped(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seed_states(store, sql_conn)
     before = snapshot(db_dsn)
@@ -356,8 +356,8 @@ def test_internal_errors_are_one_line(db_dsn: str) -> None:
     """A bug still ends in one line without a traceback unless LEASECTL_DEBUG=1."""
     env = _env(db_dsn)
     code = (
-        "import sys; from leasectl import cli; "
-        "cli.root.Store.connect = lambda *a, **k: 1 / 0; "
+        "import sys; from leasectl import cli; from leasectl.db.connection import Database; "
+        "Database.connect = lambda *a, **k: 1 / 0; "
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
@@ -378,9 +378,9 @@ def test_internal_errors_are_one_line(db_dsn: str) -> None:
 
 def test_interrupt_exits_130_quietly(db_dsn: str) -> None:
     code = (
-        "import sys; from leasectl import cli\n"
+        "import sys; from leasectl import cli; from leasectl.db.connection import Database\n"
         "def interrupted(*a, **k): raise KeyboardInterrupt\n"
-        "cli.root.Store.connect = interrupted\n"
+        "Database.connect = interrupted\n"
         "sys.exit(cli.main(['status']))"
     )
     proc = subprocess.run(
@@ -437,9 +437,9 @@ def test_enqueue(db_dsn: str, sql_conn: psycopg.Connection) -> None:
     assert f"enqueued 3 job(s) on queue 'emails': {first}-{first + 2}" in human.stdout
 
 
-def test_status_json_and_check(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
-    store.enqueue([{}, {}], queue="q")
-    (lease,) = store.claim("q", OWNER, timedelta(minutes=5))
+def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
+    store.ops.enqueue([{}, {}], queue="q")
+    (lease,) = store.work.claim("q", OWNER, timedelta(minutes=5))
 
     proc = cli("status", "--json", "--check", dsn=db_dsn)
     assert proc.returncode == 0, proc.stderr
@@ -482,7 +482,7 @@ def test_status_json_and_check(db_dsn: str, store: Store, sql_conn: psycopg.Conn
     assert other.returncode == 0, other.stderr
 
 
-def test_requeue_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_requeue_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_states(store, sql_conn)
     before = snapshot(db_dsn)
 
@@ -514,7 +514,7 @@ def test_requeue_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) 
     assert again.returncode == 0 and "requeued 0, failed 0" in again.stdout
 
 
-def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_requeue_and_mark_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_states(store, sql_conn)
 
     marked = cli("mark-stuck", str(seeded.pending), "--reason", "poison", dsn=db_dsn)
@@ -536,7 +536,7 @@ def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Con
     assert f"requeued 1 job(s): {seeded.stuck}" in human.stdout
     assert "a Completed job cannot be requeued" in human.stdout
 
-    (live,) = store.claim("q", OWNER, timedelta(minutes=5))
+    (live,) = store.work.claim("q", OWNER, timedelta(minutes=5))
     refused = cli("requeue", str(live.job_id), dsn=db_dsn)
     assert_one_line_error(refused, 1, "lease live", "--force", prefix="leasectl: ")
     forced = cli("requeue", str(live.job_id), "--force", "--reason", "on-call", dsn=db_dsn)
@@ -552,7 +552,7 @@ def test_requeue_and_mark_stuck(db_dsn: str, store: Store, sql_conn: psycopg.Con
     ]
 
 
-def test_inspect(db_dsn: str, store: Store, sql_conn: psycopg.Connection) -> None:
+def test_inspect(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_states(store, sql_conn)
     assert cli("requeue-stuck", dsn=db_dsn).returncode == 0
 
@@ -588,11 +588,11 @@ def handle(ctx):
 
 
 def test_worker_completes_jobs_and_stops_on_sigterm(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection, tmp_path: Path
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection, tmp_path: Path
 ) -> None:
     (tmp_path / "cli_test_handlers.py").write_text(textwrap.dedent(HANDLER_MODULE))
-    ids = store.enqueue([{"n": i} for i in range(6)], queue="work")
-    (failing,) = store.enqueue([{"fail": True}], queue="work", max_attempts=1)
+    ids = store.ops.enqueue([{"n": i} for i in range(6)], queue="work")
+    (failing,) = store.ops.enqueue([{"fail": True}], queue="work", max_attempts=1)
     worker = subprocess.Popen(
         [
             sys.executable, "-m", "leasectl", "worker", "-q", "work",
@@ -639,7 +639,7 @@ def test_worker_completes_jobs_and_stops_on_sigterm(
 
 
 def test_watch_requeues_and_stops_on_sigterm(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     seeded = seed_states(store, sql_conn)
     watcher = subprocess.Popen(

@@ -24,7 +24,7 @@ from leasectl.demo import DemoSummary, FleetConfig, run_demo
 from leasectl.demo.fleet import FLEET, HANDLER, RUN_ENV
 from leasectl.demo.run import _external_target
 from leasectl.errors import LeasectlError
-from leasectl.store import Store
+from tests.stores import Stores
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,9 +155,9 @@ def test_console_runs_in_the_foreground_while_the_fleet_works(empty_db_dsn: str)
         dsn: str, schema: str, *, refresh: timedelta, queue: str | None, read_only: bool
     ) -> None:
         seen.update(schema=schema, refresh=refresh, queue=queue, read_only=read_only)
-        with Store.connect(dsn, schema) as store:
+        with Stores.connect(dsn, schema) as store:
             wait_until(
-                lambda: sum(q.processing for q in store.status().queues) > 0,
+                lambda: sum(q.processing for q in store.ops.status().queues) > 0,
                 what="the fleet to lease jobs behind the console",
             )
         seen["workers"] = len(demo_workers(run_id))

@@ -29,9 +29,9 @@ from leasectl.console.view import ConsoleFilter
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.errors import ConnectionFailed
 from leasectl.models import JobStatus
-from leasectl.store import Store
 from leasectl.watcher import Watcher, WatcherConfig
 from leasectl.worker import JobContext, Worker, WorkerConfig, worker_store
+from tests.stores import Stores
 from tests.util import wait_until
 
 pytestmark = pytest.mark.slow
@@ -58,8 +58,8 @@ def dsn(server: EmbeddedServer) -> Iterator[str]:
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     db = conninfo.make_conninfo(server.dsn(), dbname=name)
-    with Store.connect(db, "leasectl", check_schema=False) as store:
-        store.migrate()
+    with Stores.connect(db, "leasectl", check_schema=False) as store:
+        store.db.migrate()
     try:
         yield db
     finally:
@@ -85,8 +85,10 @@ def running(worker: Worker) -> Iterator[Worker]:
 
 
 @contextlib.contextmanager
-def watching(store: Store, interval: float = 0.2) -> Iterator[Watcher]:
-    watcher = Watcher(store, WatcherConfig(interval=timedelta(seconds=interval), actor="watcher@t"))
+def watching(store: Stores, interval: float = 0.2) -> Iterator[Watcher]:
+    watcher = Watcher(
+        store.ops, WatcherConfig(interval=timedelta(seconds=interval), actor="watcher@t")
+    )
     thread = threading.Thread(target=watcher.run, daemon=True)
     thread.start()
     try:
@@ -143,11 +145,11 @@ def eventually(fn: Callable[[], Any], what: str, timeout: float = 30) -> Any:
 def test_worker_watcher_and_console_survive_a_server_restart(
     server: EmbeddedServer, dsn: str, mode: str
 ) -> None:
-    store = Store.connect(dsn, "leasectl", pool_timeout=2)
-    watcher_store = Store.connect(dsn, "leasectl", pool_timeout=2)
+    store = Stores.connect(dsn, "leasectl", pool_timeout=2)
+    watcher_store = Stores.connect(dsn, "leasectl", pool_timeout=2)
     source = DatabaseSource.connect(dsn, "leasectl")
     try:
-        first = store.enqueue([{}] * 10, queue="q")
+        first = store.ops.enqueue([{}] * 10, queue="q")
         worker = Worker(dsn, "leasectl", config(), lambda ctx: None)
         with running(worker), watching(watcher_store) as watcher:
             wait_until(lambda: set(statuses(dsn).values()) == {"Completed"}, what="first batch")
@@ -156,17 +158,17 @@ def test_worker_watcher_and_console_survive_a_server_restart(
             server.restart(mode=mode)
 
             # Every component finds the server again by itself; a caller may see one error.
-            second = eventually(lambda: store.enqueue([{}] * 10, queue="q"), "enqueue again")
+            second = eventually(lambda: store.ops.enqueue([{}] * 10, queue="q"), "enqueue again")
             wait_until(
                 lambda: all(statuses(dsn)[i] == "Completed" for i in second),
                 what="the worker to finish jobs enqueued after the restart",
             )
             snap = eventually(lambda: source.snapshot(ConsoleFilter(), 10), "a console refresh")
             assert snap.counts.pending == 0 and snap.counts.processing == 0
-            assert eventually(lambda: store.status(), "status").queues[0].completed_recent == 20
+            assert eventually(lambda: store.ops.status(), "status").queues[0].completed_recent == 20
             # The watcher still works: a lease that lapses after the restart is requeued by it.
-            [ghost] = store.enqueue([{}], queue="ghosts")
-            store.claim("ghosts", "ghost-owner", timedelta(seconds=30))
+            [ghost] = store.ops.enqueue([{}], queue="ghosts")
+            store.work.claim("ghosts", "ghost-owner", timedelta(seconds=30))
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(
                     "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' "
@@ -209,13 +211,13 @@ class Blocker:
 def test_worker_offline_presumes_its_lease_lost_then_recovers(
     server: EmbeddedServer, dsn: str
 ) -> None:
-    with Store.connect(dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{}], queue="q")
+    with Stores.connect(dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{}], queue="q")
     handler = Blocker()
     cfg = config(lease_ttl=timedelta(milliseconds=1500))
-    store = worker_store(dsn, "leasectl", cfg)
-    worker = Worker(dsn, "leasectl", cfg, handler, store=store)
-    with contextlib.closing(store), running(worker):
+    work = worker_store(dsn, "leasectl", cfg)
+    worker = Worker(dsn, "leasectl", cfg, handler, store=work)
+    with contextlib.closing(work), running(worker):
         assert handler.started.wait(20)
         server.stop(mode="immediate")
         try:
@@ -241,14 +243,14 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
     go) must not keep the handler from being told once the lease has lapsed. No clock is read
     by the test: it checks that the cancel came while that heartbeat was still in flight, and
     not before the deadline the worker gave the handler."""
-    with Store.connect(dsn, "leasectl") as store:
-        store.enqueue([{}], queue="q")
+    with Stores.connect(dsn, "leasectl") as store:
+        store.ops.enqueue([{}], queue="q")
     handler = Blocker()
     cfg = config(lease_ttl=timedelta(milliseconds=1500))
-    store = worker_store(dsn, "leasectl", cfg)
+    work = worker_store(dsn, "leasectl", cfg)
     in_flight, let_go, returned = threading.Event(), threading.Event(), threading.Event()
     hold = threading.Event()
-    heartbeat = store.heartbeat
+    heartbeat = work.heartbeat
 
     def stuck_heartbeat(*args: Any, **kwargs: Any) -> Any:
         if hold.is_set():
@@ -257,9 +259,9 @@ def test_worker_offline_cancels_the_handler_by_its_lease_deadline(
             returned.set()
         return heartbeat(*args, **kwargs)
 
-    monkeypatch.setattr(store, "heartbeat", stuck_heartbeat)
-    worker = Worker(dsn, "leasectl", cfg, handler, store=store)
-    with contextlib.closing(store), running(worker):
+    monkeypatch.setattr(work, "heartbeat", stuck_heartbeat)
+    worker = Worker(dsn, "leasectl", cfg, handler, store=work)
+    with contextlib.closing(work), running(worker):
         assert handler.started.wait(20)
         hold.set()
         try:
@@ -302,8 +304,8 @@ def test_the_leasectl_worker_command_cancels_at_the_lease_deadline_and_recovers(
     stopped mid-lease, the handler is told by the lease deadline (while the server is still
     down, and well within the CLI's former 10 s pool timeout), and once the server is back
     the worker takes the lapsed job over as a new attempt and goes on."""
-    with Store.connect(dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{"dir": str(tmp_path)}], queue="q")
+    with Stores.connect(dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{"dir": str(tmp_path)}], queue="q")
     ready, log = tmp_path / "ready", tmp_path / "worker.log"
     proc = cli_worker(dsn, log, "tests.handlers:hold_until_lost", "--ready-file", str(ready))
     try:
@@ -359,8 +361,8 @@ def test_the_leasectl_worker_command_waits_for_the_server_with_start_retry(
     try:
         wait_until(lambda: ready.exists() or proc.poll() is not None, what="the worker to start")
         assert proc.poll() is None, log.read_text()
-        with Store.connect(dsn, "leasectl") as store:
-            [job_id] = store.enqueue([{}], queue="q")
+        with Stores.connect(dsn, "leasectl") as store:
+            [job_id] = store.ops.enqueue([{}], queue="q")
         wait_until(lambda: statuses(dsn)[job_id] == "Completed", what="the job to complete")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
@@ -460,8 +462,8 @@ def eater(server: EmbeddedServer) -> Iterator[ReplyEater]:
 def test_a_retried_completion_whose_commit_was_not_acknowledged_applies_once(
     dsn: str, eater: ReplyEater
 ) -> None:
-    with Store.connect(dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{}], queue="q")
+    with Stores.connect(dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{}], queue="q")
     handled: list[int] = []
 
     def handler(ctx: JobContext) -> None:
@@ -489,8 +491,8 @@ def test_a_retried_completion_whose_commit_was_not_acknowledged_applies_once(
 def test_a_retried_failure_whose_commit_was_not_acknowledged_applies_once(
     dsn: str, eater: ReplyEater
 ) -> None:
-    with Store.connect(dsn, "leasectl") as store:
-        [job_id] = store.enqueue([{}], queue="q", max_attempts=3)
+    with Stores.connect(dsn, "leasectl") as store:
+        [job_id] = store.ops.enqueue([{}], queue="q", max_attempts=3)
 
     def handler(ctx: JobContext) -> None:
         eater.armed = b"ELSE 'Failed'"  # the worker's failure report loses its reply
@@ -501,8 +503,8 @@ def test_a_retried_failure_whose_commit_was_not_acknowledged_applies_once(
     with running(worker):
         wait_until(lambda: eater.eaten == 1, what="the failure's reply to be eaten")
         wait_until(lambda: not worker.held(), what="the worker to settle the job")
-    with Store.connect(dsn, "leasectl") as store:
-        job = store.get_job(job_id)
+    with Stores.connect(dsn, "leasectl") as store:
+        job = store.ops.get_job(job_id)
     assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
     assert "handler failed" in (job.last_error or "")
     assert attempts(dsn, job_id) == [(1, "failed")]
@@ -510,12 +512,14 @@ def test_a_retried_failure_whose_commit_was_not_acknowledged_applies_once(
 
 def test_fenced_writes_are_idempotent_under_retry(dsn: str) -> None:
     """What makes retrying them safe: a second identical complete/fail/release changes nothing."""
-    with Store.connect(dsn, "leasectl") as store:
-        a, b, c = store.enqueue([{}] * 3, queue="q")
-        leases = {x.job_id: x for x in store.claim("q", "w", timedelta(seconds=30), 3)}
-        assert store.complete([leases[a]]) == {a}
-        assert store.fail(leases[b], "x", retry_delay=timedelta(minutes=5)) == JobStatus.PENDING
-        assert store.release([leases[c]]) == {c}
+    with Stores.connect(dsn, "leasectl") as store:
+        a, b, c = store.ops.enqueue([{}] * 3, queue="q")
+        leases = {x.job_id: x for x in store.work.claim("q", "w", timedelta(seconds=30), 3)}
+        assert store.work.complete([leases[a]]) == {a}
+        assert (
+            store.work.fail(leases[b], "x", retry_delay=timedelta(minutes=5)) == JobStatus.PENDING
+        )
+        assert store.work.release([leases[c]]) == {c}
         with psycopg.connect(dsn, autocommit=True) as conn:
 
             def state() -> list[Any]:
@@ -525,10 +529,10 @@ def test_fenced_writes_are_idempotent_under_retry(dsn: str) -> None:
                 ).fetchall()
 
             before = state()
-            assert store.complete([leases[a]]) == set()
-            assert store.fail(leases[b], "x", retry_delay=timedelta(0)) is None
-            assert store.release([leases[c]]) == set()
-            assert store.heartbeat(list(leases.values()), timedelta(seconds=30)) == {}
+            assert store.work.complete([leases[a]]) == set()
+            assert store.work.fail(leases[b], "x", retry_delay=timedelta(0)) is None
+            assert store.work.release([leases[c]]) == set()
+            assert store.work.heartbeat(list(leases.values()), timedelta(seconds=30)) == {}
             assert state() == before
 
 
@@ -536,8 +540,8 @@ def test_fenced_writes_are_idempotent_under_retry(dsn: str) -> None:
 
 
 def test_a_worker_that_finishes_its_own_jobs_never_reports_a_lease_lost(dsn: str) -> None:
-    with Store.connect(dsn, "leasectl") as store:
-        ids = store.enqueue([{}] * 300, queue="q")
+    with Stores.connect(dsn, "leasectl") as store:
+        ids = store.ops.enqueue([{}] * 300, queue="q")
     cfg = config(
         concurrency=4,
         lease_ttl=timedelta(seconds=30),
@@ -561,22 +565,22 @@ def test_a_worker_that_finishes_its_own_jobs_never_reports_a_lease_lost(dsn: str
 
 
 def test_completions_are_reported_when_taking_over_lapsed_leases_fails(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Stores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A round trip is two statements when Pending work runs short; if the second (taking over
     lapsed leases) loses the connection, the completions the first committed are still reported
     as accepted, not raised as a failed round trip (whose retry would be refused and the jobs
     reported lost)."""
-    a, b = store.enqueue([{}, {}], queue="q")
-    held = store.claim("q", "w", timedelta(minutes=5), 2)
-    hot = store._hot
+    a, b = store.ops.enqueue([{}, {}], queue="q")
+    held = store.work.claim("q", "w", timedelta(minutes=5), 2)
+    hot = store.work._hot
 
     def connection_lost_on_takeover(name: str, params: dict[str, Any]) -> Any:
         if name == "jobs_claim_expired":
             raise ConnectionFailed("lost the database (test)")
         return hot(name, params)
 
-    monkeypatch.setattr(store, "_hot", connection_lost_on_takeover)
-    claimed, refused = store.complete_and_claim(held, "q", "w", timedelta(minutes=5), 5)
+    monkeypatch.setattr(store.work, "_hot", connection_lost_on_takeover)
+    claimed, refused = store.work.complete_and_claim(held, "q", "w", timedelta(minutes=5), 5)
     assert (claimed, refused) == ([], set())
-    assert {store.get_job(a).status, store.get_job(b).status} == {JobStatus.COMPLETED}
+    assert {store.ops.get_job(a).status, store.ops.get_job(b).status} == {JobStatus.COMPLETED}

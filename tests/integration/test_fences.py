@@ -25,8 +25,8 @@ import pytest
 
 from leasectl import retention
 from leasectl.models import JobStatus, Lease, SeenState
-from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
+from tests.stores import Stores
 
 TTL = timedelta(minutes=5)
 Q = "q"
@@ -40,25 +40,27 @@ def expire(conn: psycopg.Connection[Any], *job_ids: int) -> None:
     )
 
 
-def state(store: Store, job_id: int) -> tuple[JobStatus, int, str | None]:
-    job = store.get_job(job_id)
+def state(store: Stores, job_id: int) -> tuple[JobStatus, int, str | None]:
+    job = store.ops.get_job(job_id)
     return job.status, job.attempts, job.lease_owner
 
 
-def watcher(store: Store, *, mark: bool = False, batch: int = 500, queue: str | None = None) -> Any:
+def watcher(
+    store: Stores, *, mark: bool = False, batch: int = 500, queue: str | None = None
+) -> Any:
     config = WatcherConfig(
         mode="mark" if mark else "requeue", batch_size=batch, queue=queue, actor="watcher@fence"
     )
-    return run_pass(store, config)
+    return run_pass(store.ops, config)
 
 
-def stuck_with_a_lapsed_lease(store: Store, conn: psycopg.Connection[Any], **enqueue: Any) -> int:
+def stuck_with_a_lapsed_lease(store: Stores, conn: psycopg.Connection[Any], **enqueue: Any) -> int:
     """A job the watcher quarantined: Stuck, its lapsed lease_until kept (mark mode keeps it)."""
-    [job_id] = store.enqueue([{}], queue=Q, **enqueue)
-    [lease] = store.claim(Q, "w-stuck", TTL)
+    [job_id] = store.ops.enqueue([{}], queue=Q, **enqueue)
+    [lease] = store.work.claim(Q, "w-stuck", TTL)
     expire(conn, job_id)
     assert watcher(store, mark=True).marked_stuck == 1
-    assert store.get_job(job_id).status == JobStatus.STUCK
+    assert store.ops.get_job(job_id).status == JobStatus.STUCK
     return lease.job_id
 
 
@@ -70,94 +72,94 @@ def stuck_with_a_lapsed_lease(store: Store, conn: psycopg.Connection[Any], **enq
 
 
 @pytest.fixture
-def reclaimed(store: Store, sql_conn: psycopg.Connection[Any]) -> tuple[Lease, Lease]:
+def reclaimed(store: Stores, sql_conn: psycopg.Connection[Any]) -> tuple[Lease, Lease]:
     """(stale attempt-1 lease, live attempt-2 lease) of one job, both held by w1."""
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=3)
-    [stale] = store.claim(Q, "w1", TTL)
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    [stale] = store.work.claim(Q, "w1", TTL)
     expire(sql_conn, job_id)
-    [live] = store.claim(Q, "w1", TTL)
+    [live] = store.work.claim(Q, "w1", TTL)
     assert (live.job_id, live.owner, live.attempt) == (job_id, "w1", 2)
     assert (stale.owner, stale.attempt) == ("w1", 1)
     return stale, live
 
 
-def _untouched_by_stale(store: Store, stale: Lease, live: Lease) -> None:
+def _untouched_by_stale(store: Stores, stale: Lease, live: Lease) -> None:
     """The stale call changed nothing: the live lease still holds and still works."""
     assert state(store, live.job_id) == (JobStatus.PROCESSING, 2, "w1")
-    assert store.get_job(live.job_id).lease_until == live.until
-    assert set(store.heartbeat([live], TTL)) == {live.job_id}
+    assert store.ops.get_job(live.job_id).lease_until == live.until
+    assert set(store.work.heartbeat([live], TTL)) == {live.job_id}
 
 
 def test_same_owner_stale_attempt_heartbeat_is_refused(
-    store: Store, reclaimed: tuple[Lease, Lease]
+    store: Stores, reclaimed: tuple[Lease, Lease]
 ) -> None:
     stale, live = reclaimed
-    assert store.heartbeat([stale], TTL) == {}
+    assert store.work.heartbeat([stale], TTL) == {}
     _untouched_by_stale(store, stale, live)
 
 
 def test_same_owner_stale_attempt_complete_is_refused(
-    store: Store, reclaimed: tuple[Lease, Lease]
+    store: Stores, reclaimed: tuple[Lease, Lease]
 ) -> None:
     stale, live = reclaimed
-    assert store.complete([stale]) == set()
+    assert store.work.complete([stale]) == set()
     _untouched_by_stale(store, stale, live)
-    assert store.complete([live]) == {live.job_id}
+    assert store.work.complete([live]) == {live.job_id}
 
 
 def test_same_owner_stale_attempt_fail_is_refused(
-    store: Store, reclaimed: tuple[Lease, Lease]
+    store: Stores, reclaimed: tuple[Lease, Lease]
 ) -> None:
     stale, live = reclaimed
-    assert store.fail(stale, "late", retry_delay=timedelta(0)) is None
+    assert store.work.fail(stale, "late", retry_delay=timedelta(0)) is None
     _untouched_by_stale(store, stale, live)
-    assert store.get_job(live.job_id).last_error is None
+    assert store.ops.get_job(live.job_id).last_error is None
 
 
 def test_same_owner_stale_attempt_release_is_refused(
-    store: Store, reclaimed: tuple[Lease, Lease]
+    store: Stores, reclaimed: tuple[Lease, Lease]
 ) -> None:
     stale, live = reclaimed
-    assert store.release([stale]) == set()
+    assert store.work.release([stale]) == set()
     _untouched_by_stale(store, stale, live)
 
 
 # -- the owner, the status and the job id of a fence, each on its own ------------------------
 
-LeaseCall = Callable[[Store, Lease], bool]
+LeaseCall = Callable[[Stores, Lease], bool]
 """A fenced call on one lease; True when the store accepted it."""
 
 FENCED_CALLS: dict[str, LeaseCall] = {
-    "heartbeat": lambda s, lease: bool(s.heartbeat([lease], TTL)),
-    "complete": lambda s, lease: bool(s.complete([lease])),
-    "fail": lambda s, lease: s.fail(lease, "x", retry_delay=timedelta(0)) is not None,
-    "release": lambda s, lease: bool(s.release([lease])),
+    "heartbeat": lambda s, lease: bool(s.work.heartbeat([lease], TTL)),
+    "complete": lambda s, lease: bool(s.work.complete([lease])),
+    "fail": lambda s, lease: s.work.fail(lease, "x", retry_delay=timedelta(0)) is not None,
+    "release": lambda s, lease: bool(s.work.release([lease])),
 }
 
 
 @pytest.mark.parametrize("call", FENCED_CALLS)
-def test_a_lease_token_of_another_owner_is_refused(store: Store, call: str) -> None:
+def test_a_lease_token_of_another_owner_is_refused(store: Stores, call: str) -> None:
     """Right job, right attempt, Processing: only the owner differs."""
-    [job_id] = store.enqueue([{}], queue=Q)
-    [lease] = store.claim(Q, "w1", TTL)
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    [lease] = store.work.claim(Q, "w1", TTL)
     forged = dataclasses.replace(lease, owner="w2")
     assert FENCED_CALLS[call](store, forged) is False
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
-    assert store.get_job(job_id).lease_until == lease.until
+    assert store.ops.get_job(job_id).lease_until == lease.until
 
 
 @pytest.mark.parametrize("call", FENCED_CALLS)
 def test_a_lease_the_watcher_quarantined_is_not_touched_by_its_late_handler(
-    store: Store, sql_conn: psycopg.Connection[Any], call: str
+    store: Stores, sql_conn: psycopg.Connection[Any], call: str
 ) -> None:
     """Same job, owner and attempt, but the job is Stuck now: only the status differs."""
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=3)
-    [lease] = store.claim(Q, "w1", TTL)
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    [lease] = store.work.claim(Q, "w1", TTL)
     expire(sql_conn, job_id)
     assert watcher(store, mark=True).marked_stuck == 1
-    before = store.get_job(job_id)
+    before = store.ops.get_job(job_id)
     assert FENCED_CALLS[call](store, lease) is False
-    after = store.get_job(job_id)
+    after = store.ops.get_job(job_id)
     assert (after.status, after.attempts, after.lease_until) == (
         JobStatus.STUCK,
         1,
@@ -166,53 +168,53 @@ def test_a_lease_the_watcher_quarantined_is_not_touched_by_its_late_handler(
 
 
 @pytest.mark.parametrize("call", FENCED_CALLS)
-def test_a_fenced_call_changes_only_its_own_job(store: Store, call: str) -> None:
+def test_a_fenced_call_changes_only_its_own_job(store: Stores, call: str) -> None:
     """Two leases of one owner at the same attempt: a call on one never reaches the other."""
-    store.enqueue([{}, {}], queue=Q)
-    mine, other = store.claim(Q, "w1", TTL, limit=2)
+    store.ops.enqueue([{}, {}], queue=Q)
+    mine, other = store.work.claim(Q, "w1", TTL, limit=2)
     assert (mine.attempt, other.attempt) == (1, 1)
     assert FENCED_CALLS[call](store, mine) is True
     assert state(store, other.job_id) == (JobStatus.PROCESSING, 1, "w1")
-    assert store.get_job(other.job_id).lease_until == other.until
+    assert store.ops.get_job(other.job_id).lease_until == other.until
 
 
-def test_heartbeat_reports_only_the_leases_it_renewed(store: Store) -> None:
-    store.enqueue([{}, {}], queue=Q)
-    mine, _ = store.claim(Q, "w1", TTL, limit=2)
-    assert set(store.heartbeat([mine], TTL)) == {mine.job_id}
+def test_heartbeat_reports_only_the_leases_it_renewed(store: Stores) -> None:
+    store.ops.enqueue([{}, {}], queue=Q)
+    mine, _ = store.work.claim(Q, "w1", TTL, limit=2)
+    assert set(store.work.heartbeat([mine], TTL)) == {mine.job_id}
 
 
 # -- claims: due Pending jobs of the queue, in claim-key order --------------------------------
 
 
 def test_claim_leaves_finished_and_stuck_jobs_alone(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [done] = store.enqueue([{}], queue=Q)
-    store.complete(store.claim(Q, "w1", TTL))
+    [done] = store.ops.enqueue([{}], queue=Q)
+    store.work.complete(store.work.claim(Q, "w1", TTL))
     stuck = stuck_with_a_lapsed_lease(store, sql_conn)
-    assert store.complete_and_claim((), Q, "w2", TTL, 5, take_expired=False)[0] == []
-    assert store.claim(Q, "w2", TTL, 5) == []
+    assert store.work.complete_and_claim((), Q, "w2", TTL, 5, take_expired=False)[0] == []
+    assert store.work.claim(Q, "w2", TTL, 5) == []
     assert state(store, done)[0] == JobStatus.COMPLETED
     assert state(store, stuck)[0] == JobStatus.STUCK
 
 
-def test_claim_takes_only_its_queue(store: Store) -> None:
-    [other] = store.enqueue([{}], queue="other")
-    assert store.claim(Q, "w1", TTL, 5) == []
+def test_claim_takes_only_its_queue(store: Stores) -> None:
+    [other] = store.ops.enqueue([{}], queue="other")
+    assert store.work.claim(Q, "w1", TTL, 5) == []
     assert state(store, other)[0] == JobStatus.PENDING
 
 
-def test_claim_leaves_jobs_that_are_not_due(store: Store) -> None:
-    [later] = store.enqueue([{}], queue=Q, delay=timedelta(hours=1))
-    assert store.claim(Q, "w1", TTL, 5) == []
+def test_claim_leaves_jobs_that_are_not_due(store: Stores) -> None:
+    [later] = store.ops.enqueue([{}], queue=Q, delay=timedelta(hours=1))
+    assert store.work.claim(Q, "w1", TTL, 5) == []
     assert state(store, later)[0] == JobStatus.PENDING
 
 
-def test_claim_from_a_key_starts_there(store: Store) -> None:
-    first, second, third = store.enqueue([{}, {}, {}], queue=Q)
-    key = store.get_job(second).claim_order
-    leases, _ = store.complete_and_claim((), Q, "w1", TTL, 5, take_expired=False, from_key=key)
+def test_claim_from_a_key_starts_there(store: Stores) -> None:
+    first, second, third = store.ops.enqueue([{}, {}, {}], queue=Q)
+    key = store.ops.get_job(second).claim_order
+    leases, _ = store.work.complete_and_claim((), Q, "w1", TTL, 5, take_expired=False, from_key=key)
     assert [lease.job_id for lease in leases] == [second, third]
     assert state(store, first)[0] == JobStatus.PENDING
 
@@ -220,132 +222,132 @@ def test_claim_from_a_key_starts_there(store: Store) -> None:
 # -- takeovers: lapsed Processing leases of the queue with attempts left ------------------------
 
 
-def test_takeover_never_takes_a_live_lease(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=3)
-    store.claim(Q, "w1", TTL)
-    assert store.claim(Q, "w2", TTL, 5) == []
+def test_takeover_never_takes_a_live_lease(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    store.work.claim(Q, "w1", TTL)
+    assert store.work.claim(Q, "w2", TTL, 5) == []
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
 def test_takeover_is_not_hidden_by_a_live_lease_ahead_of_it(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The takeover reads `limit` candidates in priority order and locks them: a live lease
     among them would use up the batch and leave the lapsed one behind."""
-    [live] = store.enqueue([{}], queue=Q, priority=-1, max_attempts=3)
-    store.claim(Q, "w1", TTL)
-    [lapsed] = store.enqueue([{}], queue=Q, priority=0, max_attempts=3)
-    store.claim(Q, "w1", TTL)
+    [live] = store.ops.enqueue([{}], queue=Q, priority=-1, max_attempts=3)
+    store.work.claim(Q, "w1", TTL)
+    [lapsed] = store.ops.enqueue([{}], queue=Q, priority=0, max_attempts=3)
+    store.work.claim(Q, "w1", TTL)
     expire(sql_conn, lapsed)
-    [lease] = store.claim(Q, "w2", TTL, 1)
+    [lease] = store.work.claim(Q, "w2", TTL, 1)
     assert (lease.job_id, lease.attempt) == (lapsed, 2)
     assert state(store, live) == (JobStatus.PROCESSING, 1, "w1")
 
 
 def test_takeover_takes_only_the_leases_it_picked(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    first, second = store.enqueue([{}, {}], queue=Q, max_attempts=3)
-    store.claim(Q, "w1", TTL, 2)
+    first, second = store.ops.enqueue([{}, {}], queue=Q, max_attempts=3)
+    store.work.claim(Q, "w1", TTL, 2)
     expire(sql_conn, first, second)
-    [lease] = store.claim(Q, "w2", TTL, 1)
+    [lease] = store.work.claim(Q, "w2", TTL, 1)
     assert lease.job_id == first
     assert state(store, second) == (JobStatus.PROCESSING, 1, "w1")
 
 
-def test_takeover_never_takes_a_stuck_job(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
+def test_takeover_never_takes_a_stuck_job(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
     stuck = stuck_with_a_lapsed_lease(store, sql_conn, max_attempts=3)
-    assert store.claim(Q, "w2", TTL, 5) == []
+    assert store.work.claim(Q, "w2", TTL, 5) == []
     assert state(store, stuck)[0] == JobStatus.STUCK
 
 
 def test_takeover_is_not_hidden_by_a_stuck_job_ahead_of_it(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     stuck = stuck_with_a_lapsed_lease(store, sql_conn, priority=-1, max_attempts=3)
-    [lapsed] = store.enqueue([{}], queue=Q, priority=0, max_attempts=3)
-    store.claim(Q, "w1", TTL)
+    [lapsed] = store.ops.enqueue([{}], queue=Q, priority=0, max_attempts=3)
+    store.work.claim(Q, "w1", TTL)
     expire(sql_conn, lapsed)
-    [lease] = store.claim(Q, "w2", TTL, 1)
+    [lease] = store.work.claim(Q, "w2", TTL, 1)
     assert lease.job_id == lapsed
     assert state(store, stuck)[0] == JobStatus.STUCK
 
 
-def test_takeover_takes_only_its_queue(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
-    [job_id] = store.enqueue([{}], queue="other", max_attempts=3)
-    store.claim("other", "w1", TTL)
+def test_takeover_takes_only_its_queue(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="other", max_attempts=3)
+    store.work.claim("other", "w1", TTL)
     expire(sql_conn, job_id)
-    assert store.claim(Q, "w2", TTL, 5) == []
+    assert store.work.claim(Q, "w2", TTL, 5) == []
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
 def test_takeover_leaves_a_lapsed_lease_without_attempts_left_to_the_watcher(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=1)
-    store.claim(Q, "w1", TTL)
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=1)
+    store.work.claim(Q, "w1", TTL)
     expire(sql_conn, job_id)
-    assert store.claim(Q, "w2", TTL, 5) == []
+    assert store.work.claim(Q, "w2", TTL, 5) == []
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
 # -- claim by id: Pending, or Processing with a lapsed lease; that job only ---------------------
 
 
-def test_claim_by_id_takes_a_pending_job_and_only_that_one(store: Store) -> None:
-    job_id, other = store.enqueue([{}, {}], queue=Q)
-    lease = store.claim_by_id(job_id, "w1", TTL)
+def test_claim_by_id_takes_a_pending_job_and_only_that_one(store: Stores) -> None:
+    job_id, other = store.ops.enqueue([{}, {}], queue=Q)
+    lease = store.work.claim_by_id(job_id, "w1", TTL)
     assert lease is not None and (lease.job_id, lease.attempt) == (job_id, 1)
     assert state(store, other) == (JobStatus.PENDING, 0, None)
 
 
-def test_claim_by_id_refuses_finished_jobs(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue=Q)
-    store.complete(store.claim(Q, "w1", TTL))
-    assert store.claim_by_id(job_id, "w2", TTL) is None
+def test_claim_by_id_refuses_finished_jobs(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    store.work.complete(store.work.claim(Q, "w1", TTL))
+    assert store.work.claim_by_id(job_id, "w2", TTL) is None
     assert state(store, job_id) == (JobStatus.COMPLETED, 1, "w1")
 
 
 def test_claim_by_id_refuses_a_stuck_job_with_a_lapsed_lease(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     stuck = stuck_with_a_lapsed_lease(store, sql_conn, max_attempts=3)
-    assert store.claim_by_id(stuck, "w2", TTL) is None
+    assert store.work.claim_by_id(stuck, "w2", TTL) is None
     assert state(store, stuck)[0] == JobStatus.STUCK
 
 
 def test_claim_by_id_refuses_a_live_lease_and_takes_a_lapsed_one(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
-    assert store.claim_by_id(job_id, "w2", TTL) is None
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
+    assert store.work.claim_by_id(job_id, "w2", TTL) is None
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
     expire(sql_conn, job_id)
-    lease = store.claim_by_id(job_id, "w2", TTL)
+    lease = store.work.claim_by_id(job_id, "w2", TTL)
     assert lease is not None and (lease.owner, lease.attempt) == ("w2", 2)
 
 
 # -- the watcher: expired Processing leases only, of its queue when it has one -----------------
 
 
-def test_watcher_never_moves_a_live_lease(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
+def test_watcher_never_moves_a_live_lease(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
     for mark in (False, True):
         assert watcher(store, mark=mark).jobs == ()
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
 def test_watcher_is_not_stopped_by_live_leases_in_its_batch(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """A batch that moved fewer jobs than its size ends the pass, so a live lease the locking
     read let into the batch would leave the expired ones behind."""
-    store.enqueue([{}] * 3, queue=Q)
-    live = [lease.job_id for lease in store.claim(Q, "a-live", TTL, 3)]
-    [lapsed] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "z-lapsed", TTL)
+    store.ops.enqueue([{}] * 3, queue=Q)
+    live = [lease.job_id for lease in store.work.claim(Q, "a-live", TTL, 3)]
+    [lapsed] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "z-lapsed", TTL)
     expire(sql_conn, lapsed)
     result = watcher(store, batch=1)
     assert [job.id for job in result.jobs] == [lapsed]
@@ -353,25 +355,25 @@ def test_watcher_is_not_stopped_by_live_leases_in_its_batch(
 
 
 def test_watcher_never_moves_a_stuck_job_again(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     stuck = stuck_with_a_lapsed_lease(store, sql_conn)
-    [lapsed] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
+    [lapsed] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
     expire(sql_conn, lapsed)
     result = watcher(store, batch=1)
     assert [job.id for job in result.jobs] == [lapsed]
     assert state(store, stuck)[0] == JobStatus.STUCK
-    assert [e.action for e in store.inspect(stuck).events] == ["mark_stuck"]
+    assert [e.action for e in store.ops.inspect(stuck).events] == ["mark_stuck"]
 
 
 def test_watcher_with_a_queue_moves_only_that_queue(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [mine] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
-    [other] = store.enqueue([{}], queue="other")
-    store.claim("other", "w1", TTL)
+    [mine] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
+    [other] = store.ops.enqueue([{}], queue="other")
+    store.work.claim("other", "w1", TTL)
     expire(sql_conn, mine, other)
     assert [job.id for job in watcher(store, queue=Q).jobs] == [mine]
     assert state(store, other) == (JobStatus.PROCESSING, 1, "w1")
@@ -382,28 +384,28 @@ def test_watcher_with_a_queue_moves_only_that_queue(
 Action = Callable[..., Any]
 
 
-def requeue(store: Store, seen: SeenState, force: bool = False) -> Any:
-    return store.operator_requeue([seen], actor="op", reason=None, force=force)
+def requeue(store: Stores, seen: SeenState, force: bool = False) -> Any:
+    return store.ops.operator_requeue([seen], actor="op", reason=None, force=force)
 
 
-def mark_stuck(store: Store, seen: SeenState, force: bool = False) -> Any:
-    return store.operator_mark_stuck([seen], actor="op", reason=None, force=force)
+def mark_stuck(store: Stores, seen: SeenState, force: bool = False) -> Any:
+    return store.ops.operator_mark_stuck([seen], actor="op", reason=None, force=force)
 
 
-def lapsed(store: Store, conn: psycopg.Connection[Any], owner: str = "w1") -> int:
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=3)
-    store.claim(Q, owner, TTL)
+def lapsed(store: Stores, conn: psycopg.Connection[Any], owner: str = "w1") -> int:
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    store.work.claim(Q, owner, TTL)
     expire(conn, job_id)
     return job_id
 
 
 def test_requeue_after_the_watcher_quarantined_the_job_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The operator saw an expired Processing job; the watcher then marked it Stuck (same
     attempts, same owner). The requeue the operator asked for was of a Processing job."""
     job_id = lapsed(store, sql_conn)
-    seen = store.get_job(job_id).seen()
+    seen = store.ops.get_job(job_id).seen()
     assert watcher(store, mark=True).marked_stuck == 1
     result = requeue(store, seen)
     assert result.changed == () and [s.id for s in result.skipped] == [job_id]
@@ -411,12 +413,12 @@ def test_requeue_after_the_watcher_quarantined_the_job_is_skipped(
 
 
 def test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The operator saw an expired Processing job; the watcher requeued it (Pending, same
     attempts, same owner) before the operator's mark-stuck arrived."""
     job_id = lapsed(store, sql_conn)
-    seen = store.get_job(job_id).seen()
+    seen = store.ops.get_job(job_id).seen()
     assert watcher(store).requeued == 1
     result = mark_stuck(store, seen)
     assert result.changed == ()
@@ -425,13 +427,13 @@ def test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped(
 
 @pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
 def test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any], action: Action
+    store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
     """The operator saw attempt 1 lapsed; the same owner took the job over (attempt 2) and that
     lease lapsed too: same status, same owner, only the attempts differ."""
     job_id = lapsed(store, sql_conn)
-    seen = store.get_job(job_id).seen()
-    [again] = store.claim(Q, "w1", TTL)
+    seen = store.ops.get_job(job_id).seen()
+    [again] = store.work.claim(Q, "w1", TTL)
     assert again.attempt == 2
     expire(sql_conn, job_id)
     assert action(store, seen).changed == ()
@@ -440,29 +442,29 @@ def test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped(
 
 @pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
 def test_an_action_on_another_owner_than_the_operator_saw_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any], action: Action
+    store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
     job_id = lapsed(store, sql_conn)
-    seen = dataclasses.replace(store.get_job(job_id).seen(), lease_owner="w2")
+    seen = dataclasses.replace(store.ops.get_job(job_id).seen(), lease_owner="w2")
     assert action(store, seen).changed == ()
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
 @pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
 def test_an_action_changes_only_the_job_the_operator_named(
-    store: Store, sql_conn: psycopg.Connection[Any], action: Action
+    store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
     """Two lapsed leases in the same state (status, attempts, owner): only the named one moves."""
     named, other = lapsed(store, sql_conn), lapsed(store, sql_conn)
-    assert action(store, store.get_job(named).seen()).changed == (named,)
+    assert action(store, store.ops.get_job(named).seen()).changed == (named,)
     assert state(store, other) == (JobStatus.PROCESSING, 1, "w1")
 
 
 @pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
-def test_an_action_on_a_live_lease_needs_force(store: Store, action: Action) -> None:
-    [job_id] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
-    seen = store.get_job(job_id).seen()
+def test_an_action_on_a_live_lease_needs_force(store: Stores, action: Action) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
+    seen = store.ops.get_job(job_id).seen()
     assert action(store, seen).changed == ()
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
     assert action(store, seen, force=True).changed == (job_id,)
@@ -470,65 +472,65 @@ def test_an_action_on_a_live_lease_needs_force(store: Store, action: Action) -> 
 
 @pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
 def test_an_action_on_an_expired_lease_needs_no_force(
-    store: Store, sql_conn: psycopg.Connection[Any], action: Action
+    store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
     job_id = lapsed(store, sql_conn)
-    assert action(store, store.get_job(job_id).seen()).changed == (job_id,)
+    assert action(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
 
 
 def test_requeue_of_stuck_and_failed_jobs_needs_no_force(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """Neither has a lease to override, even one the operator's mark-stuck kept in the future."""
-    [forced] = store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)
-    assert mark_stuck(store, store.get_job(forced).seen(), force=True).changed == (forced,)
-    [failed] = store.enqueue([{}], queue=Q)
-    [lease] = store.claim(Q, "w1", TTL)
-    assert store.fail(lease, "x", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
+    [forced] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)
+    assert mark_stuck(store, store.ops.get_job(forced).seen(), force=True).changed == (forced,)
+    [failed] = store.ops.enqueue([{}], queue=Q)
+    [lease] = store.work.claim(Q, "w1", TTL)
+    assert store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
     for job_id in (forced, failed):
-        assert requeue(store, store.get_job(job_id).seen()).changed == (job_id,)
+        assert requeue(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
         assert state(store, job_id)[0] == JobStatus.PENDING
 
 
 def test_requeue_of_a_job_that_spent_the_largest_budget_stays_within_it(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """Requeue gives a Failed job one more attempt of budget, but never past the schema's
     bound on max_attempts (1000): a job that spent all 1000 is requeued, not refused."""
-    [job_id] = store.enqueue([{}], queue=Q, max_attempts=1000)
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=1000)
     sql_conn.execute("UPDATE leasectl.jobs SET attempts = 999 WHERE id = %s", (job_id,))
-    lease = store.claim_by_id(job_id, "w1", TTL)
+    lease = store.work.claim_by_id(job_id, "w1", TTL)
     assert lease is not None and lease.attempt == 1000
-    assert store.fail(lease, "x", retry_delay=timedelta(0)) == JobStatus.FAILED
-    assert requeue(store, store.get_job(job_id).seen()).changed == (job_id,)
-    job = store.get_job(job_id)
+    assert store.work.fail(lease, "x", retry_delay=timedelta(0)) == JobStatus.FAILED
+    assert requeue(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
+    job = store.ops.get_job(job_id)
     assert (job.status, job.attempts, job.max_attempts) == (JobStatus.PENDING, 1000, 1000)
 
 
-def test_requeue_applies_only_to_processing_stuck_and_failed_jobs(store: Store) -> None:
-    pending, done = store.enqueue([{}, {}], queue=Q)
-    store.complete([store.claim_by_id(done, "w1", TTL)])  # type: ignore[list-item]
+def test_requeue_applies_only_to_processing_stuck_and_failed_jobs(store: Stores) -> None:
+    pending, done = store.ops.enqueue([{}, {}], queue=Q)
+    store.work.complete([store.work.claim_by_id(done, "w1", TTL)])  # type: ignore[list-item]
     for job_id in (pending, done):
-        assert requeue(store, store.get_job(job_id).seen(), force=True).changed == ()
+        assert requeue(store, store.ops.get_job(job_id).seen(), force=True).changed == ()
     assert state(store, pending)[0] == JobStatus.PENDING
     assert state(store, done)[0] == JobStatus.COMPLETED
 
 
 def test_mark_stuck_applies_only_to_pending_and_processing_jobs(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [done] = store.enqueue([{}], queue=Q)
-    store.complete(store.claim(Q, "w1", TTL))
-    [failed] = store.enqueue([{}], queue=Q)
-    [lease] = store.claim(Q, "w1", TTL)
-    store.fail(lease, "x", retry_delay=timedelta(0), retry=False)
+    [done] = store.ops.enqueue([{}], queue=Q)
+    store.work.complete(store.work.claim(Q, "w1", TTL))
+    [failed] = store.ops.enqueue([{}], queue=Q)
+    [lease] = store.work.claim(Q, "w1", TTL)
+    store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False)
     for job_id in (done, failed):
-        assert mark_stuck(store, store.get_job(job_id).seen(), force=True).changed == ()
+        assert mark_stuck(store, store.ops.get_job(job_id).seen(), force=True).changed == ()
     assert state(store, done)[0] == JobStatus.COMPLETED
     assert state(store, failed)[0] == JobStatus.FAILED
-    [pending] = store.enqueue([{}], queue=Q)
-    assert mark_stuck(store, store.get_job(pending).seen()).changed == (pending,)
+    [pending] = store.ops.enqueue([{}], queue=Q)
+    assert mark_stuck(store, store.ops.get_job(pending).seen()).changed == (pending,)
 
 
 # -- status --check and prune --queue, through the command line ---------------------------------
@@ -547,11 +549,11 @@ def _cli(dsn: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_status_check_fails_on_stuck_jobs_alone(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     stuck_with_a_lapsed_lease(store, sql_conn)
-    store.enqueue([{}], queue=Q)
-    store.claim(Q, "w1", TTL)  # a live lease: nothing expired
+    store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "w1", TTL)  # a live lease: nothing expired
     proc = _cli(db_dsn, "status", "--check", "--json")
     assert proc.returncode == 3, proc.stderr
     assert json.loads(proc.stdout)["check"] == {"expired": 0, "stuck": 1, "ok": False}
@@ -559,9 +561,9 @@ def test_status_check_fails_on_stuck_jobs_alone(
     assert _cli(db_dsn, "status", "--check", "--queue", "other").returncode == 0
 
 
-def _finished_long_ago(store: Store, conn: psycopg.Connection[Any], queue: str) -> int:
-    [job_id] = store.enqueue([{}], queue=queue)
-    store.complete(store.claim(queue, "w1", TTL))
+def _finished_long_ago(store: Stores, conn: psycopg.Connection[Any], queue: str) -> int:
+    [job_id] = store.ops.enqueue([{}], queue=queue)
+    store.work.complete(store.work.claim(queue, "w1", TTL))
     conn.execute(
         "UPDATE leasectl.jobs SET finished_at = now() - interval '30 days' WHERE id = %s",
         (job_id,),
@@ -570,13 +572,13 @@ def _finished_long_ago(store: Store, conn: psycopg.Connection[Any], queue: str) 
 
 
 def test_prune_with_a_queue_leaves_other_queues_alone(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     mine = _finished_long_ago(store, sql_conn, Q)
     other = _finished_long_ago(store, sql_conn, "other")
     dry = _cli(db_dsn, "prune", "--older-than", "7d", "--queue", Q, "--dry-run", "--json")
     assert json.loads(dry.stdout)["jobs"] == 1, dry.stderr
-    assert retention.prune(store, older_than=timedelta(days=7), queue=Q, dry_run=True).jobs == 1
+    assert retention.prune(store.ops, older_than=timedelta(days=7), queue=Q, dry_run=True).jobs == 1
     done = _cli(db_dsn, "prune", "--older-than", "7d", "--queue", Q, "--json")
     assert json.loads(done.stdout)["jobs"] == 1, done.stderr
     left = sql_conn.execute("SELECT id FROM leasectl.jobs ORDER BY id").fetchall()

@@ -1,4 +1,4 @@
-"""The worker's hot statements go through libpq directly (leasectl/hot.py): their parameters
+"""The worker's hot statements go through libpq directly (leasectl/db/hot.py): their parameters
 are encoded by hand, they are prepared once per connection, and they must behave like any
 other statement for everything around them (errors, lost statements, other threads)."""
 
@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from psycopg import conninfo
 from psycopg.adapt import Transformer
 
+from leasectl.db.hot import BINARY, ENCODERS
 from leasectl.errors import SchemaMissing
-from leasectl.hot import BINARY, ENCODERS
 from leasectl.models import Lease
-from leasectl.store import Store
+from tests.stores import Stores
 from tests.util import wait_for_lock_wait
 
 TTL = timedelta(seconds=30)
@@ -61,7 +61,7 @@ def test_a_timestamp_is_sent_exactly(server_dsn: str, value: datetime) -> None:
 
 
 def test_minus_infinity_is_sent_as_such(server_dsn: str) -> None:
-    """The claim key of the queue's head (store.CLAIM_FROM_HEAD) starts at -infinity."""
+    """The claim key of the queue's head (work.CLAIM_FROM_HEAD) starts at -infinity."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         encoded = ENCODERS[TIMESTAMPTZ]("utf-8")("-infinity")
         result = conn.pgconn.exec_params(
@@ -93,11 +93,11 @@ def test_text_is_sent_in_the_connection_encoding(server_dsn: str) -> None:
         )
     dsn = conninfo.make_conninfo(server_dsn, dbname=name)
     try:
-        with Store.connect(dsn, "leasectl", check_schema=False) as setup:
-            setup.migrate()
-            [job_id] = setup.enqueue([{"city": "Zürich"}], queue="café")
-        with Store.connect(dsn, "leasectl", generic_plans=True) as worker_store:
-            leases, _ = worker_store.complete_and_claim([], "café", "wörker", TTL, 1)
+        with Stores.connect(dsn, "leasectl", check_schema=False) as setup:
+            setup.db.migrate()
+            [job_id] = setup.ops.enqueue([{"city": "Zürich"}], queue="café")
+        with Stores.connect(dsn, "leasectl", generic_plans=True) as worker_store:
+            leases, _ = worker_store.work.complete_and_claim([], "café", "wörker", TTL, 1)
         assert [(lease.job_id, lease.job.queue, lease.owner) for lease in leases] == [
             (job_id, "café", "wörker")
         ]
@@ -107,25 +107,25 @@ def test_text_is_sent_in_the_connection_encoding(server_dsn: str) -> None:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
-def claim_one(store: Store, done: list[Lease]) -> list[Lease]:
-    leases, refused = store.complete_and_claim(done, "q", "w-1", TTL, 1, take_expired=False)
+def claim_one(store: Stores, done: list[Lease]) -> list[Lease]:
+    leases, refused = store.work.complete_and_claim(done, "q", "w-1", TTL, 1, take_expired=False)
     assert refused == set()
     return leases
 
 
 def test_a_statement_the_server_lost_is_prepared_again(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    store.enqueue([{"n": n} for n in range(3)], queue="q")
-    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+    store.ops.enqueue([{"n": n} for n in range(3)], queue="q")
+    with Stores.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
         [first] = claim_one(worker_store, [])
-        pids = [kept.conn.info.backend_pid for kept in worker_store._kept.values()]
+        pids = [kept.conn.info.backend_pid for kept in worker_store.work._kept.values()]
         # Another session cannot drop our statements; our own connection can: as DISCARD ALL
         # from a pooler in front of the server would.
-        [kept] = worker_store._kept.values()
+        [kept] = worker_store.work._kept.values()
         kept.conn.execute("DEALLOCATE ALL")
         [second] = claim_one(worker_store, [first])
-        assert [k.conn.info.backend_pid for k in worker_store._kept.values()] == pids
+        assert [k.conn.info.backend_pid for k in worker_store.work._kept.values()] == pids
         assert second.job.payload == {"n": 1}
         claim_one(worker_store, [second])
     rows = sql_conn.execute("SELECT status::text FROM leasectl.jobs ORDER BY id").fetchall()
@@ -133,10 +133,10 @@ def test_a_statement_the_server_lost_is_prepared_again(
 
 
 def test_a_server_error_is_the_same_error_as_through_a_cursor(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    store.enqueue([{}], queue="q")
-    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+    store.ops.enqueue([{}], queue="q")
+    with Stores.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
         claim_one(worker_store, [])
         sql_conn.execute("ALTER TABLE leasectl.job_attempts RENAME TO job_attempts_gone")
         with pytest.raises(SchemaMissing):  # from UndefinedTable, as for any other statement
@@ -144,7 +144,7 @@ def test_a_server_error_is_the_same_error_as_through_a_cursor(
 
 
 def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The call waits without the GIL: a worker's heartbeats and deadlines go on meanwhile.
 
@@ -153,7 +153,7 @@ def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running
     of them waiting on the lock while it waits, and only then lets the lock go: if the call held
     the GIL, this thread could not look at all while the lock was held (the holder gives up
     after a minute, so such a failure ends as a timeout, not a hang)."""
-    store.enqueue([{}, {}], queue="q")
+    store.ops.enqueue([{}, {}], queue="q")
     holder = (
         "import select, sys, psycopg\n"
         "with psycopg.connect(sys.argv[1]) as conn:\n"
@@ -161,7 +161,7 @@ def test_a_hot_statement_waiting_for_the_server_leaves_the_other_threads_running
         "    print('locked', flush=True)\n"
         "    select.select([sys.stdin], [], [], float(sys.argv[2]))\n"
     )
-    with Store.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
+    with Stores.connect(db_dsn, "leasectl", generic_plans=True) as worker_store:
         done: list[Lease] = []
         for _ in range(2):  # the first call prepares, the second only executes
             locker = subprocess.Popen(

@@ -15,10 +15,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl import queries
+from leasectl.db import sql as queries
 from leasectl.models import JobStatus
-from leasectl.store import Store
+from leasectl.present.skips import skip_reason
 from leasectl.watcher import WatcherConfig, run_pass
+from tests.stores import Stores
 from tests.util import wait_for_lock_wait, wait_until
 
 TTL = timedelta(seconds=30)
@@ -42,10 +43,10 @@ def attempts_of(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[int, s
 
 
 def test_claim_sets_lease_and_opens_attempt(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{"n": 1}], queue="q")
-    [lease] = store.claim("q", "w1", TTL)
+    [job_id] = store.ops.enqueue([{"n": 1}], queue="q")
+    [lease] = store.work.claim("q", "w1", TTL)
     assert lease.job_id == job_id and lease.attempt == 1 and lease.owner == "w1"
     assert lease.job.status == JobStatus.PROCESSING
     row = sql_conn.execute(
@@ -54,21 +55,21 @@ def test_claim_sets_lease_and_opens_attempt(
     ).fetchone()
     assert row == (True,)
     assert attempts_of(sql_conn, job_id) == [(1, "w1", "running")]
-    assert store.claim("q", "w2", TTL) == []
+    assert store.work.claim("q", "w2", TTL) == []
 
 
-def test_claim_respects_priority_run_at_and_delay(store: Store) -> None:
-    low = store.enqueue([{}], queue="q", priority=5)
-    high = store.enqueue([{}], queue="q", priority=-1)
-    store.enqueue([{}], queue="q", priority=-5, delay=timedelta(hours=1))
-    mid = store.enqueue([{}, {}], queue="q", priority=0)
-    store.enqueue([{}], queue="other", priority=-9)
-    leases = store.claim("q", "w", TTL, limit=10)
+def test_claim_respects_priority_run_at_and_delay(store: Stores) -> None:
+    low = store.ops.enqueue([{}], queue="q", priority=5)
+    high = store.ops.enqueue([{}], queue="q", priority=-1)
+    store.ops.enqueue([{}], queue="q", priority=-5, delay=timedelta(hours=1))
+    mid = store.ops.enqueue([{}, {}], queue="q", priority=0)
+    store.ops.enqueue([{}], queue="other", priority=-9)
+    leases = store.work.claim("q", "w", TTL, limit=10)
     assert [lease.job_id for lease in leases] == high + mid + low
 
 
 def _race(
-    store: Store,
+    store: Stores,
     i: int,
     job_id: int,
     barrier: threading.Barrier,
@@ -77,15 +78,15 @@ def _race(
 ) -> None:
     try:
         barrier.wait()
-        results[i] = store.claim_by_id(job_id, f"w{i}", TTL)
+        results[i] = store.work.claim_by_id(job_id, f"w{i}", TTL)
     except BaseException as exc:
         errors.append(exc)
 
 
 def test_two_connections_race_to_claim_by_id_exactly_one_wins(db_dsn: str) -> None:
-    stores = [Store.connect(db_dsn, "leasectl") for _ in range(2)]
+    stores = [Stores.connect(db_dsn, "leasectl") for _ in range(2)]
     try:
-        ids = stores[0].enqueue([{}] * 40, queue="q")
+        ids = stores[0].ops.enqueue([{}] * 40, queue="q")
         for job_id in ids:
             barrier = threading.Barrier(2)
             results: dict[int, Any] = {}
@@ -109,9 +110,9 @@ def test_two_connections_race_to_claim_by_id_exactly_one_wins(db_dsn: str) -> No
             s.close()
 
 
-def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Store, db_dsn: str) -> None:
+def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Stores, db_dsn: str) -> None:
     """The loser blocks on the winner's row lock, then re-checks the condition and gets no row."""
-    [job_id] = store.enqueue([{}], queue="q")
+    [job_id] = store.ops.enqueue([{}], queue="q")
     claim_sql = queries.get("job_claim_by_id").render("leasectl")
     params = {"id": job_id, "owner": "winner", "ttl": TTL}
     result: list[Any] = []
@@ -119,14 +120,14 @@ def test_claim_by_id_loser_waiting_on_the_row_lock_gets_nothing(store: Store, db
         with winner.transaction():
             assert winner.execute(claim_sql, params).fetchone() is not None
             loser = threading.Thread(
-                target=lambda: result.append(store.claim_by_id(job_id, "loser", TTL))
+                target=lambda: result.append(store.work.claim_by_id(job_id, "loser", TTL))
             )
             loser.start()
             with psycopg.connect(db_dsn, autocommit=True) as probe:
                 wait_for_lock_wait(probe, what="the loser to wait on the row lock")
         loser.join(10)
     assert result == [None]
-    assert store.get_job(job_id).lease_owner == "winner"
+    assert store.ops.get_job(job_id).lease_owner == "winner"
 
 
 @pytest.mark.parametrize("generic_plans", [True, False], ids=["worker plans", "custom plans"])
@@ -137,17 +138,19 @@ def test_a_completion_waiting_on_a_heartbeat_is_accepted(
     completion waits for the heartbeat's row locks, re-checks each row as it is now (renewed,
     still this owner's at that attempt) and completes it, in the same statement that claims
     more. (A UNION ALL of the finished and the picked jobs once failed that re-check.)"""
-    with Store.connect(db_dsn, "leasectl", max_size=4, generic_plans=generic_plans) as store:
-        store.enqueue([{}] * 6, queue="q")
-        held = store.claim("q", "w", TTL, 4)
+    with Stores.connect(db_dsn, "leasectl", max_size=4, generic_plans=generic_plans) as store:
+        store.ops.enqueue([{}] * 6, queue="q")
+        held = store.work.claim("q", "w", TTL, 4)
         heartbeat_sql = queries.get("jobs_heartbeat").render("leasectl")
         result: list[Any] = []
         with psycopg.connect(db_dsn) as beat:
-            with beat.transaction():  # the heartbeat Store.heartbeat sends, left uncommitted
-                renew = {**store._fence(held), "ttl": TTL}
+            with beat.transaction():  # the heartbeat WorkerStore.heartbeat sends, left uncommitted
+                renew = {**store.work._fence(held), "ttl": TTL}
                 assert len(beat.execute(heartbeat_sql, renew).fetchall()) == 4
                 trip = threading.Thread(
-                    target=lambda: result.append(store.complete_and_claim(held, "q", "w", TTL, 2))
+                    target=lambda: result.append(
+                        store.work.complete_and_claim(held, "q", "w", TTL, 2)
+                    )
                 )
                 trip.start()
                 wait_for_lock_wait(sql_conn, what="the round trip to wait on the heartbeat's locks")
@@ -156,30 +159,30 @@ def test_a_completion_waiting_on_a_heartbeat_is_accepted(
         assert refused == set()
         assert len(claimed) == 2
         for lease in held:
-            assert store.get_job(lease.job_id).status == JobStatus.COMPLETED
+            assert store.ops.get_job(lease.job_id).status == JobStatus.COMPLETED
             assert attempts_of(sql_conn, lease.job_id) == [(1, "w", "completed")]
         for lease in claimed:
             assert attempts_of(sql_conn, lease.job_id) == [(1, "w", "running")]
 
 
 def test_claim_by_id_takes_over_an_expired_lease_and_closes_the_old_attempt(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    assert store.claim_by_id(job_id, "old", TTL) is not None
-    assert store.claim_by_id(job_id, "new", TTL) is None  # lease still valid
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    assert store.work.claim_by_id(job_id, "old", TTL) is not None
+    assert store.work.claim_by_id(job_id, "new", TTL) is None  # lease still valid
     expire(sql_conn, job_id)
-    lease = store.claim_by_id(job_id, "new", TTL)
+    lease = store.work.claim_by_id(job_id, "new", TTL)
     assert lease is not None and lease.attempt == 2
     assert attempts_of(sql_conn, job_id) == [(1, "old", "expired"), (2, "new", "running")]
 
 
-def _claim_until_empty(store: Store, owner: str, out: list[tuple[int, int]]) -> None:
+def _claim_until_empty(store: Stores, owner: str, out: list[tuple[int, int]]) -> None:
     while True:
-        leases = store.claim("bulk", owner, timedelta(minutes=5), 5)
+        leases = store.work.claim("bulk", owner, timedelta(minutes=5), 5)
         if not leases:
             return
-        accepted = store.complete(leases)
+        accepted = store.work.complete(leases)
         out.extend((lease.job_id, lease.attempt) for lease in leases if lease.job_id in accepted)
 
 
@@ -187,8 +190,8 @@ def _claim_until_empty(store: Store, owner: str, out: list[tuple[int, int]]) -> 
 def test_threads_and_processes_drain_2000_jobs_each_claimed_exactly_once(
     db_dsn: str, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    with Store.connect(db_dsn, "leasectl") as producer:
-        ids = producer.enqueue([{"n": i} for i in range(2000)], queue="bulk")
+    with Stores.connect(db_dsn, "leasectl") as producer:
+        ids = producer.ops.enqueue([{"n": i} for i in range(2000)], queue="bulk")
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.claimer_proc", db_dsn, "bulk", f"proc{i}", "3"],
@@ -201,7 +204,7 @@ def test_threads_and_processes_drain_2000_jobs_each_claimed_exactly_once(
     for proc in procs:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     results: list[list[tuple[int, int]]] = [[] for _ in range(8)]
-    with Store.connect(db_dsn, "leasectl", max_size=8) as shared:
+    with Stores.connect(db_dsn, "leasectl", max_size=8) as shared:
         threads = [
             threading.Thread(target=_claim_until_empty, args=(shared, f"thread{i}", results[i]))
             for i in range(8)
@@ -230,76 +233,76 @@ def test_threads_and_processes_drain_2000_jobs_each_claimed_exactly_once(
 
 
 def test_heartbeat_extends_only_leases_still_held(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    a, b = store.enqueue([{}, {}], queue="q")
-    leases = store.claim("q", "w1", timedelta(seconds=5), 2)
-    renewed = store.heartbeat(leases, timedelta(minutes=10))
+    a, b = store.ops.enqueue([{}, {}], queue="q")
+    leases = store.work.claim("q", "w1", timedelta(seconds=5), 2)
+    renewed = store.work.heartbeat(leases, timedelta(minutes=10))
     assert set(renewed) == {a, b}
     expire(sql_conn, b)
-    thief = store.claim_by_id(b, "w2", TTL)
+    thief = store.work.claim_by_id(b, "w2", TTL)
     assert thief is not None
-    renewed = store.heartbeat(leases, timedelta(minutes=10))
+    renewed = store.work.heartbeat(leases, timedelta(minutes=10))
     assert set(renewed) == {a}
-    assert store.complete(leases) == {a}
-    assert store.get_job(b).lease_owner == "w2"
-    assert store.get_job(b).status == JobStatus.PROCESSING
+    assert store.work.complete(leases) == {a}
+    assert store.ops.get_job(b).lease_owner == "w2"
+    assert store.ops.get_job(b).status == JobStatus.PROCESSING
 
 
 def test_fail_retries_with_backoff_then_exhausts_into_failed(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q", max_attempts=2)
-    [lease] = store.claim("q", "w", TTL)
-    assert store.fail(lease, "first", retry_delay=timedelta(seconds=90)) == JobStatus.PENDING
+    [job_id] = store.ops.enqueue([{}], queue="q", max_attempts=2)
+    [lease] = store.work.claim("q", "w", TTL)
+    assert store.work.fail(lease, "first", retry_delay=timedelta(seconds=90)) == JobStatus.PENDING
     delay = sql_conn.execute(
         "SELECT extract(epoch FROM run_at - now()) FROM leasectl.jobs WHERE id = %s", (job_id,)
     ).fetchone()
     assert delay is not None and 85 < float(delay[0]) <= 90
-    assert store.claim("q", "w", TTL) == [], "not claimable before run_at"
+    assert store.work.claim("q", "w", TTL) == [], "not claimable before run_at"
     sql_conn.execute("UPDATE leasectl.jobs SET run_at = now() WHERE id = %s", (job_id,))
-    [lease2] = store.claim("q", "w", TTL)
+    [lease2] = store.work.claim("q", "w", TTL)
     assert lease2.attempt == 2
-    assert store.fail(lease2, "second", retry_delay=timedelta(seconds=1)) == JobStatus.FAILED
-    job = store.get_job(job_id)
+    assert store.work.fail(lease2, "second", retry_delay=timedelta(seconds=1)) == JobStatus.FAILED
+    job = store.ops.get_job(job_id)
     assert job.status == JobStatus.FAILED and job.finished_at is not None
     assert job.last_error == "second"
     assert [a[2] for a in attempts_of(sql_conn, job_id)] == ["failed", "failed"]
 
 
-def test_fail_without_retry_fails_at_once(store: Store) -> None:
-    store.enqueue([{}], queue="q", max_attempts=5)
-    [lease] = store.claim("q", "w", TTL)
-    assert store.fail(lease, "bad", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
+def test_fail_without_retry_fails_at_once(store: Stores) -> None:
+    store.ops.enqueue([{}], queue="q", max_attempts=5)
+    [lease] = store.work.claim("q", "w", TTL)
+    assert store.work.fail(lease, "bad", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
 
 
 def test_release_hands_back_without_new_attempt(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    [lease] = store.claim("q", "w", TTL)
-    assert store.release([lease]) == {job_id}
-    job = store.get_job(job_id)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    [lease] = store.work.claim("q", "w", TTL)
+    assert store.work.release([lease]) == {job_id}
+    job = store.ops.get_job(job_id)
     assert job.status == JobStatus.PENDING and job.attempts == 1 and job.lease_until is None
     assert attempts_of(sql_conn, job_id) == [(1, "w", "released")]
-    assert store.complete([lease]) == set(), "a released lease is gone"
+    assert store.work.complete([lease]) == set(), "a released lease is gone"
 
 
 def test_watcher_requeues_expired_and_writes_audit(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = store.enqueue([{}] * 5, queue="q", max_attempts=3)
-    leases = store.claim("q", "dead-worker", TTL, 5)
+    ids = store.ops.enqueue([{}] * 5, queue="q", max_attempts=3)
+    leases = store.work.claim("q", "dead-worker", TTL, 5)
     for job_id in ids[:3]:
         expire(sql_conn, job_id)
     # ids[2] is on its last attempt: the watcher must fail it rather than requeue it.
     sql_conn.execute("UPDATE leasectl.jobs SET attempts = 3 WHERE id = %s", (ids[2],))
     sql_conn.execute("UPDATE leasectl.job_attempts SET attempt = 3 WHERE job_id = %s", (ids[2],))
-    result = run_pass(store, WatcherConfig(batch_size=2, actor="watcher@test"))
+    result = run_pass(store.ops, WatcherConfig(batch_size=2, actor="watcher@test"))
     assert (result.requeued, result.failed, result.batches) == (2, 1, 2)
-    assert store.get_job(ids[0]).status == JobStatus.PENDING
-    assert store.get_job(ids[2]).status == JobStatus.FAILED
-    assert store.get_job(ids[3]).status == JobStatus.PROCESSING
+    assert store.ops.get_job(ids[0]).status == JobStatus.PENDING
+    assert store.ops.get_job(ids[2]).status == JobStatus.FAILED
+    assert store.ops.get_job(ids[3]).status == JobStatus.PROCESSING
     events = sql_conn.execute(
         "SELECT job_id, actor, action, before->>'lease_owner' FROM leasectl.job_events ORDER BY id"
     ).fetchall()
@@ -311,25 +314,25 @@ def test_watcher_requeues_expired_and_writes_audit(
         ]
     )
     assert attempts_of(sql_conn, ids[0]) == [(1, "dead-worker", "expired")]
-    assert store.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
+    assert store.work.complete(leases[:1]) == set(), "the dead worker's lease is fenced off"
 
 
 def test_watcher_pass_lists_only_the_jobs_asked_for_and_counts_all(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = store.enqueue([{}] * 5, queue="q")
-    store.claim("q", "dead-worker", TTL, 5)
+    ids = store.ops.enqueue([{}] * 5, queue="q")
+    store.work.claim("q", "dead-worker", TTL, 5)
     for job_id in ids:
         expire(sql_conn, job_id)
     asked: list[bool] = []
-    requeue = store.requeue_expired
+    requeue = store.ops.requeue_expired
 
     def spy(**kwargs: Any) -> Any:
         asked.append(kwargs["detail"])
         return requeue(**kwargs)
 
-    store.requeue_expired = spy  # type: ignore[method-assign]
-    result = run_pass(store, WatcherConfig(batch_size=2), listed=3)
+    store.ops.requeue_expired = spy  # type: ignore[method-assign]
+    result = run_pass(store.ops, WatcherConfig(batch_size=2), listed=3)
     # Batches return the jobs until three are listed, then only how many went where.
     assert asked == [True, True, False]
     assert (result.requeued, result.total, result.batches) == (5, 5, 3)
@@ -345,24 +348,24 @@ def test_watcher_pass_lists_only_the_jobs_asked_for_and_counts_all(
     ).fetchone()
     assert counted == (5, 5, 5), "every batch moves, audits and closes, listed or not"
 
-    store.claim("q", "dead-again", TTL, 5)
+    store.work.claim("q", "dead-again", TTL, 5)
     for job_id in ids:
         expire(sql_conn, job_id)
     asked.clear()
-    result = run_pass(store, WatcherConfig(batch_size=2), listed=0)
+    result = run_pass(store.ops, WatcherConfig(batch_size=2), listed=0)
     assert asked == [False, False, False] and result.jobs == () and result.requeued == 5
 
 
 def test_an_unlisted_batch_counts_the_jobs_by_their_new_status(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """Without ``detail`` a batch returns a count per new status, not a row per job."""
-    spent = store.enqueue([{}] * 2, queue="q", max_attempts=1)
-    retried = store.enqueue([{}] * 3, queue="q")
-    store.claim("q", "dead-worker", TTL, 5)
+    spent = store.ops.enqueue([{}] * 2, queue="q", max_attempts=1)
+    retried = store.ops.enqueue([{}] * 3, queue="q")
+    store.work.claim("q", "dead-worker", TTL, 5)
     for job_id in spent + retried:
         expire(sql_conn, job_id)
-    batch = store.requeue_expired(
+    batch = store.ops.requeue_expired(
         limit=10, queue=None, mark=False, actor="watcher@test", reason="r", detail=False
     )
     assert batch.counts == {JobStatus.FAILED: 2, JobStatus.PENDING: 3}
@@ -370,10 +373,10 @@ def test_an_unlisted_batch_counts_the_jobs_by_their_new_status(
 
 
 def test_watcher_event_documents_hold_the_state_before_and_after(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    store.claim("q", "dead-worker", TTL)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    store.work.claim("q", "dead-worker", TTL)
     expire(sql_conn, job_id)
     was = sql_conn.execute(
         "SELECT to_jsonb(lease_until) #>> '{}', to_jsonb(heartbeat_at) #>> '{}' "
@@ -381,7 +384,7 @@ def test_watcher_event_documents_hold_the_state_before_and_after(
         (job_id,),
     ).fetchone()
     assert was is not None
-    run_pass(store, WatcherConfig(actor="watcher@test"))
+    run_pass(store.ops, WatcherConfig(actor="watcher@test"))
     row = sql_conn.execute(
         "SELECT e.before, e.after, to_jsonb(j.run_at) #>> '{}' "
         "FROM leasectl.job_events AS e JOIN leasectl.jobs AS j ON j.id = e.job_id "
@@ -400,21 +403,21 @@ def test_watcher_event_documents_hold_the_state_before_and_after(
     assert after == {"status": "Pending", "attempts": 1, "lease_until": None, "run_at": run_at}
 
 
-def expired_leases(store: Store, conn: psycopg.Connection[Any], n: int) -> list[int]:
+def expired_leases(store: Stores, conn: psycopg.Connection[Any], n: int) -> list[int]:
     """n jobs of queue q leased by w, their leases lapsed."""
-    ids = store.enqueue([{}] * n, queue="q")
-    store.claim("q", "w", TTL, limit=n)
+    ids = store.ops.enqueue([{}] * n, queue="q")
+    store.work.claim("q", "w", TTL, limit=n)
     for job_id in ids:
         expire(conn, job_id)
     return ids
 
 
 def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     expired_leases(store, sql_conn, 5)
     calls: list[tuple[float, float]] = []
-    requeue = store.requeue_expired
+    requeue = store.ops.requeue_expired
 
     def timed(**kwargs: Any) -> Any:
         start = time.perf_counter()
@@ -423,29 +426,29 @@ def test_watcher_pace_waits_between_batches_in_proportion_to_each_batch(
         finally:
             calls.append((start, time.perf_counter()))
 
-    store.requeue_expired = timed  # type: ignore[method-assign]
-    result = run_pass(store, WatcherConfig(batch_size=2, pace=3.0))
+    store.ops.requeue_expired = timed  # type: ignore[method-assign]
+    result = run_pass(store.ops, WatcherConfig(batch_size=2, pace=3.0))
     assert (result.requeued, result.batches) == (5, 3)
     for (start, end), (next_start, _) in itertools.pairwise(calls):
         assert next_start - end >= 3.0 * (end - start)
 
 
 def test_a_stop_request_ends_a_paced_pass_during_its_wait(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     expired_leases(store, sql_conn, 3)
-    requeue = store.requeue_expired
+    requeue = store.ops.requeue_expired
 
     def slow(**kwargs: Any) -> Any:
         time.sleep(0.2)  # a slow batch: with pace 100 the pass would then wait 20 s
         return requeue(**kwargs)
 
-    store.requeue_expired = slow  # type: ignore[method-assign]
+    store.ops.requeue_expired = slow  # type: ignore[method-assign]
     stopping = threading.Event()
     results: list[Any] = []
     pass_thread = threading.Thread(
         target=lambda: results.append(
-            run_pass(store, WatcherConfig(batch_size=1, pace=100.0), stopping=stopping)
+            run_pass(store.ops, WatcherConfig(batch_size=1, pace=100.0), stopping=stopping)
         )
     )
     pass_thread.start()
@@ -464,44 +467,44 @@ def test_a_stop_request_ends_a_paced_pass_during_its_wait(
     assert results[0].requeued == 1 and results[0].batches == 1
 
 
-def test_watcher_mark_mode_quarantines(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    store.claim("q", "w", TTL)
+def test_watcher_mark_mode_quarantines(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    store.work.claim("q", "w", TTL)
     expire(sql_conn, job_id)
-    result = run_pass(store, WatcherConfig(mode="mark"))
+    result = run_pass(store.ops, WatcherConfig(mode="mark"))
     assert result.marked_stuck == 1
-    job = store.get_job(job_id)
+    job = store.ops.get_job(job_id)
     assert job.status == JobStatus.STUCK and job.lease_until is not None
 
 
-def test_watcher_dry_run_changes_nothing(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    store.claim("q", "w", TTL)
+def test_watcher_dry_run_changes_nothing(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    store.work.claim("q", "w", TTL)
     expire(sql_conn, job_id)
-    result = run_pass(store, WatcherConfig(), dry_run=True)
+    result = run_pass(store.ops, WatcherConfig(), dry_run=True)
     assert [j.id for j in result.jobs] == [job_id] and result.total == 0
-    assert store.get_job(job_id).status == JobStatus.PROCESSING
+    assert store.ops.get_job(job_id).status == JobStatus.PROCESSING
 
 
 def test_watcher_pass_right_after_a_heartbeat_leaves_the_job(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    leases = store.claim("q", "w", TTL)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    leases = store.work.claim("q", "w", TTL)
     expire(sql_conn, job_id)
-    assert set(store.heartbeat(leases, timedelta(seconds=5))) == {job_id}
-    result = run_pass(store, WatcherConfig())
+    assert set(store.work.heartbeat(leases, timedelta(seconds=5))) == {job_id}
+    result = run_pass(store.ops, WatcherConfig())
     assert result.total == 0
-    job = store.get_job(job_id)
+    job = store.ops.get_job(job_id)
     assert job.status == JobStatus.PROCESSING and job.attempts == 1
 
 
 def test_watcher_does_not_touch_a_lease_renewed_while_it_waits(
-    store: Store, db_dsn: str, sql_conn: psycopg.Connection[Any]
+    store: Stores, db_dsn: str, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """A heartbeat in flight (row locked, not yet committed) when the watcher scans."""
-    [job_id] = store.enqueue([{}], queue="q")
-    [lease] = store.claim("q", "w", TTL)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    [lease] = store.work.claim("q", "w", TTL)
     expire(sql_conn, job_id)
     beat_sql = queries.get("jobs_heartbeat").render("leasectl")
     with psycopg.connect(db_dsn) as holder:
@@ -510,51 +513,51 @@ def test_watcher_does_not_touch_a_lease_renewed_while_it_waits(
                 beat_sql, {"ids": [job_id], "attempts": [1], "owner": "w", "ttl": TTL}
             ).fetchall()
             assert len(renewed) == 1
-            result = run_pass(store, WatcherConfig())
+            result = run_pass(store.ops, WatcherConfig())
             assert result.total == 0, "the locked row is skipped, not waited on and clobbered"
-    assert run_pass(store, WatcherConfig()).total == 0, "after the commit the lease is valid"
-    assert store.complete([lease]) == {job_id}
+    assert run_pass(store.ops, WatcherConfig()).total == 0, "after the commit the lease is valid"
+    assert store.work.complete([lease]) == {job_id}
 
 
 def test_operator_requeue_of_a_job_completed_after_the_operator_looked_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    [lease] = store.claim("q", "w", TTL)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    [lease] = store.work.claim("q", "w", TTL)
     expire(sql_conn, job_id)
-    seen = store.get_job(job_id).seen()  # the operator looks: expired lease
-    assert store.complete([lease]) == {job_id}  # the worker finishes anyway
-    result = store.operator_requeue([seen], actor="operator:test", reason="stuck?")
+    seen = store.ops.get_job(job_id).seen()  # the operator looks: expired lease
+    assert store.work.complete([lease]) == {job_id}  # the worker finishes anyway
+    result = store.ops.operator_requeue([seen], actor="operator:test", reason="stuck?")
     assert result.changed == ()
-    assert [(s.id, s.reason) for s in result.skipped] == [
+    assert [(s.id, skip_reason(s)) for s in result.skipped] == [
         (job_id, "moved since you looked: Processing -> Completed")
     ]
-    assert store.get_job(job_id).status == JobStatus.COMPLETED
+    assert store.ops.get_job(job_id).status == JobStatus.COMPLETED
     assert sql_conn.execute("SELECT count(*) FROM leasectl.job_events").fetchone() == (0,)
 
 
 def test_operator_requeue_of_a_renewed_lease_is_skipped(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    store.claim("q", "w1", TTL)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    store.work.claim("q", "w1", TTL)
     expire(sql_conn, job_id)
-    seen = store.get_job(job_id).seen()
-    assert store.claim_by_id(job_id, "w7", TTL) is not None
-    result = store.operator_requeue([seen], actor="operator:test", reason=None)
+    seen = store.ops.get_job(job_id).seen()
+    assert store.work.claim_by_id(job_id, "w7", TTL) is not None
+    result = store.ops.operator_requeue([seen], actor="operator:test", reason=None)
     assert result.changed == ()
-    assert "w7" in result.skipped[0].reason
+    assert "w7" in skip_reason(result.skipped[0])
 
 
 def test_operator_requeue_needs_force_for_a_live_lease(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    [lease] = store.claim("q", "w", TTL)
-    seen = store.seen_now([job_id])
-    result = store.operator_requeue(seen, actor="operator:test", reason="try")
-    assert result.changed == () and "lease live" in result.skipped[0].reason
-    forced = store.operator_requeue(seen, actor="operator:test", reason="hung", force=True)
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    [lease] = store.work.claim("q", "w", TTL)
+    seen = store.ops.seen_now([job_id])
+    result = store.ops.operator_requeue(seen, actor="operator:test", reason="try")
+    assert result.changed == () and "lease live" in skip_reason(result.skipped[0])
+    forced = store.ops.operator_requeue(seen, actor="operator:test", reason="hung", force=True)
     assert forced.changed == (job_id,)
     assert attempts_of(sql_conn, job_id) == [(1, "w", "requeued")]
     event = sql_conn.execute(
@@ -563,44 +566,44 @@ def test_operator_requeue_needs_force_for_a_live_lease(
         (job_id,),
     ).fetchone()
     assert event == ("operator:test", "requeue_forced", "hung", "Processing", "Pending")
-    assert store.complete([lease]) == set()
+    assert store.work.complete([lease]) == set()
 
 
-def test_operator_requeue_of_failed_job_grants_one_more_attempt(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue="q", max_attempts=1)
-    [lease] = store.claim("q", "w", TTL)
-    store.fail(lease, "x", retry_delay=timedelta(0))
-    result = store.operator_requeue(store.seen_now([job_id]), actor="op", reason="fixed")
+def test_operator_requeue_of_failed_job_grants_one_more_attempt(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="q", max_attempts=1)
+    [lease] = store.work.claim("q", "w", TTL)
+    store.work.fail(lease, "x", retry_delay=timedelta(0))
+    result = store.ops.operator_requeue(store.ops.seen_now([job_id]), actor="op", reason="fixed")
     assert result.changed == (job_id,)
-    [again] = store.claim("q", "w", TTL)
+    [again] = store.work.claim("q", "w", TTL)
     assert again.attempt == 2 and again.job.max_attempts == 2
 
 
-def test_operator_mark_stuck_and_unknown_ids(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue="q")
-    result = store.operator_mark_stuck(
-        store.seen_now([job_id, 424242]), actor="op", reason="poison"
+def test_operator_mark_stuck_and_unknown_ids(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="q")
+    result = store.ops.operator_mark_stuck(
+        store.ops.seen_now([job_id, 424242]), actor="op", reason="poison"
     )
     assert result.changed == (job_id,)
-    assert [(s.id, s.reason) for s in result.skipped] == [(424242, "no such job")]
-    job = store.get_job(job_id)
+    assert [(s.id, skip_reason(s)) for s in result.skipped] == [(424242, "no such job")]
+    job = store.ops.get_job(job_id)
     assert job.status == JobStatus.STUCK and job.last_error == "poison"
-    assert store.claim("q", "w", TTL) == []
+    assert store.work.claim("q", "w", TTL) == []
 
 
-def test_inspect_and_status(store: Store, sql_conn: psycopg.Connection[Any]) -> None:
-    ids = store.enqueue([{}] * 4, queue="q")
-    store.worker_register(
+def test_inspect_and_status(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    ids = store.ops.enqueue([{}] * 4, queue="q")
+    store.work.worker_register(
         "w", hostname="h", pid=1, queues=["q"], lease_ttl=TTL, heartbeat_every=timedelta(seconds=10)
     )
-    leases = store.claim("q", "w", TTL, 2)
-    store.complete(leases[:1])
+    leases = store.work.claim("q", "w", TTL, 2)
+    store.work.complete(leases[:1])
     expire(sql_conn, ids[1])
-    report = store.status()
+    report = store.ops.status()
     [q] = report.queues
     assert (q.pending, q.processing, q.expired, q.completed_recent) == (2, 1, 1, 1)
     [owner] = report.owners
     assert owner.owner == "w" and owner.held == 1 and owner.expired == 1
-    detail = store.inspect(ids[0])
+    detail = store.ops.inspect(ids[0])
     assert detail.job.status == JobStatus.COMPLETED
     assert [a.outcome for a in detail.attempts] == ["completed"]

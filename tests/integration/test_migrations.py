@@ -10,9 +10,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from leasectl import queries
+from leasectl.db import sql as queries
 from leasectl.errors import SchemaMissing
-from leasectl.store import Store
+from tests.stores import Stores
 
 
 def _schema_shape(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
@@ -30,12 +30,12 @@ def _schema_shape(conn: psycopg.Connection[Any], schema: str) -> dict[str, Any]:
 
 
 def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
-    with Store.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+    with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
         latest = [m.version for m in queries.migrations()]
-        assert store.migrate() == latest
+        assert store.db.migrate() == latest
         with psycopg.connect(empty_db_dsn) as conn:
             first = _schema_shape(conn, "leasectl")
-        assert store.migrate() == []
+        assert store.db.migrate() == []
         with psycopg.connect(empty_db_dsn) as conn:
             assert _schema_shape(conn, "leasectl") == first
     assert [t[0] for t in first["tables"]] == [
@@ -50,15 +50,15 @@ def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
 
 
 def test_concurrent_migrations_leave_one_schema(empty_db_dsn: str) -> None:
-    stores = [Store.connect(empty_db_dsn, "leasectl", check_schema=False) for _ in range(4)]
+    stores = [Stores.connect(empty_db_dsn, "leasectl", check_schema=False) for _ in range(4)]
     barrier = threading.Barrier(len(stores))
     applied: list[list[int]] = []
     errors: list[BaseException] = []
 
-    def run(store: Store) -> None:
+    def run(store: Stores) -> None:
         try:
             barrier.wait()
-            applied.append(store.migrate())
+            applied.append(store.db.migrate())
         except BaseException as exc:
             errors.append(exc)
 
@@ -78,16 +78,16 @@ def test_concurrent_migrations_leave_one_schema(empty_db_dsn: str) -> None:
 
 def test_custom_schema_name_with_quotes_is_an_identifier(empty_db_dsn: str) -> None:
     odd = 'Ops "queue"; drop'
-    with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
-        store.migrate()
-        store.check_schema()
-        [job_id] = store.enqueue([{"x": 1}])
-        assert store.get_job(job_id).payload == {"x": 1}
+    with Stores.connect(empty_db_dsn, odd, check_schema=False) as store:
+        store.db.migrate()
+        store.db.check_schema()
+        [job_id] = store.ops.enqueue([{"x": 1}])
+        assert store.ops.get_job(job_id).payload == {"x": 1}
 
 
 def test_missing_schema_is_reported_with_the_fix(empty_db_dsn: str) -> None:
     with pytest.raises(SchemaMissing, match="run `leasectl init`"):
-        Store.connect(empty_db_dsn, "leasectl")
+        Stores.connect(empty_db_dsn, "leasectl")
 
 
 def _attempts_of(conn: psycopg.Connection[Any], schema: str, ids: list[int]) -> int:
@@ -105,11 +105,11 @@ def test_deleting_or_truncating_jobs_empties_their_attempts(empty_db_dsn: str) -
     foreign key's cascade), on DELETE and on TRUNCATE, also in a schema whose name needs
     quoting, and only theirs."""
     odd = 'Ops "queue"; $$ drop'
-    with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
-        store.migrate()
-        ids = store.enqueue([{"n": n} for n in range(3)])
+    with Stores.connect(empty_db_dsn, odd, check_schema=False) as store:
+        store.db.migrate()
+        ids = store.ops.enqueue([{"n": n} for n in range(3)])
         for _ in ids:
-            assert store.claim("default", "worker-a", timedelta(seconds=30))
+            assert store.work.claim("default", "worker-a", timedelta(seconds=30))
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert _attempts_of(conn, odd, ids) == 3
         conn.execute(
@@ -138,11 +138,11 @@ def test_upgrade_from_version_2_keeps_history_and_its_cascade(empty_db_dsn: str)
                     queries.get("migration_record").render(schema),
                     {"version": migration.version, "name": migration.name},
                 )
-    with Store.connect(empty_db_dsn, schema, check_schema=False) as store:
-        ids = store.enqueue([{"n": 1}, {"n": 2}])
-        assert len(store.claim("default", "worker-a", timedelta(seconds=30), 2)) == 2
-        assert store.migrate() == [m.version for m in queries.migrations()][2:]
-        store.check_schema()
+    with Stores.connect(empty_db_dsn, schema, check_schema=False) as store:
+        ids = store.ops.enqueue([{"n": 1}, {"n": 2}])
+        assert len(store.work.claim("default", "worker-a", timedelta(seconds=30), 2)) == 2
+        assert store.db.migrate() == [m.version for m in queries.migrations()][2:]
+        store.db.check_schema()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert _attempts_of(conn, schema, ids) == 2
         conn.execute("DELETE FROM leasectl.jobs WHERE id = %s", (ids[0],))
@@ -155,8 +155,8 @@ def test_pages_that_status_changes_rewrite_keep_room_for_new_versions(
     """The jobs' primary key and the attempts (table and key) are filled to 70%, in a custom
     schema too: the room that status changes and attempt closes write their new versions into."""
     odd = 'Lease "Q"'
-    with Store.connect(empty_db_dsn, odd, check_schema=False) as store:
-        store.migrate()
+    with Stores.connect(empty_db_dsn, odd, check_schema=False) as store:
+        store.db.migrate()
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT c.relname, c.reloptions FROM pg_class AS c JOIN pg_namespace AS n "
@@ -193,10 +193,10 @@ def test_events_from_before_migration_6_keep_no_role_and_new_ones_must_have_one(
         conn.execute(
             "INSERT INTO leasectl.job_events (job_id, actor, action) VALUES (1, 'old', 'requeue')"
         )
-    with Store.connect(empty_db_dsn, schema, check_schema=False) as store:
-        assert store.migrate() == [6]
-        [job_id] = store.enqueue([{}])
-        store.operator_mark_stuck(store.seen_now([job_id]), actor="new", reason=None)
+    with Stores.connect(empty_db_dsn, schema, check_schema=False) as store:
+        assert store.db.migrate() == [6]
+        [job_id] = store.ops.enqueue([{}])
+        store.ops.operator_mark_stuck(store.ops.seen_now([job_id]), actor="new", reason=None)
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         me = conn.execute("SELECT session_user::text").fetchone()
         rows = conn.execute("SELECT actor, db_role FROM leasectl.job_events ORDER BY id").fetchall()

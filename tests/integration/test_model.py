@@ -28,8 +28,8 @@ from hypothesis.stateful import (
 )
 
 from leasectl.models import JobStatus, Lease, SeenState
-from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
+from tests.stores import Stores
 
 # CI runs a fixed set of examples (derandomize: the same sequences on every run, so a pass or a
 # failure is reproducible and does not depend on luck); `python -m tests.mutation --tests
@@ -91,7 +91,7 @@ class MJob:
 
 
 class LeaseMachine(RuleBasedStateMachine):
-    store: Store
+    store: Stores
     conn: psycopg.Connection[Any]
 
     def __init__(self) -> None:
@@ -140,7 +140,7 @@ class LeaseMachine(RuleBasedStateMachine):
         delayed=st.sampled_from([False, False, False, True]),
     )
     def enqueue(self, n: int, priority: int, max_attempts: int, delayed: bool) -> None:
-        ids = self.store.enqueue(
+        ids = self.store.ops.enqueue(
             [{}] * n,
             queue=QUEUE,
             priority=priority,
@@ -164,7 +164,7 @@ class LeaseMachine(RuleBasedStateMachine):
         lapsed = [j for j in self.jobs.values() if self.claimable(j) and j.status == PROCESSING]
         room = limit - len(pending)
         lapsed = sorted(lapsed, key=key)[: max(room, 0)]  # the best lapsed leases fill the room
-        leases = self.store.claim(QUEUE, owner, LONG, limit)
+        leases = self.store.work.claim(QUEUE, owner, LONG, limit)
         got = [lease.job_id for lease in leases]
         assert got == [j.id for j in sorted(pending + lapsed, key=key)], "claim order"
         for lease in leases:
@@ -180,7 +180,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if job is None:
             return
         ok = job.status == PENDING or (job.status == PROCESSING and job.expired)
-        lease = self.store.claim_by_id(job.id, owner, LONG)
+        lease = self.store.work.claim_by_id(job.id, owner, LONG)
         assert (lease is not None) == ok, (job, lease)
         if lease is not None:
             job.lease(owner)
@@ -198,7 +198,7 @@ class LeaseMachine(RuleBasedStateMachine):
             "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
             (job.id,),
         )
-        lease = self.store.claim_by_id(job.id, job.owner, LONG)
+        lease = self.store.work.claim_by_id(job.id, job.owner, LONG)
         assert lease is not None, job
         job.lease(job.owner)
         assert lease.attempt == job.attempts
@@ -216,7 +216,7 @@ class LeaseMachine(RuleBasedStateMachine):
         leases = self.owner_leases(data)
         if not leases:
             return
-        renewed = self.store.heartbeat(leases, LONG)
+        renewed = self.store.work.heartbeat(leases, LONG)
         expected = {x.job_id for x in leases if self.fenced(x)}
         assert set(renewed) == expected
         for job_id in expected:
@@ -228,7 +228,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if not leases:
             return
         expected = {x.job_id for x in leases if self.fenced(x)}
-        assert self.store.complete(leases) == expected
+        assert self.store.work.complete(leases) == expected
         for job_id in expected:
             job = self.jobs[job_id]
             job.status = COMPLETED
@@ -240,7 +240,7 @@ class LeaseMachine(RuleBasedStateMachine):
             return
         lease = data.draw(st.sampled_from(self.leases), label="lease")
         ok = self.fenced(lease)
-        status = self.store.fail(
+        status = self.store.work.fail(
             lease, "boom", retry_delay=LONG if delayed else timedelta(0), retry=retry
         )
         if not ok:
@@ -258,7 +258,7 @@ class LeaseMachine(RuleBasedStateMachine):
         if not leases:
             return
         expected = {x.job_id for x in leases if self.fenced(x)}
-        assert self.store.release(leases) == expected
+        assert self.store.work.release(leases) == expected
         for job_id in expected:
             job = self.jobs[job_id]
             job.status = PENDING
@@ -293,7 +293,7 @@ class LeaseMachine(RuleBasedStateMachine):
     @rule(mark=st.booleans(), batch=st.integers(1, 3))
     def watcher_pass(self, mark: bool, batch: int) -> None:
         config = WatcherConfig(mode="mark" if mark else "requeue", batch_size=batch, actor=WATCHER)
-        result = run_pass(self.store, config)
+        result = run_pass(self.store.ops, config)
         expired = {j.id for j in self.jobs.values() if j.status == PROCESSING and j.expired}
         assert {j.id for j in result.jobs} == expired
         for job_id in expired:
@@ -319,10 +319,14 @@ class LeaseMachine(RuleBasedStateMachine):
             wrong = SeenState(seen.id, seen.status, seen.attempts - 1, seen.lease_owner)
             seen = data.draw(st.sampled_from([*earlier, wrong]), label="seen")
         if requeue:
-            result = self.store.operator_requeue([seen], actor=OPERATOR, reason="r", force=force)
+            result = self.store.ops.operator_requeue(
+                [seen], actor=OPERATOR, reason="r", force=force
+            )
             eligible = {PROCESSING, STUCK, FAILED}
         else:
-            result = self.store.operator_mark_stuck([seen], actor=OPERATOR, reason="r", force=force)
+            result = self.store.ops.operator_mark_stuck(
+                [seen], actor=OPERATOR, reason="r", force=force
+            )
             eligible = {PROCESSING, PENDING}
         live = job.status == PROCESSING and not job.expired
         ok = not stale and job.status in eligible and (force or not live)
@@ -386,7 +390,7 @@ class LeaseMachine(RuleBasedStateMachine):
 
 
 def test_lease_state_machine_matches_the_model(db_dsn: str) -> None:
-    store = Store.connect(db_dsn, "leasectl", max_size=2)
+    store = Stores.connect(db_dsn, "leasectl", max_size=2)
     conn = psycopg.connect(db_dsn, autocommit=True)
     try:
         LeaseMachine.store = store
@@ -401,10 +405,10 @@ def test_lease_state_machine_matches_the_model(db_dsn: str) -> None:
 
 
 def test_claim_takes_expired_leases_in_priority_order(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = [store.enqueue([{}], queue=QUEUE, priority=p)[0] for p in (5, 4, 3, 2, 1)]
-    assert len(store.claim(QUEUE, "w1", LONG, 5)) == 5
+    ids = [store.ops.enqueue([{}], queue=QUEUE, priority=p)[0] for p in (5, 4, 3, 2, 1)]
+    assert len(store.work.claim(QUEUE, "w1", LONG, 5)) == 5
     sql_conn.execute("UPDATE leasectl.jobs SET lease_until = now() - interval '1 second'")
-    [lease] = store.claim(QUEUE, "w2", LONG, 1)
+    [lease] = store.work.claim(QUEUE, "w2", LONG, 1)
     assert (lease.job_id, lease.job.priority) == (ids[-1], 1)

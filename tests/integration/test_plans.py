@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl import queries
+from bench.plans import explain_nested, generic_plan
+from leasectl.db import sql as queries
+from leasectl.db.work import claim_from
 from leasectl.models import ClaimKey
-from leasectl.store import claim_from
 from tests.conftest import SCHEMA
 
 TTL = timedelta(seconds=30)
@@ -74,7 +75,7 @@ def plan_of(
 
     def plan(name: str, params: Params) -> str:
         query = queries.get(name).render(SCHEMA)
-        with queries.generic_plan(sql_conn, query) as explain:
+        with generic_plan(sql_conn, query) as explain:
             if mode == "planned on empty tables":
                 analyze(sql_conn)
                 explain(params(sql_conn))  # the plan is made here and kept
@@ -232,7 +233,7 @@ def test_key_lookups_are_estimated_at_one_row_each(
         "jobs_heartbeat": {**held(sql_conn, "w-2"), "owner": "w-2", "ttl": TTL},
         "jobs_release": {**held(sql_conn, "w-3"), "owner": "w-3"},
     }
-    with queries.generic_plan(sql_conn, queries.get(name).render(SCHEMA)) as explain:
+    with generic_plan(sql_conn, queries.get(name).render(SCHEMA)) as explain:
         plan = explain(params[name], analyze=False)
     probes = [line for line in plan.splitlines() if re.search(r"Index Scan using \w+_pkey", line)]
     assert probes, plan
@@ -316,7 +317,7 @@ def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
         "reason": "plan",
         "detail": False,
     }
-    (text, plan), (_, outer) = queries.explain_nested(sql_conn, query, params)
+    (text, plan), (_, outer) = explain_nested(sql_conn, query, params)
     assert "Function Scan on jobs_requeue_expired" in outer, outer
     assert text.startswith("WITH expired AS ("), text
     assert scans_of_big_tables(plan) == [], plan

@@ -22,14 +22,14 @@ import psycopg
 import pytest
 from psycopg import conninfo, errors, sql
 
-from leasectl import grants
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
+from leasectl.db import grants
 from leasectl.errors import PermissionDenied
 from leasectl.models import JobStatus
-from leasectl.store import Store
 from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
 from tests.seed import seed_states_at
+from tests.stores import Stores
 from tests.util import wait_until
 
 KINDS = ("viewer", "operator", "worker", "producer")
@@ -65,8 +65,8 @@ def roles(server_dsn: str, db_dsn: str) -> Iterator[Roles]:
 
 @pytest.fixture
 def granted(roles: Roles, db_dsn: str) -> Roles:
-    with Store.connect(db_dsn, "leasectl") as store:
-        grants.apply(store, [grants.Grant(grants.Kind(k), roles.names[k]) for k in KINDS])
+    with Stores.connect(db_dsn, "leasectl") as store:
+        grants.apply(store.db, [grants.Grant(grants.Kind(k), roles.names[k]) for k in KINDS])
     return roles
 
 
@@ -477,32 +477,32 @@ def test_a_role_granted_operator_and_worker_in_one_command_keeps_both(
     proc = cli("grant", "--worker", role, "--operator", role, dsn=db_dsn)
     assert proc.returncode == 0, proc.stderr
     [job_id] = seed_pending(db_dsn, 1)
-    with Store.connect(roles.dsn("worker"), "leasectl") as store:
-        [lease] = store.claim("q", "w-both", timedelta(seconds=30))
-        moved = store.operator_requeue([lease.job.seen()], actor="x", reason=None, force=True)
+    with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+        [lease] = store.work.claim("q", "w-both", timedelta(seconds=30))
+        moved = store.ops.operator_requeue([lease.job.seen()], actor="x", reason=None, force=True)
         assert moved.changed == (job_id,)
-        [again] = store.claim("q", "w-both", timedelta(seconds=30))
-        assert store.complete([again]) == {job_id}
+        [again] = store.work.claim("q", "w-both", timedelta(seconds=30))
+        assert store.work.complete([again]) == {job_id}
 
 
 def test_worker_role_runs_the_lease_protocol_only(granted: Roles, db_dsn: str) -> None:
     [job_id, other, third] = seed_pending(db_dsn, 3)
     ttl = timedelta(seconds=30)
-    with Store.connect(granted.dsn("worker"), "leasectl") as store:
-        store.worker_register(
+    with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+        store.work.worker_register(
             "w-role", hostname="h", pid=1, queues=["q"], lease_ttl=ttl, heartbeat_every=ttl / 3
         )
-        leases = store.claim("q", "w-role", ttl, 2)
+        leases = store.work.claim("q", "w-role", ttl, 2)
         assert [lease.job_id for lease in leases] == [job_id, other]
-        assert set(store.heartbeat(leases, ttl)) == {job_id, other}
-        assert store.complete(leases[:1]) == {job_id}
-        assert store.fail(leases[1], "boom", retry_delay=timedelta(0)) == JobStatus.PENDING
-        lease = store.claim_by_id(third, "w-role", ttl)
-        assert lease is not None and store.release([lease]) == {third}
-        store.worker_seen("w-role")
-        store.worker_stopped("w-role")
+        assert set(store.work.heartbeat(leases, ttl)) == {job_id, other}
+        assert store.work.complete(leases[:1]) == {job_id}
+        assert store.work.fail(leases[1], "boom", retry_delay=timedelta(0)) == JobStatus.PENDING
+        lease = store.work.claim_by_id(third, "w-role", ttl)
+        assert lease is not None and store.work.release([lease]) == {third}
+        store.work.worker_seen("w-role")
+        store.work.worker_stopped("w-role")
         with pytest.raises(PermissionDenied, match=r"^permission denied"):
-            store.operator_requeue(store.seen_now([third]), actor="w-role", reason=None)
+            store.ops.operator_requeue(store.ops.seen_now([third]), actor="w-role", reason=None)
     before = snapshot(db_dsn)
     for args in (["requeue-stuck"], ["mark-stuck", str(third)], ["status"]):
         proc = cli(*args, dsn=granted.dsn("worker"))
@@ -514,8 +514,8 @@ def test_worker_role_runs_the_lease_protocol_only(granted: Roles, db_dsn: str) -
 
 
 def seed_pending(db_dsn: str, n: int) -> list[int]:
-    with Store.connect(db_dsn, "leasectl") as store:
-        return store.enqueue([{"i": i} for i in range(n)], queue="q")
+    with Stores.connect(db_dsn, "leasectl") as store:
+        return store.ops.enqueue([{"i": i} for i in range(n)], queue="q")
 
 
 def test_producer_role_enqueues_only(granted: Roles, db_dsn: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from leasectl import retention
-from leasectl.store import Store
+from tests.stores import Stores
 
 
 def _age_finished(conn: psycopg.Connection[Any], ids: list[int], days: int) -> None:
@@ -23,27 +23,27 @@ def _age_finished(conn: psycopg.Connection[Any], ids: list[int], days: int) -> N
     )
 
 
-def _finish(store: Store, queue: str, n: int) -> list[int]:
-    ids = store.enqueue([{}] * n, queue=queue)
-    leases = store.claim(queue, "w", timedelta(minutes=1), n)
-    store.complete(leases)
+def _finish(store: Stores, queue: str, n: int) -> list[int]:
+    ids = store.ops.enqueue([{}] * n, queue=queue)
+    leases = store.work.claim(queue, "w", timedelta(minutes=1), n)
+    store.work.complete(leases)
     return ids
 
 
 def test_prune_deletes_old_finished_jobs_with_attempts_in_batches(
-    store: Store, sql_conn: psycopg.Connection[Any]
+    store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     old = _finish(store, "q", 7)
     recent = _finish(store, "q", 2)
     _age_finished(sql_conn, old, 10)
-    live = store.enqueue([{}], queue="q")
+    live = store.ops.enqueue([{}], queue="q")
     sql_conn.execute(
         "INSERT INTO leasectl.job_events (job_id, actor, action) VALUES (%s, 'op', 'requeue')",
         (old[0],),
     )
-    dry = retention.prune(store, older_than=timedelta(days=7), dry_run=True)
+    dry = retention.prune(store.ops, older_than=timedelta(days=7), dry_run=True)
     assert (dry.jobs, dry.dry_run) == (7, True)
-    result = retention.prune(store, older_than=timedelta(days=7), batch=3)
+    result = retention.prune(store.ops, older_than=timedelta(days=7), batch=3)
     assert (result.jobs, result.batches, result.events) == (7, 3, 0)
     remaining = sql_conn.execute("SELECT id FROM leasectl.jobs ORDER BY id").fetchall()
     assert [r[0] for r in remaining] == recent + live
@@ -56,7 +56,7 @@ def test_prune_deletes_old_finished_jobs_with_attempts_in_batches(
 
 
 def test_prune_cli_can_drop_events_and_prints_json(
-    db_dsn: str, store: Store, sql_conn: psycopg.Connection[Any]
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
     old = _finish(store, "q", 3)
     _age_finished(sql_conn, old, 30)

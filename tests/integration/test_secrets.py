@@ -29,10 +29,10 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl import config
 from leasectl.cli import stderr
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
+from leasectl.db import dsn as dsnlib
 from leasectl.db.embedded import EmbeddedServer
 from tests.conftest import SCHEMA
 from tests.integration.test_cli import _env
@@ -431,10 +431,10 @@ def test_debug_traceback_of_an_internal_error(channel: str, form: str) -> None:
         form, password, host="127.0.0.1", port=CLOSED_PORT, dbname="orders", user="app"
     )
     code = (
-        "import os, sys; from leasectl import cli\n"
+        "import os, sys; from leasectl import cli; from leasectl.db.connection import Database\n"
         "def connect(dsn, *a, **k):\n"
         "    raise RuntimeError(f'cannot use {dsn} with {os.environ.get(\"PGPASSWORD\")}')\n"
-        "cli.root.Store.connect = connect\n"
+        "Database.connect = connect\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     environ = {**_env(None), **env, "LEASECTL_DEBUG": "1"}
@@ -477,7 +477,7 @@ def test_console_header(db_dsn: str, form: str) -> None:
         if form == "uri-encoded"
         else conninfo.make_conninfo(db_dsn, password=password)
     )
-    expected = config.safe_dsn(db_dsn)
+    expected = dsnlib.safe_dsn(db_dsn)
     source = DatabaseSource.connect(dsn, SCHEMA)
     app = ConsoleApp(source, refresh=timedelta(milliseconds=300))
     seen: dict[str, str] = {}
@@ -531,23 +531,23 @@ def test_warnings_and_logs_are_scrubbed(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_where_is_built_from_parsed_parameters() -> None:
-    """Store.where, the banners and the console all show config.safe_dsn: for a URI libpq would
+    """Database.where, the banners and the console all show safe_dsn: for a URI libpq would
     misread (host "app", port "Kq7v", ...) it shows no host, port or database at all."""
     for password in (MIXED["slash-at"], MIXED["at-at"], MIXED["everything"]):
-        shown = config.safe_dsn(f"postgresql://app:{password}@127.0.0.1:5432/db")
+        shown = dsnlib.safe_dsn(f"postgresql://app:{password}@127.0.0.1:5432/db")
         assert shown == "<invalid DSN>"
-    assert re.fullmatch(r"127\.0\.0\.1:5432/db", config.safe_dsn(
+    assert re.fullmatch(r"127\.0\.0\.1:5432/db", dsnlib.safe_dsn(
         f"postgresql://app:{quote(MIXED['everything'], safe='')}@127.0.0.1:5432/db"
     ))  # fmt: skip
 
 
 def test_store_refuses_an_ambiguous_uri_before_connecting() -> None:
-    """Library callers (the console, the demo, tests) go through Store.connect, which refuses
+    """Library callers (the console, the demo, tests) go through Database.connect, which refuses
     what the command line refuses, instead of connecting to host "app", port "Kq7v"."""
+    from leasectl.db.connection import Database
     from leasectl.errors import ConfigError
-    from leasectl.store import Store
 
     with pytest.raises(ConfigError) as err:
-        Store.connect(f"postgresql://app:{MIXED['slash-at']}@127.0.0.1:1/db", SCHEMA)
+        Database.connect(f"postgresql://app:{MIXED['slash-at']}@127.0.0.1:1/db", SCHEMA)
     assert "%2F, %40" in str(err.value)
     assert not [s for s in forbidden(MIXED["slash-at"]) if s in str(err.value)]

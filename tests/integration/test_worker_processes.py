@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from leasectl.models import JobStatus
-from leasectl.store import Store
 from leasectl.watcher import WatcherConfig, run_pass
+from tests.stores import Stores
 from tests.util import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,9 +111,9 @@ def attempts(conn: psycopg.Connection[Any], job_id: int) -> list[tuple[Any, ...]
 
 @pytest.mark.slow
 def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_another(
-    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
-    ids = store.enqueue([{}] * 3, queue="k")
+    ids = store.ops.enqueue([{}] * 3, queue="k")
     victim = workers(
         "k",
         "tests.handlers:block",
@@ -135,7 +135,7 @@ def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_anoth
         lambda: all(s[4] for s in jobs_state(sql_conn, ids) if s[1] == "Processing"),
         what="the leases to lapse",
     )
-    result = run_pass(store, WatcherConfig(actor="watcher@test"))
+    result = run_pass(store.ops, WatcherConfig(actor="watcher@test"))
     assert sorted(j.id for j in result.jobs) == ids and result.requeued == 3
     assert all(s[1:3] == ("Pending", 1) for s in jobs_state(sql_conn, ids))
     assert all(s[2] == 1 for s in jobs_state(sql_conn, ids))
@@ -145,7 +145,7 @@ def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_anoth
         what="the rescuer to complete the jobs",
     )
     for job_id in ids:
-        assert store.get_job(job_id).attempts == 2
+        assert store.ops.get_job(job_id).attempts == 2
         assert attempts(sql_conn, job_id) == [
             (1, "victim", "expired"),
             (2, "rescuer", "completed"),
@@ -159,9 +159,9 @@ def test_sigkilled_worker_jobs_are_requeued_by_the_watcher_and_finished_by_anoth
 
 @pytest.mark.slow
 def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
-    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
-    [job_id] = store.enqueue([{"seconds": 1.5}], queue="z")
+    [job_id] = store.ops.enqueue([{"seconds": 1.5}], queue="z")
     zombie = workers(
         "z",
         "tests.handlers:sleep_ignoring_cancel",
@@ -174,7 +174,7 @@ def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
     wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "zombie", what="zombie to claim")
     zombie.signal(signal.SIGSTOP)
     wait_until(lambda: jobs_state(sql_conn, [job_id])[0][4], what="the zombie's lease to lapse")
-    lease = store.claim_by_id(job_id, "rescuer", timedelta(seconds=30))
+    lease = store.work.claim_by_id(job_id, "rescuer", timedelta(seconds=30))
     assert lease is not None and lease.attempt == 2
     zombie.signal(signal.SIGCONT)
     wait_until(
@@ -192,11 +192,11 @@ def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
     assert state[1:4] == ("Processing", 2, "rescuer")
     # And had it tried, its token (owner zombie, attempt 1) is fenced off in the database.
     stale = replace(lease, owner="zombie", attempt=1)
-    assert store.heartbeat([stale], timedelta(seconds=30)) == {}
-    assert store.complete([stale]) == set()
-    assert store.fail(stale, "late", retry_delay=timedelta(0)) is None
-    assert store.release([stale]) == set()
-    assert store.complete([lease]) == {job_id}
+    assert store.work.heartbeat([stale], timedelta(seconds=30)) == {}
+    assert store.work.complete([stale]) == set()
+    assert store.work.fail(stale, "late", retry_delay=timedelta(0)) is None
+    assert store.work.release([stale]) == set()
+    assert store.work.complete([lease]) == {job_id}
     assert attempts(sql_conn, job_id) == [(1, "zombie", "expired"), (2, "rescuer", "completed")]
     zombie.signal(signal.SIGTERM)
     assert zombie.wait() == 0
@@ -204,9 +204,9 @@ def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
 
 @pytest.mark.slow
 def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
-    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
-    ids = store.enqueue([{}] * 2, queue="t")
+    ids = store.ops.enqueue([{}] * 2, queue="t")
     w = workers(
         "t",
         "tests.handlers:sleep_ignoring_cancel",
@@ -220,7 +220,7 @@ def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
     w.signal(signal.SIGTERM)
     assert w.wait() == 0
     for job_id in ids:
-        job = store.get_job(job_id)
+        job = store.ops.get_job(job_id)
         assert (job.status, job.attempts, job.lease_until) == (JobStatus.PENDING, 1, None)
         assert attempts(sql_conn, job_id) == [(1, "graceful", "released")]
     stopped = sql_conn.execute(
@@ -231,33 +231,33 @@ def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
 
 @pytest.mark.slow
 def test_sigterm_lets_a_short_handler_finish_within_the_grace_period(
-    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
-    [job_id] = store.enqueue([{"seconds": 0.5}], queue="g")
+    [job_id] = store.ops.enqueue([{"seconds": 0.5}], queue="g")
     w = workers("g", "tests.handlers:sleep_ignoring_cancel", "patient", "--grace", "20s")
     wait_until(lambda: jobs_state(sql_conn, [job_id])[0][3] == "patient")
     w.signal(signal.SIGTERM)
     assert w.wait() == 0
-    assert store.get_job(job_id).status == JobStatus.COMPLETED
+    assert store.ops.get_job(job_id).status == JobStatus.COMPLETED
 
 
 @pytest.mark.slow
 def test_handler_exceptions_become_failures_with_backoff(
-    store: Store, sql_conn: psycopg.Connection[Any], workers: Any
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:
-    [retry_id] = store.enqueue([{}], queue="f", max_attempts=3)
-    [perm_id] = store.enqueue([{}], queue="p", max_attempts=3)
+    [retry_id] = store.ops.enqueue([{}], queue="f", max_attempts=3)
+    [perm_id] = store.ops.enqueue([{}], queue="p", max_attempts=3)
     # A long backoff keeps the second attempt away while the first failure is looked at.
     workers("f", "tests.handlers:boom", "failing", "--retry-base", "30s")
     workers("p", "tests.handlers:permanent", "permanent")
-    wait_until(lambda: store.get_job(retry_id).last_error is not None)
-    job = store.get_job(retry_id)
+    wait_until(lambda: store.ops.get_job(retry_id).last_error is not None)
+    job = store.ops.get_job(retry_id)
     assert job.status == JobStatus.PENDING and "RuntimeError: boom on attempt 1" in (
         job.last_error or ""
     )
     assert job.run_at > job.updated_at, "retry is delayed by the backoff"
-    wait_until(lambda: store.get_job(perm_id).status == JobStatus.FAILED)
-    assert store.get_job(perm_id).attempts == 1
+    wait_until(lambda: store.ops.get_job(perm_id).status == JobStatus.FAILED)
+    assert store.ops.get_job(perm_id).attempts == 1
 
 
 def test_a_ready_file_in_a_missing_directory_is_a_usage_error(db_dsn: str, tmp_path: Path) -> None:

@@ -10,27 +10,27 @@ import psycopg
 import pytest
 
 from leasectl.models import JobStatus
-from leasectl.store import Store
 from leasectl.worker import JobContext, PermanentError
+from tests.stores import Stores
 from tests.util import wait_until
 
 
-def test_an_idle_worker_is_woken_by_notify_not_by_polling(store: Store, run_worker: Any) -> None:
+def test_an_idle_worker_is_woken_by_notify_not_by_polling(store: Stores, run_worker: Any) -> None:
     done = threading.Event()
     worker = run_worker(lambda ctx: done.set(), queues=("n",), poll_interval=timedelta(hours=1))
-    [first] = store.enqueue([{}], queue="n")
+    [first] = store.ops.enqueue([{}], queue="n")
     # The worker polled an empty queue at start-up and now sleeps for an hour unless woken.
-    wait_until(lambda: store.get_job(first).status == JobStatus.COMPLETED, timeout=10)
-    [second] = store.enqueue([{}], queue="n")
-    wait_until(lambda: store.get_job(second).status == JobStatus.COMPLETED, timeout=10)
+    wait_until(lambda: store.ops.get_job(first).status == JobStatus.COMPLETED, timeout=10)
+    [second] = store.ops.enqueue([{}], queue="n")
+    wait_until(lambda: store.ops.get_job(second).status == JobStatus.COMPLETED, timeout=10)
     # The worker counts a result once its statement has returned: a moment after the commit.
     wait_until(lambda: worker.stats.completed == 2, timeout=10)
 
 
 def test_many_jobs_complete_with_batched_statements(
-    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+    store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    ids = store.enqueue([{}] * 300, queue="b")
+    ids = store.ops.enqueue([{}] * 300, queue="b")
     worker = run_worker(lambda ctx: None, queues=("b",), concurrency=20)
     wait_until(
         lambda: (
@@ -52,7 +52,7 @@ def test_many_jobs_complete_with_batched_statements(
 
 
 def test_a_handler_sees_cancellation_when_its_lease_is_taken(
-    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+    store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any]
 ) -> None:
     seen: list[JobContext] = []
     cancelled = threading.Event()
@@ -68,22 +68,22 @@ def test_a_handler_sees_cancellation_when_its_lease_is_taken(
         lease_ttl=timedelta(seconds=2),
         heartbeat_every=timedelta(milliseconds=200),
     )
-    [job_id] = store.enqueue([{}], queue="c")
+    [job_id] = store.ops.enqueue([{}], queue="c")
     wait_until(lambda: seen)
     # Another owner takes the job over (as after an expiry); the next heartbeat notices.
     sql_conn.execute(
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
         (job_id,),
     )
-    assert store.claim_by_id(job_id, "thief", timedelta(seconds=60)) is not None
+    assert store.work.claim_by_id(job_id, "thief", timedelta(seconds=60)) is not None
     assert cancelled.wait(10)
     wait_until(lambda: worker.stats.lost == 1)
-    job = store.get_job(job_id)
+    job = store.ops.get_job(job_id)
     assert (job.status, job.lease_owner, job.attempts) == (JobStatus.PROCESSING, "thief", 2)
 
 
 def test_heartbeats_continue_while_running_handlers_finish_after_stop(
-    store: Store, run_worker: Any, sql_conn: psycopg.Connection[Any]
+    store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The grace period outlasts the lease: the lease must stay valid until the result lands."""
     from leasectl.watcher import WatcherConfig, run_pass
@@ -101,23 +101,23 @@ def test_heartbeats_continue_while_running_handlers_finish_after_stop(
         heartbeat_every=timedelta(milliseconds=200),
         grace=timedelta(seconds=20),
     )
-    [job_id] = store.enqueue([{}], queue="g")
+    [job_id] = store.ops.enqueue([{}], queue="g")
     assert started.wait(10)
     worker.stop()
     moved = 0
 
     def finished() -> bool:
         nonlocal moved
-        moved += run_pass(store, WatcherConfig()).total  # a watcher keeps looking meanwhile
-        return store.get_job(job_id).status != JobStatus.PROCESSING
+        moved += run_pass(store.ops, WatcherConfig()).total  # a watcher keeps looking meanwhile
+        return store.ops.get_job(job_id).status != JobStatus.PROCESSING
 
     wait_until(finished, timeout=15)
-    job = store.get_job(job_id)
+    job = store.ops.get_job(job_id)
     assert (job.status, job.attempts, moved) == (JobStatus.COMPLETED, 1, 0)
 
 
 def test_a_slot_freed_by_a_failure_is_used_while_the_others_stay_busy(
-    store: Store, run_worker: Any
+    store: Stores, run_worker: Any
 ) -> None:
     """Slots come free by failures too, not only by completions: with 7 of 8 handlers busy for
     as long as the test likes, a job enqueued after another one failed still starts."""
@@ -131,17 +131,17 @@ def test_a_slot_freed_by_a_failure_is_used_while_the_others_stay_busy(
         if ctx.payload.get("block"):
             release.wait(30)
 
-    blocked = store.enqueue([{"block": True}] * 7, queue="s")
+    blocked = store.ops.enqueue([{"block": True}] * 7, queue="s")
     run_worker(handler, queues=("s",), concurrency=8, poll_interval=timedelta(milliseconds=50))
     wait_until(lambda: len(started) == 7, timeout=10)
-    [failing] = store.enqueue([{"fail": True}], queue="s")
-    wait_until(lambda: store.get_job(failing).status == JobStatus.FAILED, timeout=10)
-    [later] = store.enqueue([{}], queue="s")
+    [failing] = store.ops.enqueue([{"fail": True}], queue="s")
+    wait_until(lambda: store.ops.get_job(failing).status == JobStatus.FAILED, timeout=10)
+    [later] = store.ops.enqueue([{}], queue="s")
     try:
-        wait_until(lambda: store.get_job(later).status == JobStatus.COMPLETED, timeout=5)
+        wait_until(lambda: store.ops.get_job(later).status == JobStatus.COMPLETED, timeout=5)
     finally:
         release.set()
-    assert all(store.get_job(j).status != JobStatus.FAILED for j in blocked)
+    assert all(store.ops.get_job(j).status != JobStatus.FAILED for j in blocked)
 
 
 PAYLOADS = [
@@ -157,18 +157,18 @@ PAYLOADS = [
 
 @pytest.mark.parametrize("generic_plans", [False, True], ids=["store", "worker-store"])
 def test_a_claim_returns_each_payload_as_it_was_enqueued(db_dsn: str, generic_plans: bool) -> None:
-    """The claim's jsonb loader (leasectl's own, on every Store connection) gives back what was
+    """The claim's jsonb loader (leasectl's own, on every connection) gives back what was
     enqueued: unicode, escapes, big integers, floats, nesting, and non-object JSON."""
-    with Store.connect(db_dsn, "leasectl", generic_plans=generic_plans) as s:
-        ids = s.enqueue(PAYLOADS, queue="p")
-        leases, _ = s.complete_and_claim([], "p", "w1", timedelta(minutes=1), len(PAYLOADS))
+    with Stores.connect(db_dsn, "leasectl", generic_plans=generic_plans) as s:
+        ids = s.ops.enqueue(PAYLOADS, queue="p")
+        leases, _ = s.work.complete_and_claim([], "p", "w1", timedelta(minutes=1), len(PAYLOADS))
     assert [lease.job.id for lease in leases] == ids
     assert [lease.job.payload for lease in leases] == PAYLOADS
 
 
-def test_cancelled_is_one_event_made_on_first_use_by_any_thread(store: Store) -> None:
-    [job_id] = store.enqueue([{}], queue="c")
-    [lease], _ = store.complete_and_claim([], "c", "w1", timedelta(minutes=1), 1)
+def test_cancelled_is_one_event_made_on_first_use_by_any_thread(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue="c")
+    [lease], _ = store.work.complete_and_claim([], "c", "w1", timedelta(minutes=1), 1)
     ctx = JobContext(lease)
     assert not ctx.is_cancelled()
     start = threading.Barrier(8)

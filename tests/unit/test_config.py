@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from leasectl import config
+from leasectl.db import dsn as dsnlib
 from leasectl.errors import ConfigError, UsageError
 
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
@@ -189,28 +190,28 @@ def no_dsn_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 def test_dsn_order(no_dsn_env: pytest.MonkeyPatch) -> None:
     no_dsn_env.setenv("DATABASE_URL", "dbname=from_database_url")
-    assert config.resolve_dsn(None) == "dbname=from_database_url"
+    assert dsnlib.resolve_dsn(None) == "dbname=from_database_url"
     no_dsn_env.setenv("LEASECTL_DSN", "dbname=from_leasectl_dsn")
-    assert config.resolve_dsn(None) == "dbname=from_leasectl_dsn"
-    assert config.resolve_dsn("dbname=from_option") == "dbname=from_option"
+    assert dsnlib.resolve_dsn(None) == "dbname=from_leasectl_dsn"
+    assert dsnlib.resolve_dsn("dbname=from_option") == "dbname=from_option"
 
 
 def test_dsn_blank_values_are_skipped(no_dsn_env: pytest.MonkeyPatch) -> None:
     no_dsn_env.setenv("LEASECTL_DSN", "  ")
     no_dsn_env.setenv("DATABASE_URL", "dbname=fallback")
-    assert config.resolve_dsn("") == "dbname=fallback"
+    assert dsnlib.resolve_dsn("") == "dbname=fallback"
 
 
 def test_no_dsn_points_at_demo(no_dsn_env: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError) as err:
-        config.resolve_dsn(None)
+        dsnlib.resolve_dsn(None)
     assert "leasectl demo" in str(err.value)
     assert "--dsn" in str(err.value) and "LEASECTL_DSN" in str(err.value)
 
 
 def test_invalid_dsn_hides_password(no_dsn_env: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigError) as err:
-        config.resolve_dsn("host=db password='s3cr3t-value nosuchkey=1")
+        dsnlib.resolve_dsn("host=db password='s3cr3t-value nosuchkey=1")
     assert "invalid DSN" in str(err.value)
     assert "s3cr3t" not in str(err.value)
 
@@ -250,7 +251,7 @@ _PASSWORDS = st.text(
 @given(_PASSWORDS)
 def test_safe_dsn_never_shows_password_uri(password: str) -> None:
     dsn = f"postgresql://app:{quote(password, safe='')}@db.example:6432/orders"
-    shown = config.safe_dsn(dsn)
+    shown = dsnlib.safe_dsn(dsn)
     assert shown == "db.example:6432/orders"
     assert password not in shown
 
@@ -259,13 +260,13 @@ def test_safe_dsn_never_shows_password_uri(password: str) -> None:
 def test_safe_dsn_never_shows_password_key_value(password: str) -> None:
     escaped = password.replace("\\", "\\\\").replace("'", "\\'")
     dsn = f"host=db.example port=6432 dbname=orders user=app password='{escaped}'"
-    shown = config.safe_dsn(dsn)
+    shown = dsnlib.safe_dsn(dsn)
     assert shown == "db.example:6432/orders"
     assert password not in shown
 
 
 def test_safe_dsn_of_broken_dsn() -> None:
-    assert config.safe_dsn("host=db password='open") == "<invalid DSN>"
+    assert dsnlib.safe_dsn("host=db password='open") == "<invalid DSN>"
 
 
 def test_operator_actor_is_user_then_logname_then_the_os_account(

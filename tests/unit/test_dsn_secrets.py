@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import conninfo
 
-from leasectl import config
 from leasectl.cli import redaction
+from leasectl.db import dsn as dsnlib
 from leasectl.errors import ConfigError
 
 SECRET_TOKENS = ("Kq7v", "Wm3x", "Zr9p")
@@ -44,7 +44,7 @@ def no_dsn_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     ],
 )
 def test_ambiguous_uri(dsn: str, ambiguous: bool) -> None:
-    assert config.ambiguous_uri(dsn) is ambiguous
+    assert dsnlib.ambiguous_uri(dsn) is ambiguous
 
 
 @pytest.mark.parametrize(
@@ -65,12 +65,12 @@ def test_ambiguous_uri(dsn: str, ambiguous: bool) -> None:
 )
 def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
-        config.validate_dsn(dsn)
+        dsnlib.validate_dsn(dsn)
     message = str(err.value)
     assert message.startswith("invalid DSN: ") and fragment in message
     assert "\n" not in message
     assert not [t for t in SECRET_TOKENS if t in message], message
-    assert config.safe_dsn(dsn) == "<invalid DSN>"
+    assert dsnlib.safe_dsn(dsn) == "<invalid DSN>"
 
 
 @pytest.mark.parametrize(
@@ -83,8 +83,8 @@ def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
     ],
 )
 def test_safe_dsn_of_accepted_dsns(dsn: str, shown: str) -> None:
-    config.validate_dsn(dsn)
-    assert config.safe_dsn(dsn) == shown
+    dsnlib.validate_dsn(dsn)
+    assert dsnlib.safe_dsn(dsn) == shown
 
 
 # Tokens between the characters that matter, so that a message showing any of them is caught.
@@ -99,12 +99,12 @@ def test_an_accepted_raw_uri_is_read_as_meant(password: str) -> None:
     database we wrote (so nothing of the password can be shown as one of them)."""
     dsn = f"postgresql://app:{password}@db.example:6432/orders"
     try:
-        params = config.validate_dsn(dsn)
+        params = dsnlib.validate_dsn(dsn)
     except ConfigError as exc:
         assert not [t for t in SECRET_TOKENS if t in str(exc)], str(exc)
         return
     assert (params["host"], params["port"], params["dbname"]) == ("db.example", "6432", "orders")
-    assert config.safe_dsn(dsn) == "db.example:6432/orders"
+    assert dsnlib.safe_dsn(dsn) == "db.example:6432/orders"
 
 
 @given(_PASSWORDS)

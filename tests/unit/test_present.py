@@ -26,6 +26,7 @@ from leasectl.models import (
     OwnerHealth,
     PayloadText,
     QueueCounts,
+    SkipCode,
     Skipped,
     StatusReport,
     WatcherResult,
@@ -401,7 +402,8 @@ def test_a_large_pass_lists_only_its_first_jobs_and_says_how_many_more() -> None
 
 
 def test_action_output() -> None:
-    result = ActionResult("requeue", (1, 2, 3), (Skipped(9, "a Completed job cannot be requeued"),))
+    completed = Skipped(9, SkipCode.NOT_ELIGIBLE, "requeue", status=JobStatus.COMPLETED)
+    result = ActionResult("requeue", (1, 2, 3), (completed,))
     text = render(action_renderables(result))
     assert fits(text)
     assert "requeued 3 job(s): 1-3" in text
@@ -462,7 +464,8 @@ def hostile_report(value: str) -> StatusReport:
 @pytest.mark.parametrize("value", NAMES, ids=range(len(NAMES)))
 def test_every_cell_shows_hostile_text_as_text(value: str) -> None:
     expired = ExpiredJob(9, value, JobStatus.PROCESSING, 1, 5, value, NOW, None)
-    action = ActionResult("requeue", (), (Skipped(9, f"lease live: held by {value}"),))
+    live = Skipped(9, SkipCode.LEASE_LIVE, "requeue", status=JobStatus.PROCESSING, owner=value)
+    action = ActionResult("requeue", (), (live,))
     for what, parts in (
         ("status", status_renderables(hostile_report(value))),
         ("inspect", detail_renderables(hostile_detail(value))),

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasectl import health, queries
+from leasectl import health
 from leasectl.backoff import retry_delay
+from leasectl.db import sql as queries
 from leasectl.models import Freshness
 
 
@@ -95,7 +96,8 @@ def test_schema_is_rendered_as_an_identifier() -> None:
 
 def test_core_never_imports_textual() -> None:
     code = (
-        "import sys, leasectl.cli, leasectl.store, leasectl.worker, leasectl.watcher;"
+        "import sys, leasectl.cli, leasectl.db.work, leasectl.db.operations, leasectl.worker,"
+        " leasectl.watcher;"
         "print('textual' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,5 +1,5 @@
--- The demo's own statements, loaded by leasectl.demo.db with the same parser as
--- leasectl/queries. {schema} is the quoted schema name; {database} (database DDL only) is a
+-- The demo's own statements, loaded by leasectl.db.demo with the same parser as
+-- leasectl/db/sql/. {schema} is the quoted schema name; {database} (database DDL only) is a
 -- quoted database name spliced in with psycopg.sql.Identifier. Values are bound parameters.
 
 -- name: demo_lock_try

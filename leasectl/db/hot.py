@@ -7,7 +7,7 @@ run encodes its parameters by the types the server inferred and makes one blocki
 ``PQexecPrepared`` call; psycopg's own loaders load the rows. The saving is in BENCHMARKS.md
 ("The worker's round trip through libpq").
 
-Used by ``store.py`` only: that module stays the one place that talks to PostgreSQL.
+Used by ``work.py`` only: the hot path of the worker.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg.adapt import AdaptersMap, Transformer
 
-from leasectl import queries
+from leasectl.db import sql as queries
 
 _NAME_PREFIX = b"leasectl_"
 
@@ -45,7 +45,7 @@ def _text(value: str, encoding: str) -> bytes:
 
 
 def _int_array(value: str | Sequence[int]) -> bytes:
-    """An array literal as given (the store passes them ready made) or a sequence of ints."""
+    """An array literal as given (work.py passes them ready made) or a sequence of ints."""
     if isinstance(value, str):
         return value.encode()
     return ("{" + ",".join(str(int(v)) for v in value) + "}").encode()

@@ -1,9 +1,8 @@
-"""The demo's named queries (demo.sql) and the few database chores of setting a demo up."""
+"""The demo's named queries (``sql/demo/demo.sql``) and the few database chores of setting a
+demo up."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -12,38 +11,22 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg_pool import PoolTimeout
 
-from leasectl import queries
-from leasectl.config import safe_dsn
-from leasectl.errors import ConnectionFailed, LeasectlError
-from leasectl.store import Store
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database, ErrorMapping, first_line
+from leasectl.db.dsn import safe_dsn
+from leasectl.errors import ConnectionFailed
 
 
 @cache
 def demo_queries() -> dict[str, queries.Query]:
-    text = resources.files(__package__).joinpath("demo.sql").read_text(encoding="utf-8")
-    return queries.parse(text)
+    folder = resources.files(queries.__name__).joinpath("demo")
+    return queries.parse(folder.joinpath("demo.sql").read_text(encoding="utf-8"))
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0].strip().removeprefix("connection failed: ").strip()
-
-
-@contextlib.contextmanager
-def db_errors(where: str) -> Iterator[None]:
-    """Database failures become one-line, password-free errors (as in the Store)."""
-    try:
-        yield
-    except LeasectlError:
-        raise
-    except PoolTimeout:
-        raise ConnectionFailed(f"cannot reach the database at {where}") from None
-    except psycopg.OperationalError as exc:
-        raise ConnectionFailed(f"lost the database at {where}: {_first_line(exc)}") from None
-    except psycopg.Error as exc:
-        raise LeasectlError(f"demo: database error at {where}: {_first_line(exc)}") from None
+def _other(where: str) -> str:
+    """The prefix of a database error the demo does not expect."""
+    return f"demo: database error at {where}"
 
 
 def connect(dsn: str, application_name: str) -> psycopg.Connection[dict[str, Any]]:
@@ -57,7 +40,7 @@ def connect(dsn: str, application_name: str) -> psycopg.Connection[dict[str, Any
             row_factory=dict_row,
         )
     except psycopg.Error as exc:
-        raise ConnectionFailed(f"cannot connect to {safe_dsn(dsn)}: {_first_line(exc)}") from None
+        raise ConnectionFailed(f"cannot connect to {safe_dsn(dsn)}: {first_line(exc)}") from None
 
 
 def execute(
@@ -77,18 +60,15 @@ def execute(
         statement = query.render(schema)
     else:
         statement = sql.SQL(query.text)
-    with db_errors(safe_dsn(conn.info.dsn)):
+    where = safe_dsn(conn.info.dsn)
+    with ErrorMapping(where, other=_other(where)):
         cur = conn.execute(statement, params)
         return cur.fetchall() if cur.description is not None else []
 
 
-def rows(store: Store, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Run one named demo query through a Store's pool, in its schema."""
-    statement = demo_queries()[name].render(store.schema)
-    with db_errors(store.where), store.pool.connection() as conn:
-        cur = conn.cursor(row_factory=dict_row)
-        cur.execute(statement, params)
-        return cur.fetchall() if cur.description is not None else []
+def rows(db: Database, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Run one named demo query through a Database's pool, in its schema."""
+    return db.run(demo_queries()[name], params, schema=False, other=_other(db.where))
 
 
 @dataclass(frozen=True)
@@ -115,11 +95,11 @@ class Tally:
         return self.pending + self.processing
 
 
-def tally(store: Store, ids: list[int], *, watcher: str, operator: str) -> Tally:
+def tally(db: Database, ids: list[int], *, watcher: str, operator: str) -> Tally:
     if not ids:
         return Tally()
     params = {"ids": ids, "watcher": watcher, "operator": operator}
     counts: dict[str, Any] = {}
     for name in ("demo_jobs_tally", "demo_attempts_tally", "demo_events_tally"):
-        counts.update(rows(store, name, params)[0])
+        counts.update(rows(db, name, params)[0])
     return Tally(**{k: int(v or 0) for k, v in counts.items()})

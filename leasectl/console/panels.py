@@ -1,0 +1,117 @@
+"""One console refresh made into a Snapshot: the panels from the rows the data layer read
+(the Stuck panel, the owners a filter keeps) and the throughput counted across refreshes."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from leasectl.db.console import ConsoleReads
+from leasectl.models import (
+    ConsoleCounts,
+    OwnerHealth,
+    PanelJob,
+    Snapshot,
+    finished_estimates,
+)
+from leasectl.throughput import ThroughputCounts
+
+
+class Panels:
+    """Snapshots read through ``reads``; each refresh counts only the minutes that settled
+    since the last one (the settled ones are kept here, per queue filter)."""
+
+    def __init__(self, reads: ConsoleReads) -> None:
+        self.reads = reads
+        self._throughput = ThroughputCounts()
+
+    def snapshot(
+        self,
+        queue: str | None,
+        limit: int,
+        *,
+        owner: str | None = None,
+        job_id: int | None = None,
+        risk_window: timedelta = timedelta(seconds=10),
+        minutes: int = 30,
+        timeout: timedelta = timedelta(seconds=5),
+        owner_window: timedelta = timedelta(hours=1),
+        owner_limit: int = 200,
+    ) -> Snapshot:
+        """What the console shows, every part of it read at the same instant (one
+        transaction); panels hold at most ``limit`` rows each."""
+        limit = max(1, limit)
+        since = self._throughput.since(queue)
+        rows = self.reads.read(
+            queue,
+            limit,
+            owner=owner,
+            job_id=job_id,
+            risk_window=risk_window,
+            minutes=minutes,
+            since=since,
+            timeout=timeout,
+            owner_window=owner_window,
+            owner_limit=owner_limit,
+        )
+        counts_row = rows.counts
+        db_now = rows.db_now
+        processing = rows.processing
+        # The Stuck panel: Stuck jobs and expired leases, longest lapsed first. The Processing
+        # rows, soonest expiry first, begin with every expired lease (or the first ``limit``),
+        # so the expired leases need no second pass over the Processing set: they are the same
+        # rows (an expired lease's risk window no longer matters).
+        expired = [j for j in processing if j.lease_until is not None and j.lease_until < db_now]
+        stuck = tuple(sorted((*expired, *rows.stuck), key=_lapsed_order)[:limit])
+        throughput = self._throughput.merge(queue, since, rows.per_minute, db_now, minutes)
+        completed_estimate, failed_estimate = finished_estimates(rows.finished_estimate)
+        holds = {j.lease_owner for j in (*processing, *stuck)}
+        owners = [o for o in rows.owners if _owner_matches(o, queue, owner, job_id, holds)]
+        return Snapshot(
+            db_now=db_now,
+            server_version=str(counts_row["server_version"]),
+            database=str(counts_row["database"]),
+            counts=ConsoleCounts(
+                pending=counts_row["pending"],
+                due=counts_row["due"],
+                oldest_due_at=counts_row["oldest_due_at"],
+                processing=counts_row["processing"],
+                at_risk=counts_row["at_risk"],
+                expired=counts_row["expired"],
+                stuck=counts_row["stuck"],
+                completed_estimate=completed_estimate,
+                failed_estimate=failed_estimate,
+            ),
+            throughput=throughput.completed,
+            failed_recent=throughput.failed,
+            pending=rows.pending,
+            processing=processing,
+            stuck=stuck,
+            owners=tuple(owners),
+            queue=queue,
+            owner=owner or None,
+            job_id=job_id,
+            limit=limit,
+            risk_window=risk_window,
+        )
+
+
+def _lapsed_order(job: PanelJob) -> tuple[datetime, int]:
+    """The Stuck panel's order, longest lapsed first (each of its rows has a lapse time)."""
+    assert job.lapsed_at is not None
+    return (job.lapsed_at, job.id)
+
+
+def _owner_matches(
+    o: OwnerHealth,
+    queue: str | None,
+    owner: str | None,
+    job_id: int | None,
+    holds: set[str | None],
+) -> bool:
+    """Whether an owner belongs in the console's Owners panel under the current filter;
+    ``holds``: the owners of the jobs the panels list."""
+    if owner and not o.owner.startswith(owner):
+        return False
+    if job_id is not None:
+        return o.owner in holds
+    return queue is None or queue in o.queues or o.owner in holds

@@ -1,0 +1,305 @@
+"""The connection: a small pool (private to the data layer), the one mapping of database
+failures to typed user errors, named-query helpers, and the schema's version check and
+migrations (connecting checks the schema)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, Literal
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from leasectl.db import loaders
+from leasectl.db import sql as queries
+from leasectl.db.dsn import safe_dsn, validate_dsn
+from leasectl.errors import (
+    ConnectionFailed,
+    LeasectlError,
+    PermissionDenied,
+    SchemaMissing,
+    UsageError,
+)
+from leasectl.literal import echo
+
+CONNECT_TIMEOUT_S = 5
+
+_SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedObject)
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's first line, without libpq's "connection failed: " prefix."""
+    text = str(exc).strip() or type(exc).__name__
+    line = text.splitlines()[0].strip()
+    return line.removeprefix("connection failed: ").strip()
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def schema_missing_message(schema: str, where: str) -> str:
+    return f"leasectl schema {echo(schema)} is not initialised in {where}; run `leasectl init`"
+
+
+# The words of a permission error, from its primary message and the error.
+Denied = Callable[[str | None, BaseException], str]
+
+
+def _permission_denied(primary: str | None, exc: BaseException) -> str:
+    detail = primary or first_line(exc)
+    return detail if detail.startswith("permission denied") else f"permission denied: {detail}"
+
+
+class ErrorMapping:
+    """Database failures become typed, one-line, password-free errors: the one mapping, as a
+    context manager (stateless: one instance serves every call).
+
+    ``schema``: the leasectl schema the statements use; a missing table or schema then means
+    it is not initialised. ``denied``: the words of a permission error, from its primary
+    message. ``other``: the prefix of any other database error's line; without it, invalid
+    values become UsageErrors and any other error passes as it is.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        *,
+        schema: str | None = None,
+        denied: Denied = _permission_denied,
+        other: str | None = None,
+    ) -> None:
+        self.where = where
+        self.schema = schema
+        self.denied = denied
+        self.other = other
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        if exc is None or isinstance(exc, LeasectlError):
+            return False
+        if isinstance(exc, PoolTimeout):
+            raise ConnectionFailed(f"cannot reach the database at {self.where}") from None
+        if not isinstance(exc, psycopg.Error):
+            return False
+        mapped: LeasectlError | None = None
+        if self.schema is not None and isinstance(exc, _SCHEMA_MISSING):
+            mapped = SchemaMissing(schema_missing_message(self.schema, self.where))
+        elif isinstance(exc, pg_errors.InsufficientPrivilege):
+            mapped = PermissionDenied(self.denied(exc.diag.message_primary, exc))
+        elif isinstance(exc, psycopg.OperationalError):
+            mapped = ConnectionFailed(f"lost the database at {self.where}: {first_line(exc)}")
+        elif self.other is not None:
+            mapped = LeasectlError(f"{self.other}: {first_line(exc)}")
+        elif isinstance(exc, psycopg.DataError | pg_errors.CheckViolation):
+            # (A CheckViolation: a value beyond the schema's bounds, README.)
+            mapped = UsageError(f"invalid value: {first_line(exc)}")
+        if mapped is None:
+            return False
+        raise mapped from None
+
+
+class Database:
+    """Named queries over a small connection pool (autocommit: each call is one transaction)."""
+
+    def __init__(self, pool: ConnectionPool, schema: str, dsn: str) -> None:
+        self._pool = pool
+        self.schema = schema
+        self.dsn = dsn
+        self.where = safe_dsn(dsn)
+        self._errors = ErrorMapping(self.where, schema=schema)
+        self._on_close: list[Callable[[], None]] = []
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    @classmethod
+    def connect(
+        cls,
+        dsn: str,
+        schema: str,
+        *,
+        max_size: int = 2,
+        check_schema: bool = True,
+        application_name: str = "leasectl",
+        pool_timeout: float = 10.0,
+        generic_plans: bool = False,
+    ) -> Database:
+        """Connect once directly (for a precise error), then open the pool.
+
+        ``generic_plans``: statements run often (psycopg prepares them after a few runs) are
+        planned once per connection instead of on every execution, on index paths only; for
+        the worker, whose statements are written so that such plans hold for any parameters
+        and any table size.
+        """
+        validate_dsn(dsn)  # an ambiguous URI would connect where its password says
+        kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "application_name": application_name,
+        }
+        try:
+            probe = psycopg.connect(dsn, **kwargs)
+        except psycopg.Error as exc:
+            raise ConnectionFailed(
+                f"cannot connect to {safe_dsn(dsn)}: {first_line(exc)}"
+            ) from None
+        probe.close()
+        pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, max_size),
+            kwargs=kwargs,
+            timeout=pool_timeout,
+            reconnect_timeout=365 * 86400,
+            configure=loaders.generic_plans if generic_plans else loaders.configure,
+            open=False,
+            name=application_name,
+        )
+        pool.open(wait=False)
+        db = cls(pool, schema, dsn)
+        if check_schema:
+            try:
+                db.check_schema()
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when this closes, before the pool (to hand back kept connections)."""
+        self._on_close.append(hook)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the pool, waiting at most ``timeout`` seconds for its background threads."""
+        for hook in self._on_close:
+            hook()
+        self._pool.close(timeout=timeout)
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def errors(
+        self, *, schema: bool = True, denied: Denied | None = None, other: str | None = None
+    ) -> ErrorMapping:
+        """The error mapping for this database (``schema``: a missing table means this schema
+        is not initialised; ``denied``, ``other``: as ``ErrorMapping``'s)."""
+        if schema and denied is None and other is None:
+            return self._errors
+        return ErrorMapping(
+            self.where,
+            schema=self.schema if schema else None,
+            denied=denied or _permission_denied,
+            other=other,
+        )
+
+    @contextlib.contextmanager
+    def connection(self, **mapping: Any) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for several statements; failures mapped (``errors(**mapping)``)."""
+        with self.errors(**mapping), self._pool.connection() as conn:
+            yield conn
+
+    def borrow(self) -> psycopg.Connection[Any]:
+        """A connection out of the pool until ``give_back``: the worker's hot path keeps one
+        per thread."""
+        return self._pool.getconn()
+
+    def give_back(self, conn: psycopg.Connection[Any]) -> None:
+        """Return a borrowed connection (the pool checks it, and replaces it if broken)."""
+        self._pool.putconn(conn)
+
+    def run(
+        self, query: queries.Query, params: dict[str, Any] | None = None, **mapping: Any
+    ) -> list[dict[str, Any]]:
+        """Run a named query in this schema: its rows as dicts."""
+        statement = query.render(self.schema)
+        with self.errors(**mapping), self._pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.run(queries.get(name), params)
+
+    def one(self, name: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = self.rows(name, params)
+        return rows[0] if rows else None
+
+    def tuples(
+        self, name: str, params: dict[str, Any] | None = None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """A query's column names and its rows as tuples (for many rows: no dict per row)."""
+        query = queries.get(name).render(self.schema)
+        with self._errors, self._pool.connection() as conn:
+            cur = conn.execute(query, params)
+            if cur.description is None:
+                return [], []
+            return [c.name for c in cur.description], cur.fetchall()
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this schema's enqueues."""
+        name = f"leasectl_{self.schema}"
+        if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
+            name = "leasectl_" + hashlib.sha1(self.schema.encode()).hexdigest()[:20]
+        return name
+
+    def _table(self, table: str) -> str:
+        return f"{quote_ident(self.schema)}.{quote_ident(table)}"
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def check_schema(self) -> None:
+        row = self.one(
+            "schema_exists",
+            {
+                "jobs_table": self._table("jobs"),
+                "migrations_table": self._table("schema_migrations"),
+            },
+        )
+        if not row or not row["jobs"] or not row["migrations"]:
+            raise SchemaMissing(schema_missing_message(self.schema, self.where))
+        applied = [r["version"] for r in self.rows("migrations_applied")]
+        latest = queries.migrations()[-1].version
+        if not applied or max(applied) < latest:
+            raise SchemaMissing(
+                f"leasectl schema {echo(self.schema)} in {self.where} is at version "
+                f"{max(applied, default=0)}, this leasectl needs {latest}; run `leasectl init`"
+            )
+
+    def migrate(self) -> list[int]:
+        """Apply missing migrations in one transaction under an advisory lock; idempotent."""
+        applied_now: list[int] = []
+        with self.connection() as conn, conn.transaction():
+            conn.execute(queries.get("schema_lock").render(self.schema), {"schema": self.schema})
+            conn.execute(queries.get("migrations_table_create").render(self.schema))
+            cur = conn.execute(queries.get("migrations_applied").render(self.schema))
+            done = {row[0] for row in cur.fetchall()}
+            for migration in queries.migrations():
+                if migration.version in done:
+                    continue
+                conn.execute(migration.render(self.schema))
+                conn.execute(
+                    queries.get("migration_record").render(self.schema),
+                    {"version": migration.version, "name": migration.name},
+                )
+                applied_now.append(migration.version)
+        return applied_now
+
+    def server_info(self) -> dict[str, Any]:
+        row = self.one("server_info")
+        assert row is not None
+        return row

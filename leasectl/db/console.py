@@ -1,0 +1,124 @@
+"""The console's reads: everything one refresh shows, read in one round trip, as rows.
+
+The panels (the Stuck panel's order, which owners a filter keeps) and the throughput kept
+between refreshes are the console's (``console/panels.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database
+from leasectl.db.operations import owner_health
+from leasectl.models import OwnerHealth, PanelJob
+from leasectl.throughput import GRACE
+
+
+@dataclass(frozen=True)
+class ConsoleRows:
+    """One refresh as read, at one instant (the database time ``counts["db_now"]``)."""
+
+    counts: dict[str, Any]  # console_counts' row: db_now, server_version, database, counts
+    per_minute: list[dict[str, Any]]  # console_throughput's rows (counted from ``since``)
+    finished_estimate: dict[str, int]  # by status
+    owners: list[OwnerHealth]
+    pending: tuple[PanelJob, ...]
+    processing: tuple[PanelJob, ...]  # soonest expiry first: the expired leases come first
+    stuck: tuple[PanelJob, ...]  # the Stuck jobs (not the expired leases)
+
+    @property
+    def db_now(self) -> datetime:
+        value: datetime = self.counts["db_now"]
+        return value
+
+
+class ConsoleReads:
+    """The console's poll, over a ``Database`` of its own."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def read(
+        self,
+        queue: str | None,
+        limit: int,
+        *,
+        owner: str | None,
+        job_id: int | None,
+        risk_window: timedelta,
+        minutes: int,
+        since: datetime | None,
+        timeout: timedelta,
+        owner_window: timedelta,
+        owner_limit: int,
+    ) -> ConsoleRows:
+        """What the console shows, read in one read-only REPEATABLE READ transaction so that
+        every count, every panel row, the owners and the database clock describe the same
+        instant. Panels hold at most ``limit`` rows each; finished history is only ever
+        estimated. ``since``: where the throughput count starts (None: the whole window)."""
+        schema = self.db.schema
+        params: dict[str, Any] = {
+            "queue": queue,
+            "owner": owner or None,
+            "job_id": job_id,
+            "limit": limit,
+            "risk_window": risk_window,
+            "minutes": minutes,
+            "since": since,
+            "grace": GRACE,
+            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
+            "setting_values": [
+                *queries.CONSOLE_SETTINGS.values(),
+                str(max(1, int(timeout.total_seconds() * 1000))),
+            ],
+            "schema": schema,
+        }
+        owner_params = {"window": owner_window, "limit": owner_limit}
+        panels = ("console_pending", "console_processing", "console_stuck")
+        with self.db.connection() as conn:
+            # BEGIN, every statement and COMMIT go out together: one round trip.
+            with conn.pipeline(), conn.transaction():
+                results: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
+                for name, args in (
+                    ("console_snapshot_begin", params),
+                    ("console_settings", params),
+                    ("console_counts", params),
+                    ("console_throughput", params),
+                    ("status_finished_estimate", params),
+                    ("status_owners", owner_params),
+                ):
+                    results[name] = conn.cursor(row_factory=dict_row)
+                    results[name].execute(queries.get(name).render(schema), args, binary=True)
+                # The panels' rows come as tuples, for PanelJob.from_rows.
+                panel_cursors = [conn.cursor() for _ in panels]
+                for name, cur in zip(panels, panel_cursors, strict=True):
+                    cur.execute(queries.get(name).render(schema), params, binary=True)
+            counts, per_minute, estimated, owner_rows = (
+                results[name].fetchall()
+                for name in (
+                    "console_counts",
+                    "console_throughput",
+                    "status_finished_estimate",
+                    "status_owners",
+                )
+            )
+            pending, processing, stuck = (
+                PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
+                for cur in panel_cursors
+            )
+        db_now = counts[0]["db_now"]
+        return ConsoleRows(
+            counts=counts[0],
+            per_minute=per_minute,
+            finished_estimate={r["status"]: int(r["jobs"]) for r in estimated},
+            owners=owner_health(owner_rows, db_now),
+            pending=pending,
+            processing=processing,
+            stuck=stuck,
+        )

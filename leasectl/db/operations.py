@@ -1,0 +1,353 @@
+"""What producers, operators, the watcher and the CLI run: enqueue, the watcher's batches,
+the guarded operator actions, reads of jobs, status and owners, retention, privileges."""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from leasectl import health
+from leasectl.config import check_queue_length
+from leasectl.db.connection import Database
+from leasectl.errors import JobNotFound
+from leasectl.literal import echo
+from leasectl.models import (
+    STATUS_BY_VALUE,
+    ActionResult,
+    Attempt,
+    Event,
+    ExpiredJob,
+    Job,
+    JobDetail,
+    JobStatus,
+    MovedBatch,
+    OwnerHealth,
+    PayloadText,
+    QueueCounts,
+    SeenState,
+    SkipCode,
+    Skipped,
+    StatusReport,
+)
+
+
+def _as_is(text: str) -> str:
+    """The "dumps" of a payload already written as JSON text: the text itself."""
+    return text
+
+
+def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
+    """OwnerHealth from status_owners rows, judged at the database time ``db_now``."""
+    result = []
+    for r in rows:
+        last = max(
+            (t for t in (r.get("last_seen_at"), r["last_job_heartbeat_at"]) if t is not None),
+            default=None,
+        )
+        result.append(
+            OwnerHealth(
+                owner=r["owner"],
+                hostname=r.get("hostname"),
+                pid=r.get("pid"),
+                queues=tuple(r.get("queues") or ()),
+                lease_ttl=r.get("lease_ttl"),
+                heartbeat_every=r.get("heartbeat_every"),
+                started_at=r.get("started_at"),
+                last_seen_at=r.get("last_seen_at"),
+                stopped_at=r.get("stopped_at"),
+                held=r["held"],
+                expired=r["expired"],
+                last_job_heartbeat_at=r["last_job_heartbeat_at"],
+                next_expiry_at=r["next_expiry_at"],
+                freshness=health.classify(
+                    db_now,
+                    last,
+                    r.get("heartbeat_every"),
+                    r.get("lease_ttl"),
+                    r.get("stopped_at") if not r["held"] else None,
+                    r["next_expiry_at"],
+                ),
+            )
+        )
+    return result
+
+
+class Operations:
+    """The statements run on behalf of people and the watcher, over a ``Database``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def can_update_jobs(self) -> bool:
+        """Whether this role may run the operator's actions: EXECUTE on their functions."""
+        row = self.db.one("jobs_update_privilege", {"schema": self.db.schema})
+        return bool(row and row["can_update"])
+
+    # -- producer ---------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        payloads: Sequence[Any],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: timedelta = timedelta(0),
+        max_attempts: int = 5,
+    ) -> list[int]:
+        """Enqueue one job per payload (Python values, sent as json.dumps writes them)."""
+        return self.enqueue_json(
+            [json.dumps(p) for p in payloads],
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+        )
+
+    def enqueue_json(
+        self,
+        texts: Sequence[str],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        delay: timedelta = timedelta(0),
+        max_attempts: int = 5,
+    ) -> list[int]:
+        """Enqueue one job per payload given as JSON text, which the server turns into jsonb
+        as written: numbers stay exact (config.parse_payload checks a user's text first)."""
+        check_queue_length(queue)
+        rows = self.db.rows(
+            "jobs_enqueue",
+            {
+                "queue": queue,
+                "payloads": [Jsonb(t, dumps=_as_is) for t in texts],
+                "priority": priority,
+                "delay": delay,
+                "max_attempts": max_attempts,
+                "channel": self.db.channel,
+            },
+        )
+        return [r["id"] for r in rows]
+
+    # -- watcher ----------------------------------------------------------------------------
+
+    def requeue_expired(
+        self,
+        *,
+        limit: int,
+        queue: str | None,
+        mark: bool,
+        actor: str,
+        reason: str,
+        detail: bool = True,
+    ) -> MovedBatch:
+        """One watcher batch. ``detail``: return the moved jobs, not only how many went where."""
+        names, rows = self.db.tuples(
+            "jobs_requeue_expired",
+            {
+                "limit": limit,
+                "queue": queue,
+                "mark": mark,
+                "actor": actor,
+                "reason": reason,
+                "detail": detail,
+            },
+        )
+        # A row per moved job (n = 1) when listed, else a row per new status with its count.
+        status, count = (names.index("status"), names.index("n")) if names else (0, 0)
+        counts: collections.Counter[str] = collections.Counter()
+        for row in rows:
+            counts[row[status]] += row[count]
+        return MovedBatch(
+            counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
+            jobs=ExpiredJob.from_rows(names, rows) if detail else (),
+        )
+
+    def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
+        names, rows = self.db.tuples("jobs_expired_list", {"limit": limit, "queue": queue})
+        return list(ExpiredJob.from_rows(names, rows))
+
+    # -- operator ---------------------------------------------------------------------------
+
+    def get_jobs(self, ids: Sequence[int]) -> dict[int, Job]:
+        rows = self.db.rows("jobs_get_many", {"ids": list(ids)})
+        return {r["id"]: Job.from_row(r) for r in rows}
+
+    def operator_requeue(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        return self._guarded("jobs_operator_requeue", "requeue", seen, actor, reason, force)
+
+    def operator_mark_stuck(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        return self._guarded("jobs_operator_mark_stuck", "mark-stuck", seen, actor, reason, force)
+
+    def _guarded(
+        self,
+        query: str,
+        action: str,
+        seen: Sequence[SeenState],
+        actor: str,
+        reason: str | None,
+        force: bool,
+    ) -> ActionResult:
+        unique = list({s.id: s for s in seen}.values())
+        rows = self.db.rows(
+            query,
+            {
+                "ids": [s.id for s in unique],
+                "statuses": [str(s.status) for s in unique],
+                "attempts": [s.attempts for s in unique],
+                "owners": [s.lease_owner for s in unique],
+                "force": force,
+                "actor": actor,
+                "reason": reason,
+            },
+        )
+        changed = tuple(r["id"] for r in rows)
+        missed = [s for s in unique if s.id not in set(changed)]
+        current = self.get_jobs([s.id for s in missed]) if missed else {}
+        db_now = self.db.server_info()["db_now"] if missed else None
+        skipped = tuple(skip_of(action, s, current.get(s.id), force, db_now) for s in missed)
+        return ActionResult(action=action, changed=changed, skipped=skipped)
+
+    def seen_now(self, ids: Sequence[int]) -> list[SeenState]:
+        """The current state of ids, for actions whose operator saw nothing (the CLI).
+
+        Unknown ids get a state no job can match, so they come back as skipped ("no such job").
+        """
+        jobs = self.get_jobs(ids)
+        return [
+            jobs[i].seen() if i in jobs else SeenState(i, JobStatus.PENDING, -1, None) for i in ids
+        ]
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job:
+        row = self.db.one("job_get", {"id": job_id})
+        if row is None:
+            raise JobNotFound(
+                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
+            )
+        return Job.from_row(row)
+
+    def inspect(self, job_id: int, *, payload_chars: int | None = None) -> JobDetail:
+        """A job with its attempts and events; its payload as PayloadText (exact text, never
+        decoded): whole, or only its first ``payload_chars`` characters."""
+        row = self.db.one("job_inspect", {"id": job_id, "payload_chars": payload_chars})
+        if row is None:
+            raise JobNotFound(
+                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
+            )
+        row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
+        job = Job.from_row(row)
+        attempts = tuple(
+            Attempt.from_row(r) for r in self.db.rows("job_attempts_list", {"id": job_id})
+        )
+        events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
+        return JobDetail(job, attempts, events, self.db.server_info()["db_now"])
+
+    def status(
+        self,
+        queue: str | None = None,
+        *,
+        recent_window: timedelta = timedelta(hours=1),
+        owner_window: timedelta = timedelta(hours=1),
+        owner_limit: int = 200,
+    ) -> StatusReport:
+        db_now = self.db.server_info()["db_now"]
+        counts: dict[str, dict[str, Any]] = {}
+        for r in self.db.rows("status_live_counts", {"queue": queue}):
+            q = counts.setdefault(r["queue"], {"queue": r["queue"]})
+            status = r["status"]
+            if status == "Pending":
+                q.update(pending=r["jobs"], due=r["due"], oldest_due_at=r["oldest_due_at"])
+            elif status == "Processing":
+                q.update(processing=r["jobs"], expired=r["expired"])
+            else:
+                q.update(stuck=r["jobs"])
+        for r in self.db.rows("status_finished_recent", {"queue": queue, "window": recent_window}):
+            q = counts.setdefault(r["queue"], {"queue": r["queue"]})
+            key = "completed_recent" if r["status"] == "Completed" else "failed_recent"
+            q[key] = r["jobs"]
+        estimate = {
+            r["status"]: int(r["jobs"])
+            for r in self.db.rows("status_finished_estimate", {"schema": self.db.schema})
+        }
+        return StatusReport(
+            db_now=db_now,
+            queues=tuple(QueueCounts(**counts[name]) for name in sorted(counts)),
+            owners=tuple(self.owners(window=owner_window, limit=owner_limit, db_now=db_now)),
+            finished_estimate=estimate,
+            recent_window=recent_window,
+        )
+
+    def owners(
+        self, *, window: timedelta = timedelta(hours=1), limit: int = 200, db_now: Any = None
+    ) -> list[OwnerHealth]:
+        if db_now is None:
+            db_now = self.db.server_info()["db_now"]
+        rows = self.db.rows("status_owners", {"window": window, "limit": limit})
+        return owner_health(rows, db_now)
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prune_batch(
+        self, older_than: timedelta, batch: int, queue: str | None, keep_events: bool
+    ) -> tuple[int, int]:
+        row = self.db.one(
+            "jobs_prune",
+            {"older_than": older_than, "batch": batch, "queue": queue, "keep_events": keep_events},
+        )
+        return (int(row["jobs"]), int(row["events"])) if row else (0, 0)
+
+    def prune_count(self, older_than: timedelta, queue: str | None) -> int:
+        row = self.db.one("jobs_prune_count", {"older_than": older_than, "queue": queue})
+        return int(row["jobs"]) if row else 0
+
+
+# The statuses each guarded action applies to.
+_ELIGIBLE = {
+    "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
+    "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
+}
+
+
+def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any) -> Skipped:
+    """Why a guarded action left a job alone, from the state the operator saw and the job as
+    it is now (None: no such job); ``db_now``: the database time it was read at."""
+    if now is None:
+        return Skipped(seen.id, SkipCode.NOT_FOUND, action)
+    facts: dict[str, Any] = {
+        "seen_status": seen.status,
+        "status": now.status,
+        "owner": now.lease_owner,
+        "seen_attempts": seen.attempts,
+        "attempts": now.attempts,
+    }
+    if now.status != seen.status:
+        return Skipped(seen.id, SkipCode.MOVED, action, **facts)
+    if now.attempts != seen.attempts or now.lease_owner != seen.lease_owner:
+        return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
+    if now.status not in _ELIGIBLE[action]:
+        return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
+    if now.status == JobStatus.PROCESSING and not force:
+        age = (
+            db_now - now.heartbeat_at
+            if db_now is not None and now.heartbeat_at is not None
+            else None
+        )
+        return Skipped(
+            seen.id,
+            SkipCode.LEASE_LIVE,
+            action,
+            **facts,
+            lease_until=now.lease_until,
+            heartbeat_age=age,
+        )
+    return Skipped(seen.id, SkipCode.RACED, action, **facts)
