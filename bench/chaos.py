@@ -43,13 +43,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leasectl.config import parse_duration
+from leasectl.core.config import parse_duration
+from leasectl.core.errors import ConnectionFailed, LeasectlError
+from leasectl.core.models import JobStatus, SeenState
 from leasectl.db.connection import Database
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.operations import Operations
-from leasectl.errors import ConnectionFailed, LeasectlError
-from leasectl.models import JobStatus, SeenState
-from leasectl.watcher import Watcher, WatcherConfig
+from leasectl.runtime.watcher import Watcher, WatcherConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "chaos"

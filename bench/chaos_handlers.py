@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 
-from leasectl.errors import ConnectionFailed
-from leasectl.worker import JobContext
+from leasectl.core.errors import ConnectionFailed
+from leasectl.runtime.worker import JobContext
 
 T = TypeVar("T")
 

@@ -23,9 +23,9 @@ import psycopg
 from bench.common import Ctx, leasectl_init, log, percentile, scalar, table
 from bench.explain import seed
 from leasectl.console.panels import Panels
+from leasectl.core.throughput import GRACE
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
-from leasectl.throughput import GRACE
 
 LIMIT = 100
 PENDING, PROCESSING, EXPIRED = 20_000, 2_000, 500

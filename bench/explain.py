@@ -15,10 +15,10 @@ import psycopg
 from psycopg import conninfo, sql
 
 from bench.plans import explain_generic, explain_nested
+from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.work import CLAIM_FROM_HEAD
-from leasectl.throughput import GRACE
 
 SCHEMA = "leasectl"
 

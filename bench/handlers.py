@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leasectl.worker import JobContext
+from leasectl.runtime.worker import JobContext
 
 
 def noop(ctx: JobContext) -> None:

@@ -1,5 +1,5 @@
 """Watcher at scale: N expired leases (each with its open attempt), requeued by one
-``leasectl.watcher.run_pass`` while workers drain another queue of the same table.
+``leasectl.runtime.watcher.run_pass`` while workers drain another queue of the same table.
 
 Figures: the pass's wall time, its batches and the longest single batch statement (each
 ``Operations.requeue_expired`` call is timed; one call is one statement, so that is also the longest
@@ -26,7 +26,7 @@ from leasectl.db.connection import Database
 from leasectl.db.operations import Operations
 from leasectl.db.work import CLAIM_FROM_HEAD
 from leasectl.present.actions import LISTED_JOBS
-from leasectl.watcher import WatcherConfig, run_pass
+from leasectl.runtime.watcher import WatcherConfig, run_pass
 
 WORKER_CONCURRENCY = 10
 STUCK_QUEUE = "stuck"

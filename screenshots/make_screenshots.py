@@ -30,10 +30,10 @@ from textual.pilot import Pilot
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
+from leasectl.core.models import Lease
 from leasectl.db.connection import Database
 from leasectl.db.operations import Operations
 from leasectl.db.work import WorkerStore
-from leasectl.models import Lease
 
 HB = timedelta(seconds=10)
 TTL = timedelta(seconds=30)

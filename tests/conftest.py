@@ -19,7 +19,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.db.embedded import EmbeddedServer
-from leasectl.worker import Worker, WorkerConfig
+from leasectl.runtime.worker import Worker, WorkerConfig
 from tests.stores import Stores
 
 SCHEMA = "leasectl"

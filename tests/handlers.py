@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from leasectl.worker import JobContext, PermanentError
+from leasectl.runtime.worker import JobContext, PermanentError
 
 
 def noop(ctx: JobContext) -> None:

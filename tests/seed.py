@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import psycopg
 
-from leasectl.models import Lease
+from leasectl.core.models import Lease
 from tests.stores import Stores
 
 SCHEMA = "leasectl"

@@ -13,10 +13,18 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config
-from leasectl.cli.root import JsonOpt, _duration, _emit_json, _operations, _queue_name, _show
+from leasectl.cli.root import (
+    JsonOpt,
+    QueueOpt,
+    _duration,
+    _emit_json,
+    _operations,
+    _queue_name,
+    _show,
+)
 from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
-from leasectl.literal import echo
+from leasectl.core import config
+from leasectl.core.literal import echo
 from leasectl.present.actions import (
     ACTION_PAST,
     LISTED_JOBS,
@@ -25,7 +33,7 @@ from leasectl.present.actions import (
 )
 from leasectl.present.jsonout import watcher_json
 from leasectl.present.skips import action_json, skip_reason
-from leasectl.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
+from leasectl.runtime.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 
 log = logging.getLogger("leasectl.cli")
 
@@ -73,9 +81,7 @@ def watch(
     mode: Annotated[
         Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
     ] = Mode.REQUEUE,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueOpt = None,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
     pace: PaceOpt = 0.0,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
@@ -116,9 +122,7 @@ def watch(
 
 def requeue_stuck(
     ctx: typer.Context,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueOpt = None,
     limit: Annotated[
         int | None,
         typer.Option(min=1, help="Move at most N jobs.", show_default=False),
@@ -132,7 +136,7 @@ def requeue_stuck(
     ] = Mode.REQUEUE,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
     pace: PaceOpt = 0.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """One watcher pass over expired leases (for cron)."""
     watcher_config = _watcher_config(

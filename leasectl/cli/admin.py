@@ -7,11 +7,11 @@ from typing import Annotated, Any, TypeAlias
 
 import typer
 
-from leasectl import config
 from leasectl.cli.root import _globals, _operations, _say
+from leasectl.core import config
+from leasectl.core.errors import UsageError
+from leasectl.core.literal import echo, visible
 from leasectl.db import grants
-from leasectl.errors import UsageError
-from leasectl.literal import echo, visible
 
 # One kind of grant's option: the roles to grant it to.
 Roles: TypeAlias = list[str] | None

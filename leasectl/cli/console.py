@@ -6,11 +6,18 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config
-from leasectl.cli.root import EXIT_INTERRUPTED, _duration, _emit_json, _globals, _queue_name
+from leasectl.cli.root import (
+    EXIT_INTERRUPTED,
+    QueueOpt,
+    _duration,
+    _emit_json,
+    _globals,
+    _queue_name,
+)
+from leasectl.core import config
+from leasectl.core.errors import LeasectlError
+from leasectl.core.terminal import require_terminal
 from leasectl.db.dsn import validate_dsn
-from leasectl.errors import LeasectlError
-from leasectl.terminal import require_terminal
 
 
 def demo(
@@ -68,9 +75,7 @@ def tui(
     refresh: Annotated[
         str, typer.Option(metavar="DURATION", help="Time between refreshes.")
     ] = "2s",
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueOpt = None,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Disable requeue and mark-stuck.")
     ] = False,

@@ -18,8 +18,8 @@ import typer
 from leasectl.cli.redaction import redact, secrets_in
 from leasectl.cli.root import EXIT_INTERRUPTED, PROG, app
 from leasectl.cli.stderr import _error, _given_args, _SafeFormatter
-from leasectl.errors import LeasectlError
-from leasectl.literal import ECHO_LIMIT, shorten, visible
+from leasectl.core.errors import LeasectlError
+from leasectl.core.literal import ECHO_LIMIT, shorten, visible
 
 
 def _usage_hint(exc: typer.TyperException) -> str:

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from leasectl import config, retention
 from leasectl.cli.root import (
     EXIT_CHECK_FAILED,
     JsonOpt,
+    QueueOpt,
     _duration,
     _emit_json,
     _globals,
@@ -20,15 +20,17 @@ from leasectl.cli.root import (
     _show,
 )
 from leasectl.cli.stderr import _warn
+from leasectl.core import config
+from leasectl.core.errors import UsageError
+from leasectl.core.literal import echo
 from leasectl.db.connection import Database
 from leasectl.db.dsn import safe_dsn
 from leasectl.db.sql import migrations
-from leasectl.errors import UsageError
-from leasectl.literal import echo
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
 from leasectl.present.status import status_renderables
 from leasectl.present.text import format_ids
+from leasectl.runtime import retention
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -99,7 +101,7 @@ def enqueue(
     count: Annotated[
         int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
     ] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Add jobs to a queue."""
     queue = _queue_name(queue)
@@ -134,9 +136,7 @@ def inspect(
 
 def status(
     ctx: typer.Context,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueOpt = None,
     as_json: JsonOpt = False,
     check: Annotated[
         bool,
@@ -169,9 +169,7 @@ def prune(
         ),
     ],
     batch: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 5000,
-    queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
-    ] = None,
+    queue: QueueOpt = None,
     drop_events: Annotated[
         bool,
         typer.Option("--drop-events", help="Also delete the pruned jobs' audit events."),
@@ -179,7 +177,7 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Delete finished (Completed/Failed) jobs and their attempts in batches."""
     cutoff = _duration(older_than, "--older-than")

@@ -14,11 +14,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, RenderableType
 
-from leasectl import config
+from leasectl.core import config
+from leasectl.core.literal import visible
 from leasectl.db.connection import Database
 from leasectl.db.dsn import resolve_dsn
 from leasectl.db.operations import Operations
-from leasectl.literal import visible
 from leasectl.present.jsonout import dumps
 
 PROG = "leasectl"
@@ -128,3 +128,6 @@ def _say(message: str) -> None:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+QueueOpt = Annotated[
+    str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+]

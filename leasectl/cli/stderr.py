@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from leasectl.cli.redaction import redact, scrub, secrets_in
 from leasectl.cli.root import PROG
-from leasectl.literal import shorten, visible
+from leasectl.core.literal import shorten, visible
 
 # The longest line an error or a notice may take on stderr: a message quotes at most
 # ECHO_LIMIT characters of any one value, so only a message that quotes too much gets here.

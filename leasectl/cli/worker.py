@@ -9,12 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
-from leasectl import parent
 from leasectl.cli.root import _duration, _globals, _queue_name
 from leasectl.cli.stderr import LogLevel, _setup_logging
-from leasectl.errors import LeasectlError, UsageError
-from leasectl.literal import echo
-from leasectl.worker import Worker, WorkerConfig, load_handler
+from leasectl.core.errors import LeasectlError, UsageError
+from leasectl.core.literal import echo
+from leasectl.runtime import parent
+from leasectl.runtime.worker import Worker, WorkerConfig, load_handler
 
 
 def worker(

@@ -39,10 +39,10 @@ from leasectl.console.source import ConsoleSource, DatabaseSource
 from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
-from leasectl.errors import ConnectionFailed, LeasectlError, TerminalGone
-from leasectl.literal import visible
-from leasectl.models import ActionResult, PanelJob, SeenState, Snapshot
-from leasectl.terminal import HangupWatch
+from leasectl.core.errors import ConnectionFailed, LeasectlError, TerminalGone
+from leasectl.core.literal import visible
+from leasectl.core.models import ActionResult, PanelJob, SeenState, Snapshot
+from leasectl.core.terminal import HangupWatch
 
 DEFAULT_LIMIT = 100
 RISK_WINDOW = timedelta(seconds=10)
@@ -58,7 +58,7 @@ def run(
 ) -> None:
     """Connect (raising the core's typed errors before any screen is drawn), then run the app
     until it is closed or its terminal goes away (then `TerminalGone`, within seconds: see
-    leasectl/terminal.py)."""
+    leasectl/core/terminal.py)."""
     source = DatabaseSource.connect(dsn, schema, risk_window=RISK_WINDOW)
     try:
         app = ConsoleApp(source, refresh=refresh, queue=queue, read_only=read_only)

@@ -13,7 +13,7 @@ from typing import Protocol
 from leasectl.console.view import Action, ConsoleFilter
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
-from leasectl.models import PanelJob, Snapshot
+from leasectl.core.models import PanelJob, Snapshot
 
 
 class MainHost(Protocol):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from leasectl.console.view import Action, ConsoleFilter
-from leasectl.models import ActionResult, JobDetail, Snapshot
+from leasectl.core.models import ActionResult, JobDetail, Snapshot
 
 
 @dataclass

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from leasectl.db.console import ConsoleReads
-from leasectl.models import (
+from leasectl.core.models import (
     ConsoleCounts,
     OwnerHealth,
     PanelJob,
     Snapshot,
     finished_estimates,
 )
-from leasectl.throughput import ThroughputCounts
+from leasectl.core.throughput import ThroughputCounts
+from leasectl.db.console import ConsoleReads
 
 
 class Panels:

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Protocol, TypeVar
 
-from leasectl.config import operator_actor
 from leasectl.console.panels import Panels
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.config import operator_actor
+from leasectl.core.errors import ConnectionFailed, JobNotFound
+from leasectl.core.models import ActionResult, JobDetail, SeenState, Skipped, Snapshot
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
 from leasectl.db.operations import Operations
-from leasectl.errors import ConnectionFailed, JobNotFound
-from leasectl.models import ActionResult, JobDetail, SeenState, Skipped, Snapshot
 
 T = TypeVar("T")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from leasectl.literal import visible
-from leasectl.models import (
+from leasectl.core.literal import visible
+from leasectl.core.models import (
     ActionResult,
     Freshness,
     JobStatus,

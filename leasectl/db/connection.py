@@ -15,17 +15,17 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from leasectl.db import loaders
-from leasectl.db import sql as queries
-from leasectl.db.dsn import safe_dsn, validate_dsn
-from leasectl.errors import (
+from leasectl.core.errors import (
     ConnectionFailed,
     LeasectlError,
     PermissionDenied,
     SchemaMissing,
     UsageError,
 )
-from leasectl.literal import echo
+from leasectl.core.literal import echo
+from leasectl.db import loaders
+from leasectl.db import sql as queries
+from leasectl.db.dsn import safe_dsn, validate_dsn
 
 CONNECT_TIMEOUT_S = 5
 

@@ -13,11 +13,11 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from leasectl.core.models import OwnerHealth, PanelJob
+from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.operations import owner_health
-from leasectl.models import OwnerHealth, PanelJob
-from leasectl.throughput import GRACE
 
 
 @dataclass(frozen=True)

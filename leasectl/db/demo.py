@@ -12,10 +12,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from leasectl.core.errors import ConnectionFailed
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database, ErrorMapping, first_line
 from leasectl.db.dsn import safe_dsn
-from leasectl.errors import ConnectionFailed
 
 
 @cache

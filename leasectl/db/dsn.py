@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg import conninfo
 
-from leasectl.errors import ConfigError
+from leasectl.core.errors import ConfigError
 
 _URI_SCHEME = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
 # Tokens of libpq's parse errors that are its own words, not a piece of the DSN.

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from leasectl.core.errors import LeasectlError, PermissionDenied, UsageError
+from leasectl.core.literal import echo
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.errors import LeasectlError, PermissionDenied, UsageError
-from leasectl.literal import echo
 
 
 class Kind(enum.StrEnum):

@@ -15,8 +15,7 @@ from psycopg import pq
 from psycopg.abc import AdaptContext
 from psycopg.adapt import AdaptersMap, Buffer, Loader
 
-from leasectl.db.sql import WORKER_SETTINGS
-from leasectl.models import (
+from leasectl.core.models import (
     JOB_FIELDS,
     STATUS_BY_VALUE,
     TIMESTAMP_MAX,
@@ -25,6 +24,7 @@ from leasectl.models import (
     Undecodable,
     infinity_label,
 )
+from leasectl.db.sql import WORKER_SETTINGS
 
 
 @functools.lru_cache(maxsize=32)

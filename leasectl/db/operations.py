@@ -11,12 +11,11 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from leasectl import health
-from leasectl.config import check_queue_length
-from leasectl.db.connection import Database
-from leasectl.errors import JobNotFound
-from leasectl.literal import echo
-from leasectl.models import (
+from leasectl.core import health
+from leasectl.core.config import check_queue_length
+from leasectl.core.errors import JobNotFound
+from leasectl.core.literal import echo
+from leasectl.core.models import (
     STATUS_BY_VALUE,
     ActionResult,
     Attempt,
@@ -34,6 +33,7 @@ from leasectl.models import (
     Skipped,
     StatusReport,
 )
+from leasectl.db.connection import Database
 
 
 def _as_is(text: str) -> str:

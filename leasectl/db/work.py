@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from leasectl.core.errors import ConnectionFailed
+from leasectl.core.models import ClaimKey, Job, JobStatus, Lease
 from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
-from leasectl.errors import ConnectionFailed
-from leasectl.models import ClaimKey, Job, JobStatus, Lease
 
 log = logging.getLogger(__name__)
 

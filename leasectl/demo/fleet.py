@@ -24,9 +24,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
+from leasectl.core.errors import LeasectlError, UsageError
 from leasectl.db import demo as demo_db
 from leasectl.db.connection import Database
-from leasectl.errors import LeasectlError, UsageError
 
 log = logging.getLogger(__name__)
 

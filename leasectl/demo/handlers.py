@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leasectl.worker import JobContext
+from leasectl.runtime.worker import JobContext
 
 MAX_SECONDS = 120.0
 

@@ -43,8 +43,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, TextIO, cast
 
-from leasectl import terminal
-from leasectl.config import DEFAULT_SCHEMA
+from leasectl.core import terminal
+from leasectl.core.config import DEFAULT_SCHEMA
+from leasectl.core.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
 from leasectl.db import demo as demo_db
 from leasectl.db.connection import Database
 from leasectl.db.dsn import safe_dsn, validate_dsn
@@ -52,8 +53,7 @@ from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.operations import Operations
 from leasectl.demo.fleet import FLEET, Fleet, FleetConfig
 from leasectl.demo.traffic import Traffic
-from leasectl.errors import EmbeddedServerError, LeasectlError, TerminalGone, UsageError
-from leasectl.watcher import Watcher, WatcherConfig, run_pass
+from leasectl.runtime.watcher import Watcher, WatcherConfig, run_pass
 
 DEMO_DATABASE = "leasectl_demo"
 DEMO_SCHEMA = "leasectl_demo"
@@ -685,7 +685,7 @@ def _console_hang_guard(signals: list[_Signals], abandon: Callable[[], None]) ->
     """A console asked to stop by a signal can hang in Textual's shutdown, its writer thread
     blocked on a terminal that does not read. Give it a few seconds; if it is still in front
     then, stop the fleet and the server here and leave, so nothing outlives the demo. (A
-    terminal that went away is the console's own watch: leasectl/terminal.py.)"""
+    terminal that went away is the console's own watch: leasectl/core/terminal.py.)"""
     time.sleep(CONSOLE_EXIT_GRACE)
     if not any(s.in_console for s in signals):
         return

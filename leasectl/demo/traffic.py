@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from leasectl.core.errors import LeasectlError
+from leasectl.core.models import JobStatus
 from leasectl.db.operations import Operations
 from leasectl.demo.fleet import FleetConfig
-from leasectl.errors import LeasectlError
-from leasectl.models import JobStatus
 
 TICK = 0.2
 MAX_ATTEMPTS = 4

@@ -7,7 +7,7 @@ from datetime import datetime
 from rich.console import RenderableType
 from rich.text import Text
 
-from leasectl.models import ActionResult, ExpiredJob, JobStatus, WatcherResult
+from leasectl.core.models import ActionResult, ExpiredJob, JobStatus, WatcherResult
 from leasectl.present.skips import skip_reason
 from leasectl.present.styles import status_text
 from leasectl.present.text import format_ids, lit, table

@@ -14,9 +14,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from leasectl.config import format_duration
-from leasectl.literal import shorten
-from leasectl.models import Attempt, Event, Job, JobDetail, JobStatus, PayloadText
+from leasectl.core.config import format_duration
+from leasectl.core.literal import shorten
+from leasectl.core.models import Attempt, Event, Job, JobDetail, JobStatus, PayloadText
 from leasectl.present.jsonout import dumps, terminal_safe_json
 from leasectl.present.styles import OUTCOME_STYLE, status_text
 from leasectl.present.text import lit, table

@@ -14,8 +14,8 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from leasectl.literal import visible
-from leasectl.models import (
+from leasectl.core.literal import visible
+from leasectl.core.models import (
     Attempt,
     Event,
     ExpiredJob,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leasectl.models import ActionResult, JobStatus, SkipCode, Skipped
+from leasectl.core.models import ActionResult, JobStatus, SkipCode, Skipped
 
 
 def skip_reason(skipped: Skipped) -> str:

@@ -8,8 +8,14 @@ from datetime import datetime
 from rich.console import RenderableType
 from rich.text import Text
 
-from leasectl.config import format_duration
-from leasectl.models import JobStatus, OwnerHealth, QueueCounts, StatusReport, finished_estimates
+from leasectl.core.config import format_duration
+from leasectl.core.models import (
+    JobStatus,
+    OwnerHealth,
+    QueueCounts,
+    StatusReport,
+    finished_estimates,
+)
 from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, STATUS_STYLE
 from leasectl.present.text import lit, num, table
 from leasectl.present.times import ago, expiry, interval, short_window, timestamp

@@ -7,7 +7,7 @@ import enum
 
 from rich.text import Text
 
-from leasectl.models import Freshness, JobStatus
+from leasectl.core.models import Freshness, JobStatus
 
 # A warning (a lease about to lapse, an owner late) and a danger (a lapsed lease, a silent
 # owner) look the same wherever they are shown.

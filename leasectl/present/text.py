@@ -16,7 +16,7 @@ from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
-from leasectl.literal import visible
+from leasectl.core.literal import visible
 
 
 def lit(

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 from rich.text import Text
 
-from leasectl.config import format_duration
-from leasectl.models import infinity_label
+from leasectl.core.config import format_duration
+from leasectl.core.models import infinity_label
 from leasectl.present.styles import LEASE_STYLE, LeaseState
 
 # -- moments ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from leasectl.models import (
+from leasectl.core.models import (
     Attempt,
     ConsoleCounts,
     Event,

@@ -6,11 +6,11 @@ import subprocess
 import sys
 
 CORE = [
-    "leasectl.backoff",
-    "leasectl.config",
-    "leasectl.errors",
-    "leasectl.health",
-    "leasectl.models",
+    "leasectl.core.backoff",
+    "leasectl.core.config",
+    "leasectl.core.errors",
+    "leasectl.core.health",
+    "leasectl.core.models",
     "leasectl.db.sql",
     "leasectl.db.connection",
     "leasectl.db.work",
@@ -18,8 +18,8 @@ CORE = [
     "leasectl.db.console",
     "leasectl.db.grants",
     "leasectl.present.skips",
-    "leasectl.watcher",
-    "leasectl.worker",
+    "leasectl.runtime.watcher",
+    "leasectl.runtime.worker",
     "leasectl.db.embedded",
 ]
 

@@ -26,7 +26,7 @@ from leasectl.console.widgets.tables import (
     ProcessingTable,
     StuckTable,
 )
-from leasectl.errors import ConnectionFailed, SchemaMissing
+from leasectl.core.errors import ConnectionFailed, SchemaMissing
 from leasectl.present.skips import skip_reason
 from tests.conftest import SCHEMA
 from tests.seed import ALIVE, SILENT, seed_console

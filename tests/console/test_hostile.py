@@ -40,8 +40,8 @@ from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.filter import FilterScreen
 from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PanelTable
-from leasectl.literal import visible
-from leasectl.models import OwnerHealth, PanelJob
+from leasectl.core.literal import visible
+from leasectl.core.models import OwnerHealth, PanelJob
 from leasectl.present.jsonout import terminal_safe_json
 from tests.conftest import SCHEMA
 from tests.hostile import CORPUS, NAMES

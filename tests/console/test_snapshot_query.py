@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from bench.plans import generic_plan
+from leasectl.core.models import Freshness, JobStatus
+from leasectl.core.throughput import GRACE, minute_of
 from leasectl.db import sql as queries
-from leasectl.models import Freshness, JobStatus
-from leasectl.throughput import GRACE, minute_of
 from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
 

@@ -24,7 +24,7 @@ from leasectl.console.widgets.tables import (
     RowContext,
     cell_segments,
 )
-from leasectl.models import JobStatus, PanelJob
+from leasectl.core.models import JobStatus, PanelJob
 from leasectl.present.styles import RISK_STYLE
 from tests.console.sample import (
     HB,

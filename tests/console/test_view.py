@@ -22,7 +22,7 @@ from leasectl.console.view import (
     Verdict,
     parse_filter,
 )
-from leasectl.models import (
+from leasectl.core.models import (
     TIMESTAMP_MAX,
     TIMESTAMP_MIN,
     ActionResult,

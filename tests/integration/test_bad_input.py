@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import conninfo, sql
 
-from leasectl.errors import UsageError
+from leasectl.core.errors import UsageError
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
 from tests.seed import seed_states_at
 from tests.stores import Stores

@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from leasectl.core.models import TIMESTAMP_MAX, TIMESTAMP_MIN, JobStatus
 from leasectl.db import sql as queries
-from leasectl.models import TIMESTAMP_MAX, TIMESTAMP_MIN, JobStatus
-from leasectl.worker import JobContext
+from leasectl.runtime.worker import JobContext
 from tests.integration.test_cli import _env, cli
 from tests.stores import Stores
 from tests.util import wait_until

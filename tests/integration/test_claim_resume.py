@@ -16,8 +16,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl.models import JobStatus
-from leasectl.worker import JobContext
+from leasectl.core.models import JobStatus
+from leasectl.runtime.worker import JobContext
 from tests.stores import Stores
 from tests.util import wait_until
 

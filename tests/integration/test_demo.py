@@ -19,11 +19,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from leasectl.core.errors import LeasectlError
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.demo import DemoSummary, FleetConfig, run_demo
 from leasectl.demo.fleet import FLEET, HANDLER, RUN_ENV
 from leasectl.demo.run import _external_target
-from leasectl.errors import LeasectlError
 from tests.stores import Stores
 from tests.util import wait_until
 

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 import typer
 
-from leasectl import cli, errors
-from leasectl.models import JobStatus
+from leasectl import cli
+from leasectl.core import errors
+from leasectl.core.models import JobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "design.md"

@@ -26,11 +26,11 @@ from psycopg import conninfo, sql
 
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.errors import ConnectionFailed
+from leasectl.core.models import JobStatus
 from leasectl.db.embedded import EmbeddedServer
-from leasectl.errors import ConnectionFailed
-from leasectl.models import JobStatus
-from leasectl.watcher import Watcher, WatcherConfig
-from leasectl.worker import JobContext, Worker, WorkerConfig, worker_store
+from leasectl.runtime.watcher import Watcher, WatcherConfig
+from leasectl.runtime.worker import JobContext, Worker, WorkerConfig, worker_store
 from tests.stores import Stores
 from tests.util import wait_until
 

@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl import retention
-from leasectl.models import JobStatus, Lease, SeenState
-from leasectl.watcher import WatcherConfig, run_pass
+from leasectl.core.models import JobStatus, Lease, SeenState
+from leasectl.runtime import retention
+from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
 
 TTL = timedelta(minutes=5)

@@ -32,7 +32,7 @@ from psycopg import conninfo, sql
 from psycopg.types.json import Jsonb
 
 from leasectl.cli.stderr import MESSAGE_LIMIT
-from leasectl.literal import ECHO_LIMIT, echo, visible
+from leasectl.core.literal import ECHO_LIMIT, echo, visible
 from leasectl.present.jsonout import dumps
 from tests.hostile import CORPUS, ESC, MARKUP, NAMES, TERMINAL, UNICODE
 from tests.integration.test_cli import _env

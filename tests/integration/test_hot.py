@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from psycopg import conninfo
 from psycopg.adapt import Transformer
 
+from leasectl.core.errors import SchemaMissing
+from leasectl.core.models import Lease
 from leasectl.db.hot import BINARY, ENCODERS
-from leasectl.errors import SchemaMissing
-from leasectl.models import Lease
 from tests.stores import Stores
 from tests.util import wait_for_lock_wait
 

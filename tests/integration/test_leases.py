@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from leasectl.core.models import JobStatus
 from leasectl.db import sql as queries
-from leasectl.models import JobStatus
 from leasectl.present.skips import skip_reason
-from leasectl.watcher import WatcherConfig, run_pass
+from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
 from tests.util import wait_for_lock_wait, wait_until
 

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from leasectl.core.errors import SchemaMissing
 from leasectl.db import sql as queries
-from leasectl.errors import SchemaMissing
 from tests.stores import Stores
 
 

@@ -27,8 +27,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from leasectl.models import JobStatus, Lease, SeenState
-from leasectl.watcher import WatcherConfig, run_pass
+from leasectl.core.models import JobStatus, Lease, SeenState
+from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
 
 # CI runs a fixed set of examples (derandomize: the same sequences on every run, so a pass or a

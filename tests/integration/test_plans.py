@@ -18,9 +18,9 @@ import psycopg
 import pytest
 
 from bench.plans import explain_nested, generic_plan
+from leasectl.core.models import ClaimKey
 from leasectl.db import sql as queries
 from leasectl.db.work import claim_from
-from leasectl.models import ClaimKey
 from tests.conftest import SCHEMA
 
 TTL = timedelta(seconds=30)

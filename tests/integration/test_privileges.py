@@ -24,9 +24,9 @@ from psycopg import conninfo, errors, sql
 
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.errors import PermissionDenied
+from leasectl.core.models import JobStatus
 from leasectl.db import grants
-from leasectl.errors import PermissionDenied
-from leasectl.models import JobStatus
 from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
 from tests.seed import seed_states_at
 from tests.stores import Stores

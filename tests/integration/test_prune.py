@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from leasectl import retention
+from leasectl.runtime import retention
 from tests.stores import Stores
 
 

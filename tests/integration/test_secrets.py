@@ -544,8 +544,8 @@ def test_where_is_built_from_parsed_parameters() -> None:
 def test_store_refuses_an_ambiguous_uri_before_connecting() -> None:
     """Library callers (the console, the demo, tests) go through Database.connect, which refuses
     what the command line refuses, instead of connecting to host "app", port "Kq7v"."""
+    from leasectl.core.errors import ConfigError
     from leasectl.db.connection import Database
-    from leasectl.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         Database.connect(f"postgresql://app:{MIXED['slash-at']}@127.0.0.1:1/db", SCHEMA)

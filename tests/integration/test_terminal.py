@@ -243,7 +243,7 @@ def test_tui_exits_when_its_terminal_goes_away(
 WATCHED = """
 import sys, threading
 from pathlib import Path
-from leasectl.terminal import HangupWatch, last_resort
+from leasectl.core.terminal import HangupWatch, last_resort
 
 marks = Path(sys.argv[1])
 
@@ -307,7 +307,7 @@ STUCK_DEMO = """
 import sys, threading
 from pathlib import Path
 from leasectl.demo import FleetConfig, run_demo
-from leasectl.terminal import HangupWatch
+from leasectl.core.terminal import HangupWatch
 
 def stuck_console(dsn, schema, *, refresh, queue, read_only):
     # The real console's watch around a console that, like one stuck writing to its dead

@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl.models import JobStatus
-from leasectl.watcher import WatcherConfig, run_pass
+from leasectl.core.models import JobStatus
+from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
 from tests.util import wait_until
 

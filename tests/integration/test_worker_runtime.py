@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl.models import JobStatus
-from leasectl.worker import JobContext, PermanentError
+from leasectl.core.models import JobStatus
+from leasectl.runtime.worker import JobContext, PermanentError
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -86,7 +86,7 @@ def test_heartbeats_continue_while_running_handlers_finish_after_stop(
     store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any]
 ) -> None:
     """The grace period outlasts the lease: the lease must stay valid until the result lands."""
-    from leasectl.watcher import WatcherConfig, run_pass
+    from leasectl.runtime.watcher import WatcherConfig, run_pass
 
     started = threading.Event()
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from leasectl import config
+from leasectl.core import config
+from leasectl.core.errors import ConfigError, UsageError
 from leasectl.db import dsn as dsnlib
-from leasectl.errors import ConfigError, UsageError
 
 UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 TEN_YEARS_MS = 3650 * 86_400_000

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from psycopg import conninfo
 
 from leasectl.cli import redaction
+from leasectl.core.errors import ConfigError
 from leasectl.db import dsn as dsnlib
-from leasectl.errors import ConfigError
 
 SECRET_TOKENS = ("Kq7v", "Wm3x", "Zr9p")
 

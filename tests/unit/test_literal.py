@@ -7,7 +7,7 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasectl.literal import echo, shorten, visible
+from leasectl.core.literal import echo, shorten, visible
 from tests.hostile import CORPUS, ESC
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasectl.models import ExpiredJob, JobStatus, PanelJob
+from leasectl.core.models import ExpiredJob, JobStatus, PanelJob
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PANEL_NAMES = [f.name for f in fields(PanelJob)]
@@ -78,7 +78,7 @@ def test_a_class_with_post_init_is_refused() -> None:
         def __post_init__(self) -> None:
             raise AssertionError("never skipped")
 
-    from leasectl.models import _from_tuples
+    from leasectl.core.models import _from_tuples
 
     with pytest.raises(TypeError):
         _from_tuples(Checked, ["id", "status"], [(1, "Pending")])

@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from leasectl.cli import stderr
-from leasectl.literal import visible
-from leasectl.models import (
+from leasectl.core.literal import visible
+from leasectl.core.models import (
     TIMESTAMP_MAX,
     TIMESTAMP_MIN,
     ActionResult,

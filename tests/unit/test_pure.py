@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leasectl import health
-from leasectl.backoff import retry_delay
+from leasectl.core import health
+from leasectl.core.backoff import retry_delay
+from leasectl.core.models import Freshness
 from leasectl.db import sql as queries
-from leasectl.models import Freshness
 
 
 @given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=2**32))
@@ -96,8 +96,8 @@ def test_schema_is_rendered_as_an_identifier() -> None:
 
 def test_core_never_imports_textual() -> None:
     code = (
-        "import sys, leasectl.cli, leasectl.db.work, leasectl.db.operations, leasectl.worker,"
-        " leasectl.watcher;"
+        "import sys, leasectl.cli, leasectl.db.work, leasectl.db.operations,"
+        " leasectl.runtime.worker, leasectl.runtime.watcher;"
         "print('textual' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -106,7 +106,7 @@ def test_core_never_imports_textual() -> None:
 
 @given(st.integers(min_value=0, max_value=500))
 def test_reconnect_delay_is_capped_and_jittered(failures: int) -> None:
-    from leasectl.backoff import reconnect_delay
+    from leasectl.core.backoff import reconnect_delay
 
     step = min(30.0, 0.5 * 2.0 ** min(failures, 60))
     assert step / 2 <= reconnect_delay(failures, base=0.5) <= step

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from leasectl.throughput import GRACE, KEPT_FILTERS, ThroughputCounts, minute_of
+from leasectl.core.throughput import GRACE, KEPT_FILTERS, ThroughputCounts, minute_of
 
 T0 = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
 MIN = timedelta(minutes=1)

@@ -17,7 +17,7 @@ from textual.widgets import Button, Input, Label, Static
 from leasectl.console import view
 from leasectl.console.view import Action, Verdict
 from leasectl.console.widgets import LiteralInput
-from leasectl.models import JobStatus, OwnerHealth, PanelJob
+from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.text import lit
 from leasectl.present.times import countdown
 

@@ -16,8 +16,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from leasectl.console.messages import DetailFailed, DetailLoaded
-from leasectl.errors import LeasectlError
-from leasectl.models import JobDetail
+from leasectl.core.errors import LeasectlError
+from leasectl.core.models import JobDetail
 from leasectl.present.detail import detail_renderables
 from leasectl.present.styles import status_text
 from leasectl.present.text import lit

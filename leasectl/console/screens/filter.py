@@ -15,7 +15,7 @@ from textual.widgets import Input, Label, Static
 
 from leasectl.console.view import ConsoleFilter, FilterError, parse_filter
 from leasectl.console.widgets import LiteralInput
-from leasectl.literal import visible
+from leasectl.core.literal import visible
 from leasectl.present.text import lit
 
 HINT = (

@@ -25,7 +25,7 @@ from leasectl.console.widgets.tables import (
     ProcessingTable,
     StuckTable,
 )
-from leasectl.models import JobStatus, PanelJob
+from leasectl.core.models import JobStatus, PanelJob
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 

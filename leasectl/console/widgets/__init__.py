@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import Input, Static
 
-from leasectl.literal import visible
+from leasectl.core.literal import visible
 
 
 class LiteralInput(Input):

@@ -11,10 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from leasectl.config import format_duration
 from leasectl.console.view import ConsoleFilter
 from leasectl.console.widgets import show_text
-from leasectl.models import JobStatus, Snapshot
+from leasectl.core.config import format_duration
+from leasectl.core.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
 from leasectl.present.times import local_clock, seconds_age

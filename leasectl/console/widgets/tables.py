@@ -30,11 +30,11 @@ from textual.renderables.styled import Styled
 from textual.strip import Strip
 from textual.widgets import DataTable
 
-from leasectl.config import format_duration
 from leasectl.console import view
 from leasectl.console.view import Verdict
 from leasectl.console.widgets import same_cells, same_text
-from leasectl.models import JobStatus, OwnerHealth, PanelJob
+from leasectl.core.config import format_duration
+from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.styles import (
     EXPIRED_STYLE,
     FRESHNESS_MARK,

@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.common import CACHE_DIR, CACHE_FALLBACK, is_root, one_line
-from leasectl.errors import EmbeddedServerError
 
 logger = logging.getLogger(__name__)
 

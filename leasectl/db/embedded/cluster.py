@@ -8,6 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
+from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.common import (
     HOST,
     RUNTIME_CONF,
@@ -17,7 +18,6 @@ from leasectl.db.embedded.common import (
 )
 from leasectl.db.embedded.programs import ServerLog
 from leasectl.db.embedded.user import ServerUser, mkdir_owned
-from leasectl.errors import EmbeddedServerError
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.common import START_TIMEOUT, one_line
 from leasectl.db.embedded.user import ServerUser
-from leasectl.errors import EmbeddedServerError
 
 logger = logging.getLogger(__name__)
 

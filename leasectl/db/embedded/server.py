@@ -18,6 +18,7 @@ import platformdirs
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.binaries import install_dir
 from leasectl.db.embedded.cluster import initdb, prepare_runtime
 from leasectl.db.embedded.common import (
@@ -34,7 +35,6 @@ from leasectl.db.embedded.common import (
 from leasectl.db.embedded.processes import pid_alive, proc_refers_to, processes_for, wait_dead
 from leasectl.db.embedded.programs import ServerLog
 from leasectl.db.embedded.user import check_traversable, server_user
-from leasectl.errors import EmbeddedServerError
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.common import DEFAULT_SERVER_USER, is_root
-from leasectl.errors import EmbeddedServerError
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ CROSS JOIN (
 -- Completed and Failed jobs per clock minute that finished at or after %(since)s (NULL: the
 -- window of the last %(minutes)s minutes, the current one included), and the part of each count
 -- that finished before now() - %(grace)s: settled, so the console keeps it and next time counts
--- only from there (leasectl/throughput.py). One bounded range count per minute on the
+-- only from there (leasectl/core/throughput.py). One bounded range count per minute on the
 -- finished_at index: no per-row bucket arithmetic, no hash aggregate.
 WITH bounds AS (
     SELECT greatest(%(since)s::timestamptz,

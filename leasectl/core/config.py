@@ -11,8 +11,8 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from leasectl.errors import UsageError
-from leasectl.literal import echo
+from leasectl.core.errors import UsageError
+from leasectl.core.literal import echo
 
 DEFAULT_SCHEMA = "leasectl"
 

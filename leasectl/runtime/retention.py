@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from leasectl.core.errors import UsageError
 from leasectl.db.operations import Operations
-from leasectl.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from leasectl.backoff import reconnect_delay
-from leasectl.config import watcher_actor
+from leasectl.core.backoff import reconnect_delay
+from leasectl.core.config import watcher_actor
+from leasectl.core.errors import ConnectionFailed, UsageError
+from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.db.operations import Operations
-from leasectl.errors import ConnectionFailed, UsageError
-from leasectl.models import ExpiredJob, JobStatus, WatcherResult
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("leasectl.watcher")
 
 Mode = Literal["requeue", "mark"]
 DEFAULT_REASON = "lease expired"

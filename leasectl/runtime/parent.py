@@ -15,9 +15,9 @@ import sys
 import threading
 import time
 
-from leasectl.worker import Worker
+from leasectl.runtime.worker import Worker
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("leasectl.parent")
 
 PR_SET_PDEATHSIG = 1
 

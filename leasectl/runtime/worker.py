@@ -27,15 +27,15 @@ from datetime import timedelta
 from types import FrameType
 from typing import Any
 
-from leasectl.backoff import reconnect_delay, retry_delay
-from leasectl.config import check_queue_length, default_worker_id
+from leasectl.core.backoff import reconnect_delay, retry_delay
+from leasectl.core.config import check_queue_length, default_worker_id
+from leasectl.core.errors import ConnectionFailed, LeasectlError, UsageError
+from leasectl.core.literal import echo, shorten
+from leasectl.core.models import ClaimKey, Job, Lease
 from leasectl.db.connection import Database
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
-from leasectl.errors import ConnectionFailed, LeasectlError, UsageError
-from leasectl.literal import echo, shorten
-from leasectl.models import ClaimKey, Job, Lease
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("leasectl.worker")
 
 
 class PermanentError(Exception):

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-from leasectl.errors import TerminalGone, UsageError
+from leasectl.core.errors import TerminalGone, UsageError
 
 DUMB_TERMS = ("dumb", "unknown")  # the values Rich also treats as a terminal without controls
 EXIT_GRACE_S = 2.0  # how long a console may take to close after its terminal went away

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from leasectl.models import Freshness
+from leasectl.core.models import Freshness
 
 # A worker is "fresh" while it has missed no more than half a heartbeat beyond its interval.
 FRESH_FACTOR = 1.5

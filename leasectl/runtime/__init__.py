@@ -1,0 +1,1 @@
+"""The worker runtime and the stuck watcher, built on the data layer."""
