@@ -12,8 +12,9 @@ from psycopg import conninfo
 from leasectl.core.errors import ConfigError
 
 _URI_SCHEME = re.compile(r"^\s*postgres(?:ql)?://", re.IGNORECASE)
-# Tokens of libpq's parse errors that are its own words, not a piece of the DSN.
-_LIBPQ_TOKENS = {'"="': "\0eq\0", '"]"': "\0br\0"}
+# libpq's own quoted words in its parse errors, in the phrases it writes them in: a bare "="
+# can be the start of a quoted password (`invalid percent-encoded token: "="Kq7v%"`).
+_LIBPQ_TOKENS = {'missing "=" after': "\0eq\0", 'matching "]" in': "\0br\0"}
 
 PERCENT_ENCODE_HINT = "percent-encode / and @ in the password (%2F, %40)"
 AMBIGUOUS_URI_MESSAGE = (
@@ -84,7 +85,7 @@ def _unquoted(message: str) -> str:
     """The first line of a libpq parse error without the parts it quotes from the DSN.
 
     Everything from the first quote to the last goes (a quoted fragment may itself hold a
-    quote), except libpq's own quoted tokens such as "="."""
+    quote), except libpq's own quoted tokens such as the "=" of `missing "=" after`."""
     line = message.strip().splitlines()[0] if message.strip() else ""
     for token, mark in _LIBPQ_TOKENS.items():
         line = line.replace(token, mark)
