@@ -23,7 +23,7 @@ from leasectl.core.errors import LeasectlError
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.demo import DemoSummary, FleetConfig, run_demo
 from leasectl.demo.fleet import FLEET, HANDLER, RUN_ENV
-from leasectl.demo.run import _external_target
+from leasectl.demo.target import external_target
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -277,19 +277,19 @@ def test_the_demo_keeps_to_schemas_it_created(empty_db_dsn: str) -> None:
     for fresh in (False, True):
         with (
             pytest.raises(LeasectlError, match="was not created by leasectl demo"),
-            _external_target(empty_db_dsn, "mine", fresh, notes.append),
+            external_target(empty_db_dsn, "mine", fresh, notes.append),
         ):
             pass
-    with _external_target(empty_db_dsn, "leasectl", True, notes.append) as target:
+    with external_target(empty_db_dsn, "leasectl", True, notes.append) as target:
         assert target.schema == "leasectl_demo"
         # One demo at a time per schema.
         with (
             pytest.raises(LeasectlError, match="another leasectl demo is running"),
-            _external_target(empty_db_dsn, "leasectl_demo", False, notes.append),
+            external_target(empty_db_dsn, "leasectl_demo", False, notes.append),
         ):
             pass
     # Its own, labelled schema it may drop and recreate.
-    with _external_target(empty_db_dsn, "leasectl_demo", True, notes.append) as target:
+    with external_target(empty_db_dsn, "leasectl_demo", True, notes.append) as target:
         assert statuses(target.dsn, target.schema) == {}
     with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM mine.precious").fetchone() == (0,)
