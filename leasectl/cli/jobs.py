@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from leasectl.cli.completion import complete_queue
 from leasectl.cli.root import (
     EXIT_CHECK_FAILED,
     JsonOpt,
@@ -76,7 +77,12 @@ def init(ctx: typer.Context) -> None:
 
 def enqueue(
     ctx: typer.Context,
-    queue: Annotated[str, typer.Option("--queue", "-q", help="Queue name.", show_default=False)],
+    queue: Annotated[
+        str,
+        typer.Option(
+            "--queue", "-q", help="Queue name.", show_default=False, autocompletion=complete_queue
+        ),
+    ],
     payload: Annotated[
         str,
         typer.Option(

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, RenderableType
 
+from leasectl.cli.completion import complete_queue
 from leasectl.core import config
 from leasectl.core.literal import visible
 from leasectl.db.connection import Database
@@ -42,7 +43,6 @@ app = typer.Typer(
     name=PROG,
     help="A leased-job queue on PostgreSQL: enqueue, work, watch for stuck jobs, inspect.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -129,5 +129,8 @@ def _say(message: str) -> None:
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 QueueOpt = Annotated[
-    str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+    str | None,
+    typer.Option(
+        "--queue", "-q", help="Only this queue.", show_default=False, autocompletion=complete_queue
+    ),
 ]

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from leasectl.cli.completion import complete_queue
 from leasectl.cli.root import _duration, _globals, _queue_name
 from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core.errors import LeasectlError, UsageError
@@ -21,7 +22,13 @@ def worker(
     ctx: typer.Context,
     queue: Annotated[
         list[str],
-        typer.Option("--queue", "-q", help="Queue to work (repeatable).", show_default=False),
+        typer.Option(
+            "--queue",
+            "-q",
+            help="Queue to work (repeatable).",
+            show_default=False,
+            autocompletion=complete_queue,
+        ),
     ],
     handler: Annotated[
         str,
