@@ -73,9 +73,7 @@ def resume(
     why = _reason(reason, required=False)
     with _operations(ctx) as ops:
         ended = ops.resume(name, actor=config.operator_actor(), reason=why)
-    if ended is None:
-        if as_json:
-            _emit_json({"action": "resume", "changed": False, "queue": None})
+    if ended is None:  # (nothing on stdout, --json or not: there is no pause to show)
         _warn(f"queue {echo(name)} is not paused; nothing changed")
         raise typer.Exit(1)
     if as_json:
