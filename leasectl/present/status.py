@@ -152,23 +152,24 @@ def pause_renderables(
     pause: PausedQueue, *, changed: bool = True, resumed: bool = False
 ) -> list[RenderableType]:
     """The result of `pause` (the new pause, or the one that stands) or of `resume` (the
-    pause it ended)."""
-    line = Text()
+    pause it ended): what happened, then the pause's time and actor, then its reason."""
+    head = Text()
     if resumed:
-        line.append("resumed queue ")
-        line.append_text(lit(pause.queue, "bold"))
-        line.append(": workers claim its jobs again; it was paused since ")
+        head.append("resumed queue ")
+        head.append_text(lit(pause.queue, "bold"))
+        head.append(": workers claim its jobs again")
     elif changed:
-        line.append("paused queue ")
-        line.append_text(lit(pause.queue, PAUSED_STYLE))
-        line.append(": workers claim none of its jobs until `leasectl resume`; since ")
+        head.append("paused queue ")
+        head.append_text(lit(pause.queue, PAUSED_STYLE))
+        head.append(": workers claim none of its jobs until `leasectl resume`")
     else:
-        line.append("queue ")
-        line.append_text(lit(pause.queue, PAUSED_STYLE))
-        line.append(" was already paused, since ")
-    line.append(timestamp(pause.paused_at))
-    line.append(" by ")
-    line.append_text(lit(pause.paused_by))
-    line.append(": ")
-    line.append_text(lit(pause.reason))
-    return [line]
+        head.append("queue ")
+        head.append_text(lit(pause.queue, PAUSED_STYLE))
+        head.append(" was already paused")
+    since = Text("  paused since " if resumed else "  since ", style="dim")
+    since.append(timestamp(pause.paused_at))
+    since.append(" by ")
+    since.append_text(lit(pause.paused_by))
+    reason = Text("  reason: ", style="dim")
+    reason.append_text(lit(pause.reason))
+    return [head, since, reason]
