@@ -330,7 +330,9 @@ class Worker:
         resume: dict[str, tuple[ClaimKey, float]] = {}
         # A claim of a paused queue takes nothing (the statement looks); whether our queues are
         # paused is read only to say so in the log: after an announcement (a pause or resume
-        # sends one) when a claim from the head comes back empty, at most once per interval.
+        # sends one) when a claim from the head comes back empty, at most once a second (not
+        # once per enqueue into a paused queue).
+        pauses_every = min(poll_s, 1.0)
         pauses_read_at = time.monotonic()
         look_for_pauses = False
         while True:
@@ -396,7 +398,7 @@ class Worker:
                 look_for_pauses
                 and not leases
                 and from_key is None
-                and sent - pauses_read_at >= poll_s
+                and sent - pauses_read_at >= pauses_every
             ):
                 look_for_pauses = not self._look_for_pauses()
                 pauses_read_at = sent

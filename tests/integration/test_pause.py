@@ -6,12 +6,15 @@ flight finish normally; a resume is announced, so the drain goes on at once.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +64,14 @@ def db_clock(conn: psycopg.Connection[Any]) -> datetime:
 
 
 def claimed_since(conn: psycopg.Connection[Any], worker_id: str, since: datetime) -> bool:
-    """The worker's session ran a claim statement (every one reads queue_state) that started
-    after ``since`` and has finished: the worker had its chance to claim."""
+    """The worker's session ran a claim statement (jobs_complete_and_claim or
+    jobs_claim_expired: `WITH picked AS`, within the first 1024 bytes of the text that
+    pg_stat_activity keeps) that started after ``since`` and has finished: the worker had its
+    chance to claim."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-        "AND state = 'idle' AND query LIKE '%%queue_state AS s%%' AND query_start > %s",
-        (f"leasectl worker {worker_id}", since),
+        "AND state = 'idle' AND query LIKE '%%WITH picked AS%%' AND query_start > %s",
+        (f"leasectl worker {worker_id}"[:63], since),
     ).fetchone()
     return bool(row and row[0])
 
@@ -108,8 +113,8 @@ def test_a_pause_stops_the_drain_and_a_resume_restarts_it(
         wait_until(lambda w=w: "is paused" in w.text(), what=f"{w.worker_id} to log the pause")
     wait_until(lambda: "Processing" not in counts(sql_conn), what="the jobs in flight to end")
     # Enqueue goes on; the announcement wakes the workers, whose claims take nothing.
-    [late] = store.ops.enqueue([{}], queue=QUEUE)
     enqueued = db_clock(sql_conn)
+    [late] = store.ops.enqueue([{}], queue=QUEUE)
     for w in fleet:
         wait_until(lambda w=w: claimed_since(sql_conn, w.worker_id, enqueued), what="a claim")
 
@@ -150,8 +155,8 @@ def test_a_worker_started_on_a_paused_queue_waits_and_says_so_once(
     w = workers(QUEUE, "tests.handlers:noop", "waiting")
     wait_until(lambda: "is paused" in w.text(), what="the worker to log the pause")
     assert "\\x1b[31mnot yet" in w.text() and "\x1b" not in w.text()
+    enqueued = db_clock(sql_conn)  # (before: the claim the enqueue's NOTIFY wakes is after)
     [job_id] = store.ops.enqueue([{}], queue=QUEUE)
-    enqueued = db_clock(sql_conn)
     wait_until(lambda: claimed_since(sql_conn, w.worker_id, enqueued), what="a claim")
     assert store.ops.get_job(job_id).attempts == 0
 
@@ -161,3 +166,25 @@ def test_a_worker_started_on_a_paused_queue_waits_and_says_so_once(
     [(started,)] = sql_conn.execute("SELECT started_at FROM leasectl.job_attempts").fetchall()
     assert started > resumed_at
     assert w.text().count("is paused") == 1, w.text()
+
+
+def test_a_resume_is_announced_idle_workers_claim_at_once_not_at_their_next_poll(
+    store: Stores, sql_conn: psycopg.Connection[Any], run_worker: Any, caplog: Any
+) -> None:
+    """A worker polling every 30 s, idle on a paused queue with a job waiting: the resume's
+    NOTIFY wakes it, and the job runs within seconds."""
+    caplog.set_level(logging.INFO, logger="leasectl.worker")
+    store.ops.pause(QUEUE, actor="operator:test", reason="maintenance")
+    ran = threading.Event()
+    worker = run_worker(lambda ctx: ran.set(), queues=(QUEUE,), poll_interval=timedelta(seconds=30))
+    assert worker.listening.wait(10)
+    enqueued = db_clock(sql_conn)  # (before: the claim the enqueue's NOTIFY wakes is after)
+    [job_id] = store.ops.enqueue([{}], queue=QUEUE)
+    wait_until(lambda: claimed_since(sql_conn, worker.worker_id, enqueued), what="a claim")
+    assert not ran.is_set() and store.ops.get_job(job_id).attempts == 0
+    started = time.monotonic()
+    assert store.ops.resume(QUEUE, actor="operator:test") is not None
+    assert ran.wait(10), "the resume was not announced: the worker waited for its poll"
+    assert time.monotonic() - started < 10
+    wait_until(lambda: "was resumed" in caplog.text, what="the worker to log the resume")
+    assert caplog.text.count("is paused") == 1, caplog.text
