@@ -11,7 +11,9 @@ mode (concurrency 50): completes the 50 of the previous trip and claims 50. The 
 turns, round by round (the order alternating), so that the drift of a shared machine and of the
 claim index (dead entries of claimed jobs) falls on both alike. One queue is paused (another
 queue's), as on a system that uses pauses. Prints the median over rounds of each variant's mean
-client-side time per round trip, and the difference.
+client-side time per round trip and of the server backend's CPU time per round trip (from
+/proc/PID/schedstat: a local server; far less disturbed by a busy machine than wall time), and
+the differences.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import statistics
 import time
 import types
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -56,9 +59,20 @@ class Variant:
         self.done: list[tuple[int, int]] = []
         self.key: Any = None
         self.times: list[float] = []  # mean seconds per trip, per round
+        row = self.conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        self.schedstat = Path(f"/proc/{row[0]}/schedstat")  # a local server's backend
+        self.cpu: list[float] = []  # its CPU seconds per trip, per round
+
+    def server_cpu(self) -> float:
+        """The backend's CPU time so far (ns precision; 0 when the server is not local)."""
+        try:
+            return int(self.schedstat.read_text().split()[0]) / 1e9
+        except OSError:
+            return 0.0
 
     def round(self, trips: int, limit: int) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), self.server_cpu()
         for _ in range(trips):
             rows, names = self.hot.run(
                 self.name,
@@ -79,6 +93,7 @@ class Variant:
             first = min(rows, key=lambda r: (r[at["priority"]], r[at["run_at"]], r[at["id"]]))
             self.key = (first[at["priority"]], first[at["run_at"]], first[at["id"]])
         self.times.append((time.perf_counter() - start) / trips)
+        self.cpu.append((self.server_cpu() - cpu) / trips)
 
 
 def main() -> None:
@@ -124,10 +139,16 @@ def main() -> None:
                 for v in variants:
                     v.round(max(1, trips // 10), limit)  # prepare and warm up
                     v.times.clear()
+                    v.cpu.clear()
                 for r in range(a.rounds):
                     for v in variants if r % 2 == 0 else variants[::-1]:
                         v.round(trips, limit)
                 b, s = (statistics.median(v.times) * 1e6 for v in variants)
+                bc, sc = (statistics.median(v.cpu) * 1e6 for v in variants)
+                print(
+                    f"{mode}: server CPU per trip (the backend's): before {bc:.1f} µs, after "
+                    f"{sc:.1f} µs, difference {sc - bc:+.1f} µs ({(sc - bc) / bc:+.1%})"
+                )
                 print(
                     f"{mode}: before {b:.1f} µs/trip, after {s:.1f} µs/trip, "
                     f"difference {s - b:+.1f} µs ({(s - b) / b:+.1%}); medians of "
