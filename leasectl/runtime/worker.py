@@ -430,7 +430,7 @@ class Worker:
         database could not be read (look again later)."""
         try:
             now_paused = self.store.paused(self.config.queues)
-        except ConnectionFailed as exc:
+        except LeasectlError as exc:  # (only the log needs it: the claims enforce a pause)
             log.debug("worker %s: reading paused queues: %s", self.worker_id, exc)
             return False
         for pause in now_paused:
