@@ -78,7 +78,14 @@ PARAMS: dict[str, dict[str, Any]] = {
         "limit": 10,
         **CLAIM_FROM_HEAD,
     },
+    "jobs_claim_expired": {
+        "queue": "payments",
+        "owner": "w-x",
+        "ttl": timedelta(seconds=30),
+        "limit": 10,
+    },
     "job_claim_by_id": {"id": 1_000_500, "owner": "w-x", "ttl": timedelta(seconds=30)},
+    "queues_paused": {"queues": ["payments", "emails"]},
     "jobs_heartbeat": {
         "ids": [1_010_100, 1_010_200],
         "attempts": [1, 1],

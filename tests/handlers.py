@@ -47,3 +47,8 @@ def hold_until_lost(ctx: JobContext) -> None:
         tmp.write_text(f"{cancelled_at} {ctx.deadline}")
         tmp.replace(out / "cancelled")
         raise RuntimeError("cancelled: the lease is presumed lost")
+
+
+def brief(ctx: JobContext) -> None:
+    """A job that takes a little while (20 ms): a drain with jobs in flight at any moment."""
+    time.sleep(0.02)

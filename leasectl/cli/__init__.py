@@ -7,7 +7,7 @@ group of commands, ``stderr`` and ``redaction`` (every line on stderr, without s
 
 from __future__ import annotations
 
-from leasectl.cli import actions, admin, console, jobs, worker
+from leasectl.cli import actions, admin, console, jobs, queues, worker
 from leasectl.cli.entry import main
 from leasectl.cli.root import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, app
 
@@ -19,6 +19,8 @@ app.command()(actions.watch)
 app.command("requeue-stuck")(actions.requeue_stuck)
 app.command()(actions.requeue)
 app.command("mark-stuck")(actions.mark_stuck)
+app.command()(queues.pause)
+app.command()(queues.resume)
 app.command()(jobs.inspect)
 app.command()(jobs.status)
 app.command()(jobs.prune)

@@ -401,6 +401,20 @@ class WatcherResult:
 
 
 @dataclass(frozen=True)
+class PausedQueue:
+    """A paused queue: since when (database clock), by whom and why. No worker claims its jobs."""
+
+    queue: str
+    paused_at: datetime
+    paused_by: str
+    reason: str
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> PausedQueue:
+        return cls(row["queue"], row["paused_at"], row["paused_by"], row["reason"])
+
+
+@dataclass(frozen=True)
 class QueueCounts:
     queue: str
     pending: int = 0
@@ -454,6 +468,7 @@ class StatusReport:
     owners: tuple[OwnerHealth, ...]
     finished_estimate: dict[str, int] = field(default_factory=dict)
     recent_window: timedelta = timedelta(hours=1)
+    paused: tuple[PausedQueue, ...] = ()
 
     @property
     def expired(self) -> int:

@@ -28,7 +28,9 @@ class Kind(enum.StrEnum):
 
 WHAT = {
     Kind.VIEWER: "status, inspect, requeue-stuck --dry-run, the console read-only",
-    Kind.OPERATOR: "viewer + requeue, mark-stuck, requeue-stuck, watch, console actions",
+    Kind.OPERATOR: (
+        "viewer + requeue, mark-stuck, requeue-stuck, watch, pause, resume, console actions"
+    ),
     Kind.WORKER: "worker (claim, heartbeat, complete, fail, release)",
     Kind.PRODUCER: "enqueue",
 }

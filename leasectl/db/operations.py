@@ -26,6 +26,7 @@ from leasectl.core.models import (
     JobStatus,
     MovedBatch,
     OwnerHealth,
+    PausedQueue,
     PayloadText,
     QueueCounts,
     SeenState,
@@ -226,6 +227,35 @@ class Operations:
             jobs[i].seen() if i in jobs else SeenState(i, JobStatus.PENDING, -1, None) for i in ids
         ]
 
+    # -- paused queues ----------------------------------------------------------------------
+
+    def pause(self, queue: str, *, actor: str, reason: str) -> tuple[PausedQueue, bool]:
+        """Pause ``queue`` (audited; its workers are told): the queue's pause, and whether this
+        call made it (False: it was paused already, and that pause stands unchanged)."""
+        check_queue_length(queue)
+        params = {"queue": queue, "actor": actor, "reason": reason, "channel": self.db.channel}
+        while True:
+            row = self.db.one("queue_pause", params)
+            if row is not None:
+                return PausedQueue.from_row(row), True
+            standing = self.paused([queue])
+            if standing:
+                return standing[0], False
+            # (Resumed between the two statements: try again.)
+
+    def resume(self, queue: str, *, actor: str, reason: str | None = None) -> PausedQueue | None:
+        """Resume ``queue`` (audited; its workers are told): the pause it ended, or None when
+        the queue was not paused (nothing changed)."""
+        check_queue_length(queue)
+        params = {"queue": queue, "actor": actor, "reason": reason, "channel": self.db.channel}
+        row = self.db.one("queue_resume", params)
+        return PausedQueue.from_row(row) if row is not None else None
+
+    def paused(self, queues: Sequence[str] | None = None) -> list[PausedQueue]:
+        """The paused queues (all, or those of ``queues``), by name."""
+        rows = self.db.rows("queues_paused", {"queues": list(queues) if queues else None})
+        return [PausedQueue.from_row(r) for r in rows]
+
     # -- reading ----------------------------------------------------------------------------
 
     def get_job(self, job_id: int) -> Job:
@@ -285,6 +315,7 @@ class Operations:
             owners=tuple(self.owners(window=owner_window, limit=owner_limit, db_now=db_now)),
             finished_estimate=estimate,
             recent_window=recent_window,
+            paused=tuple(self.paused([queue] if queue is not None else None)),
         )
 
     def owners(

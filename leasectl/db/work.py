@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from leasectl.core.errors import ConnectionFailed
-from leasectl.core.models import ClaimKey, Job, JobStatus, Lease
+from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
 from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
@@ -237,6 +237,11 @@ class WorkerStore:
         if not leases:
             return set()
         return {r["id"] for r in self.db.rows("jobs_release", self._fence(leases))}
+
+    def paused(self, queues: Sequence[str]) -> list[PausedQueue]:
+        """Which of ``queues`` are paused (their claims take nothing until resumed)."""
+        rows = self.db.rows("queues_paused", {"queues": list(queues)})
+        return [PausedQueue.from_row(r) for r in rows]
 
     # -- the enqueue channel ------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from leasectl.core.models import (
     Job,
     JobDetail,
     OwnerHealth,
+    PausedQueue,
     PayloadText,
     QueueCounts,
     StatusReport,
@@ -183,6 +184,15 @@ def owner_json(owner: OwnerHealth) -> dict[str, Any]:
     }
 
 
+def paused_queue_json(pause: PausedQueue) -> dict[str, Any]:
+    return {
+        "queue": pause.queue,
+        "paused_at": jsonable(pause.paused_at),
+        "paused_by": pause.paused_by,
+        "reason": pause.reason,
+    }
+
+
 def status_json(report: StatusReport) -> dict[str, Any]:
     return {
         "db_now": jsonable(report.db_now),
@@ -191,6 +201,7 @@ def status_json(report: StatusReport) -> dict[str, Any]:
         "totals": _counts_json(totals(report), report.db_now),
         "finished_estimate": finished_estimate(report),
         "owners": [owner_json(o) for o in report.owners],
+        "paused": [paused_queue_json(p) for p in report.paused],
         "check": check_json(report),
     }
 

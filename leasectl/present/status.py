@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -12,11 +12,12 @@ from leasectl.core.config import format_duration
 from leasectl.core.models import (
     JobStatus,
     OwnerHealth,
+    PausedQueue,
     QueueCounts,
     StatusReport,
     finished_estimates,
 )
-from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, STATUS_STYLE
+from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
 from leasectl.present.text import lit, num, table
 from leasectl.present.times import ago, expiry, interval, short_window, timestamp
 
@@ -88,6 +89,9 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         estimate,
         Text(),
     ]
+    if report.paused:
+        parts.append(paused_table(report.paused, now))
+        parts.append(Text())
     parts.append(owners_table(report.owners, now))
     if report.expired or report.stuck:
         parts.append(Text())
@@ -123,3 +127,49 @@ def owners_table(owners: Sequence[OwnerHealth], db_now: datetime) -> RenderableT
             Text(f"{interval(o.heartbeat_every)}/{interval(o.lease_ttl)}"),
         )
     return listing
+
+
+def paused_table(paused: Sequence[PausedQueue], db_now: datetime) -> RenderableType:
+    """The paused queues: no worker claims their jobs until `leasectl resume`."""
+    listing = table("paused queues (no claims until `leasectl resume`)")
+    listing.add_column("queue", overflow="fold", min_width=8)
+    listing.add_column("since", no_wrap=True)
+    listing.add_column("for", justify="right", no_wrap=True)
+    listing.add_column("by", overflow="fold")
+    listing.add_column("reason", overflow="fold", ratio=1)
+    for p in paused:
+        listing.add_row(
+            lit(p.queue, PAUSED_STYLE),
+            Text(timestamp(p.paused_at)),
+            Text(format_duration(max(db_now - p.paused_at, timedelta(0)))),
+            lit(p.paused_by),
+            lit(p.reason),
+        )
+    return listing
+
+
+def pause_renderables(
+    pause: PausedQueue, *, changed: bool = True, resumed: bool = False
+) -> list[RenderableType]:
+    """The result of `pause` (the new pause, or the one that stands) or of `resume` (the
+    pause it ended): what happened, then the pause's time and actor, then its reason."""
+    head = Text()
+    if resumed:
+        head.append("resumed queue ")
+        head.append_text(lit(pause.queue, "bold"))
+        head.append(": workers claim its jobs again")
+    elif changed:
+        head.append("paused queue ")
+        head.append_text(lit(pause.queue, PAUSED_STYLE))
+        head.append(": workers claim none of its jobs until `leasectl resume`")
+    else:
+        head.append("queue ")
+        head.append_text(lit(pause.queue, PAUSED_STYLE))
+        head.append(" was already paused")
+    since = Text("  paused since " if resumed else "  since ", style="dim")
+    since.append(timestamp(pause.paused_at))
+    since.append(" by ")
+    since.append_text(lit(pause.paused_by))
+    reason = Text("  reason: ", style="dim")
+    reason.append_text(lit(pause.reason))
+    return [head, since, reason]

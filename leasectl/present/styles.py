@@ -13,6 +13,7 @@ from leasectl.core.models import Freshness, JobStatus
 # owner) look the same wherever they are shown.
 RISK_STYLE = "bold yellow"
 EXPIRED_STYLE = "bold red"
+PAUSED_STYLE = "bold magenta"  # a paused queue: no claims until resumed
 
 STATUS_STYLE = {
     JobStatus.PENDING: "yellow",

@@ -214,6 +214,8 @@ class Worker:
         self._finished: list[JobContext] = []  # handlers returned: results to write
         self._wake = threading.Event()  # a handler returned, or a NOTIFY said there is work
         self._announced = threading.Event()  # a NOTIFY said a job was enqueued on our queues
+        # (or one was paused or resumed)
+        self.paused: set[str] = set()  # our queues last seen paused (logged once each)
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
 
     @property
@@ -261,6 +263,7 @@ class Worker:
         for thread in threads:
             thread.start()
         log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
+        self._look_for_pauses()
         self.started.set()
         unwritten: list[JobContext] = []
         try:
@@ -325,11 +328,19 @@ class Worker:
         # its head again: after a short claim (at once), an announced enqueue, or at the
         # latest one poll interval after the last head read.
         resume: dict[str, tuple[ClaimKey, float]] = {}
+        # A claim of a paused queue takes nothing (the statement looks); whether our queues are
+        # paused is read only to say so in the log: after an announcement (a pause or resume
+        # sends one) when a claim from the head comes back empty, at most once a second (not
+        # once per enqueue into a paused queue).
+        pauses_every = min(poll_s, 1.0)
+        pauses_read_at = time.monotonic()
+        look_for_pauses = False
         while True:
             self._wake.clear()  # cleared before looking, so no wake-up between is lost
             if self._announced.is_set():
                 self._announced.clear()
                 resume.clear()
+                look_for_pauses = True
             with self._lock:
                 finished += self._finished
                 self._finished.clear()
@@ -380,6 +391,17 @@ class Worker:
                 continue
             if take_expired and len(leases) < free:
                 expired_checked[name] = sent
+            if leases and name in self.paused:
+                self.paused.discard(name)
+                log.info("worker %s: queue %s was resumed", self.worker_id, echo(name))
+            if (
+                look_for_pauses
+                and not leases
+                and from_key is None
+                and sent - pauses_read_at >= pauses_every
+            ):
+                look_for_pauses = not self._look_for_pauses()
+                pauses_read_at = sent
             if len(leases) == free:
                 resume[name] = (leases[0].job.claim_order, head_read_at)
             self._written(finished, refused)
@@ -402,6 +424,31 @@ class Worker:
                     idle = not self._finished
                 if idle:
                     self._wake.wait(poll_s)
+
+    def _look_for_pauses(self) -> bool:
+        """Read which of our queues are paused and log each change once; False when the
+        database could not be read (look again later)."""
+        try:
+            now_paused = self.store.paused(self.config.queues)
+        except LeasectlError as exc:  # (only the log needs it: the claims enforce a pause)
+            log.debug("worker %s: reading paused queues: %s", self.worker_id, exc)
+            return False
+        for pause in now_paused:
+            if pause.queue not in self.paused:
+                log.warning(
+                    "worker %s: queue %s is paused (since %s, by %s: %s); its jobs wait until "
+                    "`leasectl resume`",
+                    self.worker_id,
+                    echo(pause.queue),
+                    pause.paused_at.isoformat(timespec="seconds"),
+                    echo(pause.paused_by),
+                    echo(pause.reason),
+                )
+        names = {pause.queue for pause in now_paused}
+        for name in sorted(self.paused - names):
+            log.info("worker %s: queue %s was resumed", self.worker_id, echo(name))
+        self.paused = names
+        return True
 
     def _drop_lost(self, finished: list[JobContext]) -> list[JobContext]:
         """Finished jobs whose lease is known lost are not written; the rest are."""

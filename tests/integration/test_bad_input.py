@@ -165,6 +165,17 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["--dsn", SQLI, "status"], 1, ["invalid DSN"]),
     (["status", "--nope"], 2, ["No such option: --nope"]),
     ([SQLI], 2, ["No such command"]),
+    *[(["pause", value, "--reason", "x"], 2, ["QUEUE must not be empty"]) for value in ("", " ")],
+    *[(["resume", value], 2, ["QUEUE must not be empty"]) for value in ("", "\t")],
+    (["pause"], 2, ["Missing argument 'QUEUE'"]),
+    (["pause", "q"], 2, ["Missing option '--reason'"]),
+    *[
+        (["pause", "q", "--reason", value], 2, ["--reason must not be empty"])
+        for value in ("", " ")
+    ],
+    (["resume", "q"], 1, ["queue 'q' is not paused; nothing changed"]),
+    (["resume", SQLI, "--reason", SQLI], 1, ["is not paused; nothing changed"]),
+    (["resume", "q", "--json"], 1, ["is not paused"]),
 ]
 
 
@@ -194,8 +205,12 @@ REJECTED_BOUNDS: list[tuple[list[str], int, list[str]]] = [
             (["watch", "-q"], "--queue", []),
             (["prune", "--older-than", "1d", "-q"], "--queue", []),
             (["tui", "-q"], "--queue", []),
+            (["pause"], "QUEUE", ["--reason", "x"]),
+            (["resume"], "QUEUE", []),
         )
     ],
+    (["pause", "q", "--reason", LONG], 2, ["--reason: at most 1000 characters, got 10,000"]),
+    (["resume", "q", "--reason", "r" * 1001], 2, ["--reason: at most 1000 characters"]),
     *[
         (["--schema", schema, command], 2, [f"invalid schema name '{schema}'", "PostgreSQL's own"])
         for schema in ("pg_catalog", "information_schema", "pg_toast", "pg_leasectl")
@@ -322,6 +337,25 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
         (4,)
     ]
     assert rows(db_dsn, "SELECT to_regclass('leasectl.jobs') IS NOT NULL") == [(True,)]
+
+
+def test_pauses_are_stored_verbatim(db_dsn: str) -> None:
+    """Queue names and reasons of pauses and resumes: stored and shown as given, as data."""
+    reasons = [*WEIRD[:3], LONG[:1000], WEIRD[4]]
+    for queue, reason in zip(WEIRD_QUEUES, reasons, strict=True):
+        paused = cli("pause", queue, "--reason", reason, "--json", dsn=db_dsn)
+        assert paused.returncode == 0, paused.stderr[:500]
+        assert json.loads(paused.stdout)["queue"]["reason"] == reason
+    status = cli("status", "--json", dsn=db_dsn)
+    shown = [(p["queue"], p["reason"]) for p in json.loads(status.stdout)["paused"]]
+    assert sorted(shown) == sorted(zip(WEIRD_QUEUES, reasons, strict=True))
+    for queue, reason in zip(WEIRD_QUEUES, reasons, strict=True):
+        resumed = cli("resume", queue, "--reason", reason, dsn=db_dsn)
+        assert resumed.returncode == 0, resumed.stderr[:500]
+    assert rows(db_dsn, "SELECT count(*) FROM leasectl.queue_state") == [(0,)]
+    assert rows(db_dsn, "SELECT queue, action, reason FROM leasectl.queue_events ORDER BY id") == [
+        (q, "pause", r) for q, r in zip(WEIRD_QUEUES, reasons, strict=True)
+    ] + [(q, "resume", r) for q, r in zip(WEIRD_QUEUES, reasons, strict=True)]
 
 
 def test_schema_names_are_identifiers_never_sql(empty_db_dsn: str) -> None:

@@ -445,8 +445,10 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert list(doc) == [
-        "db_now", "recent_window_s", "queues", "totals", "finished_estimate", "owners", "check",
+        "db_now", "recent_window_s", "queues", "totals", "finished_estimate", "owners", "paused",
+        "check",
     ]  # fmt: skip
+    assert doc["paused"] == []
     assert doc["queues"] == [
         {
             "queue": "q",

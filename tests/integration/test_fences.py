@@ -584,3 +584,87 @@ def test_prune_with_a_queue_leaves_other_queues_alone(
     left = sql_conn.execute("SELECT id FROM leasectl.jobs ORDER BY id").fetchall()
     assert left == [(other,)]
     assert mine != other
+
+
+# -- a paused queue: no claim of any kind takes its jobs; other queues are not affected --------
+#
+# Each claim statement has one pause predicate, `NOT EXISTS (a queue_state row of the queue)`:
+# deleting it lets a claim take a paused queue's job; tying it to any row instead of the
+# queue's (`WHERE TRUE`) lets a pause of one queue stop every other.
+
+PAUSER = "operator:fence"
+
+
+def pause(store: Stores, queue: str = Q) -> None:
+    _, changed = store.ops.pause(queue, actor=PAUSER, reason="fence test")
+    assert changed
+
+
+def test_claim_takes_nothing_from_a_paused_queue(store: Stores) -> None:
+    ids = store.ops.enqueue([{}, {}], queue=Q)
+    pause(store)
+    assert store.work.complete_and_claim((), Q, "w1", TTL, 5, take_expired=False)[0] == []
+    assert [state(store, i) for i in ids] == [(JobStatus.PENDING, 0, None)] * 2
+    assert store.ops.resume(Q, actor=PAUSER) is not None
+    leases, _ = store.work.complete_and_claim((), Q, "w1", TTL, 5, take_expired=False)
+    assert sorted(lease.job_id for lease in leases) == ids
+
+
+def test_takeover_takes_nothing_from_a_paused_queue(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    store.work.claim(Q, "w1", TTL)
+    expire(sql_conn, job_id)
+    pause(store)
+    assert store.work.claim(Q, "w2", TTL, 5) == []  # the round trip, then the takeover
+    assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
+
+
+def test_claim_by_id_refuses_a_job_of_a_paused_queue(store: Stores) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    pause(store)
+    assert store.work.claim_by_id(job_id, "w1", TTL) is None
+    assert state(store, job_id) == (JobStatus.PENDING, 0, None)
+
+
+@pytest.mark.parametrize("claim", ["claim", "takeover", "claim by id"])
+def test_a_pause_of_another_queue_stops_no_claim_of_this_one(
+    store: Stores, sql_conn: psycopg.Connection[Any], claim: str
+) -> None:
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    pause(store, "other")
+    if claim == "claim":
+        leases, _ = store.work.complete_and_claim((), Q, "w1", TTL, 5, take_expired=False)
+        assert [lease.job_id for lease in leases] == [job_id]
+    elif claim == "takeover":
+        store.work.claim(Q, "w1", TTL)
+        expire(sql_conn, job_id)
+        assert [lease.job_id for lease in store.work.claim(Q, "w2", TTL, 5)] == [job_id]
+        assert state(store, job_id) == (JobStatus.PROCESSING, 2, "w2")
+    else:
+        lease = store.work.claim_by_id(job_id, "w1", TTL)
+        assert lease is not None and lease.job_id == job_id
+
+
+def test_a_pause_stops_claims_not_the_leases_held(store: Stores) -> None:
+    """Jobs in flight finish: heartbeat, completion (riding a claim that takes nothing), failure
+    and release are not claims; enqueue goes on."""
+    ids = store.ops.enqueue([{}] * 4, queue=Q, max_attempts=3)
+    leases = store.work.claim(Q, "w1", TTL, 4)
+    pause(store)
+    assert set(store.work.heartbeat(leases, TTL)) == set(ids)
+    new, refused = store.work.complete_and_claim(leases[:1], Q, "w1", TTL, 5)
+    assert (new, refused) == ([], set())
+    assert store.work.fail(leases[1], "boom", retry_delay=timedelta(0)) == JobStatus.PENDING
+    assert store.work.release(leases[2:3]) == {ids[2]}
+    assert store.work.complete(leases[3:]) == {ids[3]}
+    [later] = store.ops.enqueue([{}], queue=Q)
+    assert [state(store, i)[0] for i in [*ids, later]] == [
+        JobStatus.COMPLETED,
+        JobStatus.PENDING,
+        JobStatus.PENDING,
+        JobStatus.COMPLETED,
+        JobStatus.PENDING,
+    ]
+    assert store.work.claim(Q, "w2", TTL, 5) == []

@@ -458,3 +458,48 @@ def test_commands_that_write_show_what_they_wrote_as_text(db_dsn: str, tmp_path:
     checked(failure, 0, "inspect of the failure")
     shown(failure.stdout, JOINED_UNICODE, "attempt owner")
     shown(failure.stdout, JOINED_TERMINAL, "the worker's error", multiline=True)
+
+
+def test_pauses_show_hostile_queues_actors_and_reasons_as_text(db_dsn: str) -> None:
+    """Paused queues as an owner's SQL could write them (queue, actor, reason), in `status`;
+    and `pause`/`resume` of hostile queues with hostile reasons, in what they print."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for value in NAMES:
+            conn.execute(
+                "INSERT INTO leasectl.queue_state (queue, paused_by, reason) VALUES (%s, %s, %s)",
+                [value, value, value],
+            )
+    fresh = [JOINED_TERMINAL, JOINED_UNICODE]
+    human, as_json, *written = run_all(
+        [
+            ["status"],
+            ["status", "--json"],
+            *(["pause", value, "--reason", MARKUP[3] + value] for value in fresh),
+            *(["pause", value, "--reason", "again", "--json"] for value in fresh),
+            *(["resume", value, "--reason", value] for value in fresh),
+            *(["resume", value] for value in fresh),
+        ],
+        db_dsn,
+    )
+    checked(human, 0, "status")
+    for value in NAMES:
+        shown(human.stdout, value, "paused queue/actor/reason")
+    checked(as_json, 0, "status --json")
+    assert [
+        (p["queue"], p["paused_by"], p["reason"]) for p in json.loads(as_json.stdout)["paused"]
+    ] == sorted((value, value, value) for value in NAMES)
+    paused, again, resumed, not_paused = written[0:2], written[2:4], written[4:6], written[6:8]
+    for value, proc in zip(fresh, paused, strict=True):
+        checked(proc, 0, "pause")
+        shown(proc.stdout, value, "paused queue")
+        shown(proc.stdout, MARKUP[3] + value, "pause reason")
+    for value, proc in zip(fresh, again, strict=True):
+        checked(proc, 1, "pause of a paused queue")
+        assert json.loads(proc.stdout)["queue"]["reason"] == MARKUP[3] + value
+        assert proc.stderr == f"leasectl: queue {echo(value)} is already paused; nothing changed\n"
+    for value, proc in zip(fresh, resumed, strict=True):
+        checked(proc, 0, "resume")
+        shown(proc.stdout, value, "resumed queue")
+    for value, proc in zip(fresh, not_paused, strict=True):
+        checked(proc, 1, "resume of a queue not paused")
+        assert proc.stderr == f"leasectl: queue {echo(value)} is not paused; nothing changed\n"

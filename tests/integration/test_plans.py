@@ -325,3 +325,25 @@ def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
     assert "Index Scan using jobs_processing_idx on jobs " in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the update, by key
     assert has_rows(min(expired, 500), plan.split("CTE moved")[1].split("CTE closed")[0]), plan
+
+
+@pytest.mark.parametrize("name", ["jobs_complete_and_claim", "jobs_claim_expired"])
+def test_the_pause_check_is_one_probe_per_claim_not_one_per_row(
+    plan_of: Callable[[str, Params], str], name: str
+) -> None:
+    """Whether the queue is paused is looked up once per statement (a one-time filter over the
+    walk, from queue_state's primary key), so the claim's walk is the one it was without it."""
+
+    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        if name == "jobs_complete_and_claim":
+            return claim_params(conn, 25)
+        return {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10}
+
+    plan = plan_of(name, params)
+    picked = plan.split("CTE picked")[1].split("CTE c")[0]
+    assert "One-Time Filter: (NOT " in picked, plan
+    [probe] = [line for line in picked.splitlines() if " on queue_state s " in line]
+    assert "loops=1)" in probe and "Seq Scan" not in probe, plan
+    assert scans_of_big_tables(plan) == [], plan
+    walk = "jobs_claimable_idx" if name == "jobs_complete_and_claim" else "jobs_processing_idx"
+    assert walk in picked, plan

@@ -560,3 +560,59 @@ def test_print_sql_quotes_identifiers_and_needs_no_database() -> None:
     assert "GRANT UPDATE" not in rendered and "GRANT INSERT" not in rendered
     assert 'REVOKE UPDATE ON "leasectl".jobs FROM "ops";' in rendered
     assert 'GRANT EXECUTE ON FUNCTION "leasectl".jobs_operator_requeue' in rendered
+
+
+def test_operators_pause_and_resume_only_through_the_audited_functions(
+    granted: Roles, db_dsn: str
+) -> None:
+    """An operator pauses and resumes (each with its queue_events row and database role) and
+    cannot write queue_state or queue_events itself; a viewer, a worker and a producer cannot
+    pause at all; a viewer and a worker see the pause; PUBLIC may not run the functions."""
+    seed_pending(db_dsn, 1)
+    for kind in ("viewer", "worker", "producer"):
+        refused(granted, kind, db_dsn, "pause", "q", "--reason", "no")
+    proc = cli("pause", "q", "--reason", "deploy", dsn=granted.dsn("operator"))
+    assert proc.returncode == 0, proc.stderr
+    before = snapshot(db_dsn)
+    calls = [
+        "SELECT * FROM leasectl.queue_pause('r', 'x', 'why', 'c')",
+        "SELECT * FROM leasectl.queue_resume('q', 'x', NULL, 'c')",
+    ]
+    for kind in ("viewer", "worker", "producer"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            for call in calls:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(call)
+        refused(granted, kind, db_dsn, "resume", "q")
+    with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
+        for statement in (
+            "INSERT INTO leasectl.queue_state (queue, paused_by, reason) VALUES ('r', 'x', 'y')",
+            "DELETE FROM leasectl.queue_state",
+            "UPDATE leasectl.queue_state SET reason = 'rewritten'",
+            "INSERT INTO leasectl.queue_events (queue, actor, action) VALUES ('q', 'x', 'pause')",
+            "DELETE FROM leasectl.queue_events",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)
+    assert snapshot(db_dsn) == before
+    for kind in ("viewer", "worker"):
+        status = cli("status", "--json", dsn=granted.dsn(kind))
+        assert status.returncode == 0, status.stderr
+        [shown] = json.loads(status.stdout)["paused"]
+        assert (shown["queue"], shown["reason"]) == ("q", "deploy")
+    with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+        assert store.work.claim("q", "w-role", timedelta(seconds=30)) == []
+    proc = cli("resume", "q", dsn=granted.dsn("operator"))
+    assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        events = conn.execute(
+            "SELECT queue, action, reason, db_role FROM leasectl.queue_events ORDER BY id"
+        ).fetchall()
+        public = conn.execute(
+            "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') "
+            "FROM pg_proc AS p WHERE p.pronamespace = 'leasectl'::regnamespace "
+            "AND p.proname LIKE 'queue\\_%%' ORDER BY 1"
+        ).fetchall()
+    operator = granted.names["operator"]
+    assert events == [("q", "pause", "deploy", operator), ("q", "resume", None, operator)]
+    assert public == [("queue_pause", False), ("queue_resume", False)]

@@ -8,15 +8,16 @@
 -- Read-only: status, inspect, requeue-stuck --dry-run and the console in read-only mode.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
-    {schema}.schema_migrations TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events TO {role};
 
 -- name: grant_operator
--- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch): EXECUTE only.
--- The guarded actions and the watcher's batch are functions of migration 6 that run with the
--- owner's rights and write the audit row of every change; an operator changes no table itself.
+-- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume).
+-- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
+-- functions that run with the owner's rights and write the audit row of every change; an
+-- operator changes no table itself.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
-    {schema}.schema_migrations TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
 -- role that is a worker too: `leasectl grant` runs --worker after --operator in one command.)
@@ -24,13 +25,14 @@ REVOKE UPDATE ON {schema}.jobs FROM {role};
 REVOKE UPDATE ON {schema}.job_attempts FROM {role};
 REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
-    {schema}.jobs_requeue_expired TO {role};
+    {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
+-- (queue_state: every claim looks whether its queue is paused.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
-    {schema}.schema_migrations TO {role};
+    {schema}.schema_migrations, {schema}.queue_state TO {role};
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
     last_error, updated_at) ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),

@@ -30,6 +30,9 @@ WITH picked AS (
         FROM {schema}.jobs
         WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
           AND (priority, run_at, id) >= (%(from_priority)s, %(from_run_at)s, %(from_id)s)
+          -- Not while the queue is paused: a probe of queue_state's primary key, done once per
+          -- statement (it names no column of jobs: a one-time filter over the index walk).
+          AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = %(queue)s)
         ORDER BY priority, run_at, id
         LIMIT 1000
         FOR UPDATE SKIP LOCKED
@@ -90,6 +93,8 @@ WITH picked AS (
     FROM {schema}.jobs
     WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
       AND attempts < max_attempts
+      -- Not while the queue is paused (as jobs_complete_and_claim).
+      AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = %(queue)s)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -116,7 +121,7 @@ WITH picked AS (
 SELECT * FROM claimed ORDER BY priority, run_at, id;
 
 -- name: job_claim_by_id
--- Lease one named job with the one atomic condition: Pending, or Processing with a lapsed lease.
+-- Lease one named job at once: Pending, or Processing with a lapsed lease; its queue not paused.
 WITH previous AS (
     SELECT id, heartbeat_at FROM {schema}.jobs WHERE id = %(id)s
 ), claimed AS (
@@ -125,6 +130,9 @@ WITH previous AS (
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
+      -- Not while its queue is paused: a pause stops every claim of the queue's jobs, this
+      -- one too (resume the queue to run it).
+      AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = j.queue)
     RETURNING j.*
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
