@@ -27,6 +27,7 @@ from leasectl.console.view import ConsoleFilter
 from leasectl.core.errors import PermissionDenied
 from leasectl.core.models import JobStatus
 from leasectl.db import grants
+from leasectl.db import sql as queries
 from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
 from tests.seed import seed_states_at
 from tests.stores import Stores
@@ -616,3 +617,68 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
     operator = granted.names["operator"]
     assert events == [("q", "pause", "deploy", operator), ("q", "resume", None, operator)]
     assert public == [("queue_pause", False), ("queue_resume", False)]
+
+
+def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """Roles granted at version 6 (without queue_state) go on working once `init` adds pauses:
+    a worker's claim reads queue_state, a viewer reads the pauses and their history, an
+    operator pauses and resumes; a producer gets nothing new. No `leasectl grant` is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_old_{kind}_{tag}" for kind in KINDS}
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    roles = Roles(names, empty_db_dsn)
+    try:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute(queries.get("migrations_table_create").render("leasectl"))
+            for migration in queries.migrations()[:6]:
+                conn.execute(migration.render("leasectl"))
+                conn.execute(
+                    queries.get("migration_record").render("leasectl"),
+                    {"version": migration.version, "name": migration.name},
+                )
+            for kind, name in names.items():  # today's grants without what version 7 added
+                text = queries.get(f"grant_{kind}").text
+                for added in (
+                    ", {schema}.queue_state",
+                    ", {schema}.queue_events",
+                    ", {schema}.queue_pause, {schema}.queue_resume",
+                ):
+                    text = text.replace(added, "")
+                conn.execute(
+                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
+                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
+                    )
+                )
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
+            [job_id] = store.ops.enqueue([{}], queue="q")
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            [lease] = store.work.claim("q", "w-old", timedelta(seconds=30))
+            assert lease.job_id == job_id and store.work.complete([lease]) == {job_id}
+        proc = cli("pause", "q", "--reason", "upgrade", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        status = cli("status", "--json", dsn=roles.dsn("viewer"))
+        assert status.returncode == 0, status.stderr
+        assert [p["queue"] for p in json.loads(status.stdout)["paused"]] == ["q"]
+        with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
+            events = conn.execute("SELECT action FROM leasectl.queue_events").fetchall()
+            assert events == [("pause",)]
+        with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.queue_state")
+        with psycopg.connect(roles.dsn("worker"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.queue_events")
+        proc = cli("resume", "q", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))

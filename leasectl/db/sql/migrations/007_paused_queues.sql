@@ -100,3 +100,43 @@ $$;
 
 REVOKE ALL ON FUNCTION {schema}.queue_pause FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.queue_resume FROM PUBLIC;
+
+-- Roles granted by an older leasectl keep working after this upgrade (a worker's claim now
+-- reads queue_state): what `leasectl grant` gives each kind of role on the new objects goes to
+-- the roles that hold the matching privilege already. Readers of jobs (viewers, operators,
+-- workers) read queue_state; readers of job_events (viewers, operators) read queue_events;
+-- whoever may run the operator's requeue may pause and resume. A temporary function, so that
+-- the schema is named only in its search_path, never inside a quoted body.
+CREATE FUNCTION pg_temp.leasectl_carry_grants() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
+DECLARE
+    role_name text;
+BEGIN
+    FOR role_name IN
+        SELECT DISTINCT a.grantee::regrole::text
+        FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = 'jobs'::regclass AND a.privilege_type = 'SELECT'
+          AND a.grantee NOT IN (0, c.relowner)
+    LOOP
+        EXECUTE format('GRANT SELECT ON queue_state TO %s', role_name);
+    END LOOP;
+    FOR role_name IN
+        SELECT DISTINCT a.grantee::regrole::text
+        FROM pg_class c, aclexplode(c.relacl) a
+        WHERE c.oid = 'job_events'::regclass AND a.privilege_type = 'SELECT'
+          AND a.grantee NOT IN (0, c.relowner)
+    LOOP
+        EXECUTE format('GRANT SELECT ON queue_events TO %s', role_name);
+    END LOOP;
+    FOR role_name IN
+        SELECT DISTINCT a.grantee::regrole::text
+        FROM pg_proc p, aclexplode(p.proacl) a
+        WHERE p.oid = 'jobs_operator_requeue'::regproc AND a.privilege_type = 'EXECUTE'
+          AND a.grantee NOT IN (0, p.proowner)
+    LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION queue_pause, queue_resume TO %s', role_name);
+    END LOOP;
+END
+$$;
+SELECT pg_temp.leasectl_carry_grants();
+DROP FUNCTION pg_temp.leasectl_carry_grants();
