@@ -105,6 +105,23 @@ def test_a_stuck_job_comes_with_the_event_that_last_quarantined_it(
     assert all(j.quarantined_by is None for j in store.panels.snapshot(None, 50).processing)
 
 
+def test_a_quarantined_jobs_last_error_is_not_the_reason_written_over_it(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """mark-stuck writes its reason over last_error: the panel shows the error the job's
+    attempts recorded before, and the reason as the reason."""
+    seeded = seed_console(store, sql_conn)  # the delayed retry failed with "gateway 503"
+    assert store.ops.operator_mark_stuck(
+        store.ops.seen_now([seeded.delayed]), actor="operator:dave", reason="poison"
+    ).changed == (seeded.delayed,)
+    assert store.ops.get_job(seeded.delayed).last_error == "poison"
+    stuck = {j.id: j for j in store.panels.snapshot(None, 50).stuck}
+    retry = stuck[seeded.delayed]
+    assert (retry.last_error, retry.quarantine_reason) == ("gateway 503", "poison")
+    # Quarantined while its first attempt ran: no error was ever recorded.
+    assert stuck[seeded.stuck].last_error is None
+
+
 def window_of(db_now: datetime, minutes: int = 30) -> list[datetime]:
     first = minute_of(db_now) - timedelta(minutes=minutes - 1)
     return [first + timedelta(minutes=i) for i in range(minutes)]

@@ -180,7 +180,9 @@ ORDER BY p.lease_until, p.id;
 -- lease_until when it lapsed; one quarantined from Pending has none, so its quarantine time
 -- (updated_at) stands in. Picked on narrow rows, then the shown rows read whole, each with the
 -- last audit event that quarantined it (who, why, when): one backward step per shown row on
--- the events' (job_id, id) index.
+-- the events' (job_id, id) index. Marking a job stuck writes the reason over last_error: then
+-- its last error is the last one an attempt recorded before (one backward step per shown row
+-- on job_attempts' primary key), not the reason again.
 WITH picked AS (
     SELECT id, coalesce(lease_until, updated_at) AS lapsed_at
     FROM {schema}.jobs
@@ -193,7 +195,9 @@ WITH picked AS (
 )
 SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
        j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
-       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at, p.lapsed_at,
+       left(CASE WHEN e.reason IS NOT NULL AND j.last_error = e.reason THEN a.error
+                 ELSE j.last_error END, 300) AS last_error,
+       j.created_at, j.updated_at, p.lapsed_at,
        e.actor AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
        e.at AS quarantined_at
 FROM picked AS p
@@ -205,6 +209,13 @@ LEFT JOIN LATERAL (
     ORDER BY ev.id DESC
     LIMIT 1
 ) AS e ON true
+LEFT JOIN LATERAL (
+    SELECT att.error
+    FROM {schema}.job_attempts AS att
+    WHERE att.job_id = p.id AND att.error IS NOT NULL AND att.outcome <> 'marked_stuck'
+    ORDER BY att.attempt DESC
+    LIMIT 1
+) AS a ON true
 ORDER BY p.lapsed_at, p.id;
 
 -- name: console_match_counts
