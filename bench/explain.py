@@ -135,6 +135,7 @@ def main() -> None:
         "grace": GRACE,
         "risk_window": timedelta(seconds=10),
         "schema": SCHEMA,
+        "queue_limit": 200,
     }
     extra = {
         name: console

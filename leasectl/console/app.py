@@ -321,11 +321,15 @@ class ConsoleApp(App[None]):
         self.push_screen(DetailScreen(job_id, self.source.inspect))
 
     def open_filter(self) -> None:
-        owners = [o.owner for o in self.snapshot.owners] if self.snapshot else []
-        self.push_screen(
-            FilterScreen(self.filter, view.known_queues(self.snapshot), owners),
-            callback=self._filter_chosen,
-        )
+        """The dialog lists every queue with live jobs and knows every owner, not only those
+        the current filter shows."""
+        snap = self.snapshot
+        queues = view.known_queues(snap)
+        owners = {o.owner for o in snap.owners} if snap else set()
+        if snap is not None:
+            queues.update(snap.queues)
+            owners.update(snap.all_owners)
+        self.push_screen(FilterScreen(self.filter, queues, owners), callback=self._filter_chosen)
 
     def _filter_chosen(self, flt: ConsoleFilter | None) -> None:
         if flt is not None:
@@ -394,9 +398,12 @@ class ConsoleApp(App[None]):
             self.notify(f"Nothing to {what}: {hint}.", timeout=4)
             return
         note = None
-        if action is Action.REQUEUE_EXPIRED and self.snapshot.counts.expired > len(jobs):
+        # What the whole filter matches (queue, owner, job), not the queue's count: the rows
+        # loaded are the filter's.
+        matching = self.snapshot.matching.expired
+        if action is Action.REQUEUE_EXPIRED and matching > len(jobs):
             note = (
-                f"{self.snapshot.counts.expired - len(jobs)} more expired leases are beyond the "
+                f"{matching - len(jobs)} more expired leases in the filter are beyond the "
                 f"{self.snapshot.limit} rows loaded; press R again afterwards for the rest."
             )
         seen = [j.seen() for j in jobs]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from leasectl.core.models import (
     ConsoleCounts,
@@ -66,21 +67,32 @@ class Panels:
         completed_estimate, failed_estimate = finished_estimates(rows.finished_estimate)
         holds = {j.lease_owner for j in (*processing, *stuck)}
         owners = [o for o in rows.owners if _owner_matches(o, queue, owner, job_id, holds)]
+        if job_id is not None:  # at most one row in all: the panels are what it matches
+            matched: ConsoleCounts | None = ConsoleCounts(
+                pending=len(rows.pending),
+                processing=len(processing),
+                expired=len(expired),
+                stuck=len(rows.stuck),
+            )
+        elif rows.matched is not None:
+            matched = ConsoleCounts(
+                pending=rows.matched["pending"],
+                processing=rows.matched["processing"],
+                expired=rows.matched["expired"],
+                stuck=rows.matched["stuck"],
+            )
+        else:
+            matched = None
+        estimates = (completed_estimate, failed_estimate)
         return Snapshot(
             db_now=db_now,
             server_version=str(counts_row["server_version"]),
             database=str(counts_row["database"]),
-            counts=ConsoleCounts(
-                pending=counts_row["pending"],
-                due=counts_row["due"],
-                oldest_due_at=counts_row["oldest_due_at"],
-                processing=counts_row["processing"],
-                at_risk=counts_row["at_risk"],
-                expired=counts_row["expired"],
-                stuck=counts_row["stuck"],
-                completed_estimate=completed_estimate,
-                failed_estimate=failed_estimate,
-            ),
+            counts=_counts(counts_row, estimates),
+            all_counts=_counts(rows.all_counts, estimates) if rows.all_counts else None,
+            matched=matched,
+            all_owners=tuple(o.owner for o in rows.owners),
+            queues=rows.queues,
             throughput=throughput.completed,
             failed_recent=throughput.failed,
             pending=rows.pending,
@@ -93,6 +105,21 @@ class Panels:
             limit=limit,
             risk_window=risk_window,
         )
+
+
+def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> ConsoleCounts:
+    """console_counts' row as counts; finished history only as the planner's estimates."""
+    return ConsoleCounts(
+        pending=row["pending"],
+        due=row["due"],
+        oldest_due_at=row["oldest_due_at"],
+        processing=row["processing"],
+        at_risk=row["at_risk"],
+        expired=row["expired"],
+        stuck=row["stuck"],
+        completed_estimate=estimates[0],
+        failed_estimate=estimates[1],
+    )
 
 
 def _lapsed_order(job: PanelJob) -> tuple[datetime, int]:

@@ -67,6 +67,9 @@ class Verdict(enum.Enum):
     ALIVE = "alive"
     SILENT = "silent"
     UNKNOWN = "unknown"
+    # A Stuck job: someone (an operator, or the watcher in mark mode) quarantined it on purpose;
+    # its last owner's health no longer says anything about it.
+    QUARANTINED = "quarantined"
 
 
 @dataclass(frozen=True)
@@ -76,16 +79,22 @@ class Diagnosis:
 
 
 def diagnose(job: PanelJob, owners: dict[str, OwnerHealth]) -> Diagnosis:
-    """ "owner alive, lease expired" (do not blindly requeue) versus "owner silent" (safe).
+    """ "owner alive, lease expired" (do not blindly requeue) versus "owner silent" (safe), for
+    an expired lease; "quarantined by ACTOR: REASON" for a Stuck job, whose lease (if it had
+    one) was closed when it was marked stuck, so its last owner's health is beside the point.
 
     An owner missing from the owners list holds no lease and has not been seen recently: it is
-    silent too.
+    silent too. The text quotes the actor and the reason escaped (``visible``): untrusted.
     """
+    if job.status == JobStatus.STUCK:
+        if job.quarantined_by is None:
+            return Diagnosis(Verdict.QUARANTINED, "quarantined (no audit event left)")
+        text = f"quarantined by {visible(job.quarantined_by)}"
+        if job.quarantine_reason:
+            text += f": {visible(job.quarantine_reason)}"
+        return Diagnosis(Verdict.QUARANTINED, text)
     if job.lease_owner is None:
         return Diagnosis(Verdict.UNKNOWN, "never leased")
-    if job.status == JobStatus.STUCK and job.lease_until is None:
-        # Quarantined while Pending: nobody holds it, whatever its last owner is doing.
-        return Diagnosis(Verdict.SILENT, "quarantined, no lease held")
     health = owners.get(job.lease_owner)
     if health is None:
         return Diagnosis(Verdict.SILENT, "owner silent")

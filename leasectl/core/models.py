@@ -494,6 +494,8 @@ class PanelJob(_JobRow):
     ``risk_window`` is the owner's heartbeat interval (or the console's fixed window when the
     owner never declared one): a lease ending sooner than that is at risk. ``lapsed_at`` is when
     the lease lapsed (the quarantine time for a Stuck job that never had a lease).
+    ``quarantined_by``/``quarantine_reason``/``quarantined_at``: the audit event that last
+    marked a Stuck job stuck (its actor, reason and time); None when there is none.
     """
 
     id: int
@@ -511,6 +513,9 @@ class PanelJob(_JobRow):
     updated_at: datetime
     risk_window: timedelta | None = None
     lapsed_at: datetime | None = None
+    quarantined_by: str | None = None
+    quarantine_reason: str | None = None
+    quarantined_at: datetime | None = None
 
     @classmethod
     def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
@@ -555,3 +560,25 @@ class Snapshot:
     job_id: int | None = None
     limit: int = 100
     risk_window: timedelta = timedelta(seconds=10)
+    # Under a queue filter, the counts of every queue (``counts`` follow the queue); under an
+    # owner or job filter, what it matches (the panels list the matching rows, up to ``limit``).
+    # None: the same as ``counts``.
+    all_counts: ConsoleCounts | None = None
+    matched: ConsoleCounts | None = None
+    # Every owner listed before the filter narrowed them (empty: those of ``owners``).
+    all_owners: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()  # every queue with live jobs, whatever the filter
+
+    @property
+    def filtered(self) -> bool:
+        return self.queue is not None or self.owner is not None or self.job_id is not None
+
+    @property
+    def totals(self) -> ConsoleCounts:
+        """The counts of every queue, unfiltered."""
+        return self.all_counts or self.counts
+
+    @property
+    def matching(self) -> ConsoleCounts:
+        """The counts of what the whole filter (queue, owner, job) matches."""
+        return self.matched or self.counts

@@ -31,6 +31,11 @@ class ConsoleRows:
     pending: tuple[PanelJob, ...]
     processing: tuple[PanelJob, ...]  # soonest expiry first: the expired leases come first
     stuck: tuple[PanelJob, ...]  # the Stuck jobs (not the expired leases)
+    # console_counts' row for every queue: read only under a queue filter (else ``counts``).
+    all_counts: dict[str, Any] | None = None
+    # console_match_counts' row: what an owner filter matches (read only under one).
+    matched: dict[str, Any] | None = None
+    queues: tuple[str, ...] = ()  # every queue with live jobs (console_queues)
 
     @property
     def db_now(self) -> datetime:
@@ -57,11 +62,13 @@ class ConsoleReads:
         timeout: timedelta,
         owner_window: timedelta,
         owner_limit: int,
+        queue_limit: int = 200,
     ) -> ConsoleRows:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
         every count, every panel row, the owners and the database clock describe the same
         instant. Panels hold at most ``limit`` rows each; finished history is only ever
-        estimated. ``since``: where the throughput count starts (None: the whole window)."""
+        estimated. ``since``: where the throughput count starts (None: the whole window).
+        ``queue_limit``: at most this many names of queues with live jobs."""
         schema = self.db.schema
         params: dict[str, Any] = {
             "queue": queue,
@@ -81,33 +88,41 @@ class ConsoleReads:
         }
         owner_params = {"window": owner_window, "limit": owner_limit}
         panels = ("console_pending", "console_processing", "console_stuck")
+        # (label, query, parameters): what this refresh reads besides the panels. The counts
+        # for every queue and what an owner filter matches are read only under such a filter.
+        reads: list[tuple[str, str, dict[str, Any]]] = [
+            ("begin", "console_snapshot_begin", params),
+            ("settings", "console_settings", params),
+            ("counts", "console_counts", params),
+            ("throughput", "console_throughput", params),
+            ("estimate", "status_finished_estimate", params),
+            ("owners", "status_owners", owner_params),
+            ("queues", "console_queues", {"queue_limit": queue_limit}),
+        ]
+        if queue is not None:
+            reads.append(("all_counts", "console_counts", {**params, "queue": None}))
+        if owner:
+            reads.append(("matched", "console_match_counts", params))
         with self.db.connection() as conn:
             # BEGIN, every statement and COMMIT go out together: one round trip.
             with conn.pipeline(), conn.transaction():
                 results: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
-                for name, args in (
-                    ("console_snapshot_begin", params),
-                    ("console_settings", params),
-                    ("console_counts", params),
-                    ("console_throughput", params),
-                    ("status_finished_estimate", params),
-                    ("status_owners", owner_params),
-                ):
-                    results[name] = conn.cursor(row_factory=dict_row)
-                    results[name].execute(queries.get(name).render(schema), args, binary=True)
+                for label, name, args in reads:
+                    results[label] = conn.cursor(row_factory=dict_row)
+                    results[label].execute(queries.get(name).render(schema), args, binary=True)
                 # The panels' rows come as tuples, for PanelJob.from_rows.
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
-            counts, per_minute, estimated, owner_rows = (
-                results[name].fetchall()
-                for name in (
-                    "console_counts",
-                    "console_throughput",
-                    "status_finished_estimate",
-                    "status_owners",
-                )
+            counts, per_minute, estimated, owner_rows, queue_rows = (
+                results[label].fetchall()
+                for label in ("counts", "throughput", "estimate", "owners", "queues")
             )
+            extra = {
+                label: results[label].fetchone()
+                for label in ("all_counts", "matched")
+                if label in results
+            }
             pending, processing, stuck = (
                 PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
                 for cur in panel_cursors
@@ -121,4 +136,7 @@ class ConsoleReads:
             pending=pending,
             processing=processing,
             stuck=stuck,
+            all_counts=extra.get("all_counts"),
+            matched=extra.get("matched"),
+            queues=tuple(r["queue"] for r in queue_rows),
         )

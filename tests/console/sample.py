@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from leasectl.core.models import (
@@ -113,8 +114,18 @@ PROCESSING = (
 )
 
 STUCK = (
-    job(977, K, owner=W3, lease_in=-852, attempts=5, error=EXPIRED_ERROR),
-    job(950, K, queue="reports", owner=R1, lease_in=-611, attempts=3, error="OOM killed"),
+    replace(
+        job(977, K, owner=W3, lease_in=-852, attempts=5, error=EXPIRED_ERROR),
+        quarantined_by="watcher@ops-1:311",
+        quarantine_reason="lease expired (watch --mark-stuck)",
+        quarantined_at=NOW - s(820),
+    ),
+    replace(
+        job(950, K, queue="reports", owner=R1, lease_in=-611, attempts=3, error="OOM killed"),
+        quarantined_by="operator:alice",
+        quarantine_reason="OOM on every attempt, INC-1234",
+        quarantined_at=NOW - s(540),
+    ),
     *(j for j in PROCESSING if j.lease_until is not None and j.lease_until < NOW),
 )
 

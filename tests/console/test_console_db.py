@@ -52,13 +52,17 @@ def drive(
     *,
     read_only: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    limit: int = 100,
+    size: tuple[int, int] = (160, 48),
 ) -> ConsoleApp:
-    """Run the real console (database source) at 160x48 through a scenario."""
+    """Run the real console (database source), by default at 160x48, through a scenario."""
     source = DatabaseSource.connect(dsn, SCHEMA)
-    app = ConsoleApp(source, refresh=timedelta(milliseconds=300), read_only=read_only, clock=clock)
+    app = ConsoleApp(
+        source, refresh=timedelta(milliseconds=300), read_only=read_only, clock=clock, limit=limit
+    )
 
     async def run() -> None:
-        async with app.run_test(size=(160, 48)) as pilot:
+        async with app.run_test(size=size) as pilot:
             await wait_until_pilot(pilot, lambda: app.snapshot is not None, "the first refresh")
             await wait_until_pilot(pilot, lambda: app.privileges_checked, "the privilege check")
             await scenario(app, pilot)
@@ -141,10 +145,17 @@ def test_panels_fill_from_seeded_jobs(
         rows = {job.id: i for i, job in enumerate(stuck.items)}
         diagnoses = {str(stuck.cells_at(rows[le.job_id])[5]) for le in seeded.expired}
         assert diagnoses == {"○ owner silent"}
+        # The Stuck job was marked stuck (by "test", reason "seed") from an expired lease of a
+        # silent owner: it says so, not "owner silent" (which would call a requeue safe).
+        assert str(stuck.cells_at(rows[seeded.stuck])[5]) == "⊘ quarantined by test: seed"
         assert {o.owner for o in owners.items} == {ALIVE, SILENT}
         counts = str(main.query_one("#counts").render())
         assert "Pending 5" in counts and "✖ 2 expired" in counts and "⚠ 1 at risk" in counts
-        assert "Completed ≈" in counts  # history is only ever an estimate
+        # One vocabulary with `leasectl status`: the expired leases are Processing, Stuck is
+        # the quarantined job alone (not 1 + 2 expired).
+        assert "Processing 5 (⚠ 1 at risk, ✖ 2 expired)" in counts and "Stuck 1" in counts
+        # History is only ever an estimate, and the console says why it has none yet.
+        assert "All-time Completed/Failed: no statistics yet" in counts
         header = str(main.query_one("#status-left").render())
         assert "connected" in header and "password" not in header
         # Countdowns tick between polls from the database clock (the last poll's now()) moved

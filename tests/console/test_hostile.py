@@ -41,7 +41,7 @@ from leasectl.console.screens.filter import FilterScreen
 from leasectl.console.source import DatabaseSource
 from leasectl.console.widgets.tables import PanelTable
 from leasectl.core.literal import visible
-from leasectl.core.models import OwnerHealth, PanelJob
+from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.jsonout import terminal_safe_json
 from tests.conftest import SCHEMA
 from tests.hostile import CORPUS, NAMES
@@ -117,7 +117,7 @@ def seed_hostile(conn: psycopg.Connection) -> list[Hostile]:
             )
             conn.execute(
                 "INSERT INTO leasectl.job_events (job_id, actor, action, reason, before, after) "
-                "VALUES (%s, %s, 'mark-stuck', %s, %s::jsonb, %s::jsonb)",
+                "VALUES (%s, %s, 'mark_stuck', %s, %s::jsonb, %s::jsonb)",
                 (
                     ids[kind],
                     name,
@@ -242,6 +242,10 @@ def job_values(job: PanelJob, panel: str) -> dict[str, str]:
         values["owner"] = visible(job.lease_owner or "-")[:23]
     if panel == "stuck" and job.last_error:
         values["error"] = (job.last_error or "")[:200].replace("\n", " ")
+    if panel == "stuck" and job.status == JobStatus.STUCK:
+        # The quarantine's actor and reason (the audit event's), in the diagnosis.
+        assert job.quarantined_by is not None and job.quarantine_reason is not None
+        values["diagnosis"] = f"⊘ quarantined by {job.quarantined_by}: {job.quarantine_reason}"
     return values
 
 
@@ -396,7 +400,7 @@ def test_hostile_filters_typed_and_chosen(db_dsn: str, sql_conn: psycopg.Connect
         assert app.filter.queue == "[/]"
         await toast_shown(app, pilot, "filter: queue:[/]")
         await refreshed(app, pilot)
-        assert "queue [/]" in screen_text(app, "filter queue:[/]")
+        assert "filter  queue:[/]" in screen_text(app, "filter queue:[/]")
         pending = table_of(app, "pending")
         assert list(map(pending.key_of, pending.items)) == [str(by_name["[/]"].pending)]
         # Typed: an owner prefix that is markup.
@@ -546,7 +550,7 @@ def test_hostile_database_name_and_queue_option(hostile_db_dsn: str) -> None:
             await pilot.pause()
             text = screen_text(app, "the main screen")
             assert f"/[/]{visible(OSC)}" in text, "the database name"
-            assert f"queue {visible(queue)}" in text, "the queue filter"
+            assert f"queue:{visible(queue)}" in text, "the queue filter"
             assert RAW.search(app.sub_title) is None
 
     try:

@@ -70,3 +70,13 @@ def test_confirmation(snap_compare: SnapCompare) -> None:
         return isinstance(app.screen, ConfirmScreen)
 
     assert snap_compare(fixed_app(), terminal_size=(160, 48), run_before=settle(["R"], confirming))
+
+
+def test_confirmation_at_80x24(snap_compare: SnapCompare) -> None:
+    """The smallest supported terminal: the list and the condition scroll, the reason field and
+    the buttons stay in sight."""
+
+    def confirming(app: ConsoleApp) -> bool:
+        return isinstance(app.screen, ConfirmScreen)
+
+    assert snap_compare(fixed_app(), terminal_size=(80, 24), run_before=settle(["R"], confirming))

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from bench.plans import generic_plan
-from leasectl.core.models import Freshness, JobStatus
+from leasectl.core.models import ConsoleCounts, Freshness, JobStatus
 from leasectl.core.throughput import GRACE, minute_of
 from leasectl.db import sql as queries
 from tests.seed import ALIVE, SILENT, seed_console
@@ -65,6 +65,61 @@ def test_filters(store: Stores, sql_conn: psycopg.Connection) -> None:
     one = store.panels.snapshot(None, 50, job_id=seeded.stuck)
     assert [j.id for j in one.stuck] == [seeded.stuck]
     assert one.pending == () and one.processing == ()
+
+
+def test_counts_under_a_filter_and_every_queue(store: Stores, sql_conn: psycopg.Connection) -> None:
+    """Under a queue filter the counts of every queue come along; under an owner filter, what
+    it matches; the names of every queue with live jobs, whatever the filter."""
+    seeded = seed_console(store, sql_conn)
+    plain = store.panels.snapshot(None, 50)
+    assert plain.all_counts is None and plain.matched is None
+    assert plain.queues == ("emails", "payments")
+    emails = store.panels.snapshot("emails", 50)
+    assert emails.totals == plain.counts and emails.counts.pending == 1
+    assert emails.queues == ("emails", "payments")
+    silent = store.panels.snapshot(None, 1, owner="silent-host")
+    assert silent.matching == ConsoleCounts(pending=0, processing=2, expired=2, stuck=1)
+    assert len(silent.processing) == 1  # the rows are bounded, the count is not
+    assert silent.all_owners == tuple(o.owner for o in plain.owners)
+    one = store.panels.snapshot(None, 50, job_id=seeded.stuck)
+    assert one.matching == ConsoleCounts(stuck=1)
+
+
+def test_a_stuck_job_comes_with_the_event_that_last_quarantined_it(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    seeded = seed_console(store, sql_conn)
+    [job] = [j for j in store.panels.snapshot(None, 50).stuck if j.id == seeded.stuck]
+    assert (job.quarantined_by, job.quarantine_reason) == ("test", "seed")
+    assert job.quarantined_at is not None
+    # Requeued, then quarantined again: the last event says who and why.
+    assert store.ops.operator_requeue(
+        store.ops.seen_now([seeded.stuck]), actor="operator:bob", reason="retry"
+    ).changed == (seeded.stuck,)
+    assert store.ops.operator_mark_stuck(
+        store.ops.seen_now([seeded.stuck]), actor="operator:carol", reason="poison, INC-9"
+    ).changed == (seeded.stuck,)
+    [job] = [j for j in store.panels.snapshot(None, 50).stuck if j.id == seeded.stuck]
+    assert (job.quarantined_by, job.quarantine_reason) == ("operator:carol", "poison, INC-9")
+    # An expired lease (Processing) is no quarantine.
+    assert all(j.quarantined_by is None for j in store.panels.snapshot(None, 50).processing)
+
+
+def test_a_quarantined_jobs_last_error_is_not_the_reason_written_over_it(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """mark-stuck writes its reason over last_error: the panel shows the error the job's
+    attempts recorded before, and the reason as the reason."""
+    seeded = seed_console(store, sql_conn)  # the delayed retry failed with "gateway 503"
+    assert store.ops.operator_mark_stuck(
+        store.ops.seen_now([seeded.delayed]), actor="operator:dave", reason="poison"
+    ).changed == (seeded.delayed,)
+    assert store.ops.get_job(seeded.delayed).last_error == "poison"
+    stuck = {j.id: j for j in store.panels.snapshot(None, 50).stuck}
+    retry = stuck[seeded.delayed]
+    assert (retry.last_error, retry.quarantine_reason) == ("gateway 503", "poison")
+    # Quarantined while its first attempt ran: no error was ever recorded.
+    assert stuck[seeded.stuck].last_error is None
 
 
 def window_of(db_now: datetime, minutes: int = 30) -> list[datetime]:
@@ -145,6 +200,8 @@ CONSOLE_QUERIES = [
     "console_pending",
     "console_processing",
     "console_stuck",
+    "console_match_counts",
+    "console_queues",
 ]
 # The console queries' parameters (status_owners' too), unfiltered.
 PARAMS = {
@@ -157,6 +214,7 @@ PARAMS = {
     "since": None,
     "grace": GRACE,
     "window": timedelta(hours=1),
+    "queue_limit": 200,
 }
 
 

@@ -6,7 +6,7 @@ import io
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from rich.console import Console
@@ -28,6 +28,7 @@ from leasectl.core.models import (
     ActionResult,
     Freshness,
     JobStatus,
+    PanelJob,
     SkipCode,
     Skipped,
 )
@@ -39,6 +40,7 @@ from tests.console.sample import (
     OWNERS,
     PENDING,
     PROCESSING,
+    R1,
     STUCK,
     W1,
     W3,
@@ -71,31 +73,50 @@ def test_at_risk_uses_the_owners_interval_else_the_fixed_window() -> None:
     assert view.lease_state(unknown, NOW, timedelta(seconds=30)) is LeaseState.AT_RISK
 
 
+def expired_lease_of(owner: str) -> PanelJob:
+    return next(j for j in STUCK if j.lease_owner == owner and j.status == JobStatus.PROCESSING)
+
+
 def test_diagnosis_alive_versus_silent() -> None:
     owners = {o.owner: o for o in OWNERS}
-    alive = next(j for j in STUCK if j.lease_owner == W1)
-    silent = next(j for j in STUCK if j.lease_owner == W3)
+    alive = expired_lease_of(W1)
+    silent = expired_lease_of(W3)
     assert view.diagnose(alive, owners).text == "owner alive, lease expired"
     assert view.diagnose(alive, owners).verdict is Verdict.ALIVE
     assert view.diagnose(silent, owners).text == "owner silent"
     gone = replace(silent, lease_owner="vanished:1:abc")
     assert view.diagnose(gone, owners).verdict is Verdict.SILENT
     assert view.diagnose(replace(silent, lease_owner=None), owners).text == "never leased"
-    stopped = next(j for j in STUCK if j.queue == "reports")
+    stopped = replace(silent, lease_owner=R1)
     assert view.diagnose(stopped, owners).text == "owner silent (stopped)"
 
 
-def test_a_job_quarantined_while_pending_holds_no_lease_whatever_its_owner_does() -> None:
+@pytest.mark.parametrize("lease_until", [None, NOW - timedelta(minutes=20)])
+def test_a_quarantined_job_says_by_whom_and_why_whatever_its_last_owner_does(
+    lease_until: datetime | None,
+) -> None:
+    """A Stuck job was marked stuck on purpose (its attempt closed): neither "owner silent"
+    (which says a requeue is safe) nor "owner alive, lease expired", whether it was quarantined
+    from Pending (no lease) or from an expired lease (lease_until kept)."""
     owners = {o.owner: o for o in OWNERS}
-    alive = next(j for j in STUCK if j.lease_owner == W1)
-    quarantined = replace(alive, status=JobStatus.STUCK, lease_until=None)
-    diagnosis = view.diagnose(quarantined, owners)
-    assert (diagnosis.verdict, diagnosis.text) == (Verdict.SILENT, "quarantined, no lease held")
+    for owner in (W1, W3):  # alive, silent
+        quarantined = replace(
+            expired_lease_of(owner),
+            status=JobStatus.STUCK,
+            lease_until=lease_until,
+            quarantined_by="operator:alice",
+            quarantine_reason="poison payload, INC-7",
+        )
+        diagnosis = view.diagnose(quarantined, owners)
+        assert diagnosis.verdict is Verdict.QUARANTINED
+        assert diagnosis.text == "quarantined by operator:alice: poison payload, INC-7"
+    unaudited = replace(expired_lease_of(W3), status=JobStatus.STUCK)
+    assert view.diagnose(unaudited, owners).text == "quarantined (no audit event left)"
 
 
 def test_late_owner_counts_as_alive() -> None:
     late = replace(OWNERS[0], freshness=Freshness.LATE)
-    j = next(j for j in STUCK if j.lease_owner == W3)
+    j = expired_lease_of(W3)
     assert view.diagnose(j, {W3: late}).verdict is Verdict.ALIVE
 
 

@@ -33,6 +33,9 @@ def panel_row(job_id: int, status: str, owner: str | None) -> tuple[object, ...]
         NOW,
         timedelta(seconds=10),
         NOW,
+        "operator:alice",  # the quarantine's actor, reason and time
+        "poison",
+        NOW,
     )
 
 

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -56,11 +56,13 @@ class ConfirmScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog"):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
-            yield Static(self._jobs_text(), id="confirm-jobs")
-            yield Static(self._condition(), id="confirm-condition")
-            warnings = self._warnings()
-            if warnings is not None:
-                yield Static(warnings, id="confirm-warnings")
+            # The long part scrolls; the reason and the buttons stay in sight at any size.
+            with VerticalScroll(id="confirm-body"):
+                yield Static(self._jobs_text(), id="confirm-jobs")
+                yield Static(self._condition(), id="confirm-condition")
+                warnings = self._warnings()
+                if warnings is not None:
+                    yield Static(warnings, id="confirm-warnings")
             yield Label("Reason (recorded in job_events with your name):")
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
             yield Static("", id="confirm-error")

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
@@ -44,10 +44,13 @@ class FilterScreen(ModalScreen[ConsoleFilter | None]):
             yield LiteralInput(
                 value=str(self.current), placeholder="queue:payments", id="filter-input"
             )
+            yield Static("", id="filter-error")
             yield Static(Text(HINT, style="dim"), id="filter-hint")
             if self.queues:
-                yield Static(lit("queues: " + ", ".join(self.queues[:12]), "dim"))
-            yield Static("", id="filter-error")
+                # Every queue with live jobs, whatever the current filter shows; a long list
+                # scrolls, the input stays in sight.
+                with VerticalScroll(id="filter-queues"):
+                    yield Static(lit("queues: " + ", ".join(self.queues), "dim"))
 
     def on_mount(self) -> None:
         self.query_one("#filter-input", Input).focus()

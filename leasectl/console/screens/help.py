@@ -12,17 +12,18 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE
+from leasectl.core.models import JobStatus
+from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
 
 KEYS = (
     ("enter", "job detail: fields, payload, attempts, audit events (on an owner: filter by it)"),
-    ("esc", "back / close / clear the selection"),
+    ("esc", "back / close; on the main screen: clear the selection, else the filter"),
     ("space", "select or unselect the highlighted job (actions apply to the selection)"),
     ("r", "requeue the selected jobs, else the highlighted one"),
     ("s", "mark stuck the selected jobs, else the highlighted one"),
     ("R", "requeue every expired lease in the current filter"),
-    ("/", "filter: queue:NAME, owner:PREFIX, id:N"),
-    ("1 2 3 4, tab", "Pending, Processing, Stuck, Owners panel"),
+    ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
+    ("1 2 3 4, tab", "Pending, Processing, Expired & Stuck, Owners panel"),
     ("ctrl+r", "refresh now"),
     (": or ctrl+p", "command palette"),
     ("?", "this help"),
@@ -31,15 +32,32 @@ KEYS = (
 
 LEGEND = (
     ("⚠ at risk", RISK_STYLE, "the lease ends within the owner's heartbeat interval"),
-    ("✖ expired", EXPIRED_STYLE, "lease_until has passed on the database clock; the job is stuck"),
+    (
+        "✖ expired",
+        EXPIRED_STYLE,
+        "lease_until has passed on the database clock: still Processing (counted there), "
+        "listed with the Stuck jobs",
+    ),
     (
         "⚠ owner alive, lease expired",
         RISK_STYLE,
         "the worker is up but not renewing this job: look before you requeue (it may run twice)",
     ),
-    ("○ owner silent", "cyan", "the worker is gone: requeueing is safe"),
+    ("○ owner silent", "cyan", "the worker is gone: requeueing the expired lease is safe"),
+    (
+        "⊘ quarantined by …",
+        STATUS_STYLE[JobStatus.STUCK],
+        "a Stuck job: marked stuck on purpose by that actor (an operator, or the watcher), "
+        "with the reason given; nothing runs it. Requeue it once the cause is fixed",
+    ),
     ("● fresh ◐ late ○ silent", "green", "owner freshness, against its own heartbeat and TTL"),
-    ("≈", "", "an estimate from planner statistics (finished history is never counted)"),
+    (
+        "≈",
+        "",
+        "an all-time estimate from planner statistics (finished history is never counted; "
+        "never shown below what finished recently); none before the first ANALYZE",
+    ),
+    ("N of M", "", "under a filter: what it matches, of all there is"),
 )
 
 

@@ -25,11 +25,26 @@ from leasectl.console.widgets.tables import (
     ProcessingTable,
     StuckTable,
 )
-from leasectl.core.models import JobStatus, PanelJob
+from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
 ACTIONS = {"requeue", "mark_stuck", "requeue_expired"}
+
+
+def panel_counts(snap: Snapshot) -> list[tuple[int, int]]:
+    """Each panel's (matching the filter, in all): what the filter matches (the panels list
+    up to ``snap.limit`` of it) and what there is unfiltered."""
+    m, t = snap.matching, snap.totals
+    owners_total = len(snap.all_owners) or len(snap.owners)
+    return [
+        (m.pending, t.pending),
+        (m.processing, t.processing),
+        (m.expired + m.stuck, t.expired + t.stuck),
+        (len(snap.owners), max(owners_total, len(snap.owners))),
+    ]
+
+
 ACTION_KEYS = {"r": "requeue", "s": "mark stuck", "R": "requeue all expired"}
 
 
@@ -40,7 +55,7 @@ class MainScreen(Screen[None]):
         Binding("s", "mark_stuck", "Mark stuck"),
         Binding("R", "requeue_expired", "Requeue expired"),
         Binding("space", "toggle_select", "Select", show=False),
-        Binding("escape", "clear_selection", "Clear selection", show=False),
+        Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
         Binding("tab", "next_panel", "Next panel", show=False, priority=True),
         Binding("shift+tab", "previous_panel", "Previous panel", show=False, priority=True),
@@ -120,8 +135,7 @@ class MainScreen(Screen[None]):
         snap = self.host.snapshot
         totals: list[int | None] = [None, None, None, None]
         if snap is not None:
-            c = snap.counts
-            totals = [c.pending, c.processing, c.expired + c.stuck, len(snap.owners)]
+            totals = [matching for matching, _ in panel_counts(snap)]
         show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals))
 
     # -- rendering ----------------------------------------------------------------------------
@@ -157,24 +171,21 @@ class MainScreen(Screen[None]):
         snap = self.host.snapshot
         if snap is None:
             return
-        c = snap.counts
-        flt = self.host.filter
-        narrowed = flt.owner is not None or flt.job_id is not None
-        specs = [
-            (c.pending, len(snap.pending), "oldest first"),
-            (c.processing, len(snap.processing), "soonest expiry first"),
-            (c.expired + c.stuck, len(snap.stuck), "longest lapsed first"),
-            (None, len(snap.owners), "expired leases first"),
-        ]
-        for i, (panel, (total, shown, order)) in enumerate(
-            zip(self.query(".panel"), specs, strict=True)
+        shown_rows = (len(snap.pending), len(snap.processing), len(snap.stuck), len(snap.owners))
+        orders = ("oldest first", "soonest expiry first", "longest lapsed first", None)
+        for i, (panel, (matching, total), shown, order) in enumerate(
+            zip(self.query(".panel"), panel_counts(snap), shown_rows, orders, strict=True)
         ):
-            count = total if total is not None else shown
-            title = f"{i + 1} {PANEL_NAMES[i]} · {count_text(count)}"
-            if total is not None and shown < total and not narrowed:
-                sub = f"showing {shown} of {count_text(total)}, {order}"
-            elif narrowed and total is not None:
-                sub = f"{shown} matching the filter, {order}"
+            count = count_text(matching)
+            if snap.filtered:
+                count = f"{count} of {count_text(total)}"
+            if i == 2 and matching:  # the panel holds two kinds of row: say how many of each
+                m = snap.matching
+                count += f" ({count_text(m.expired)} expired + {count_text(m.stuck)} Stuck)"
+            title = f"{i + 1} {PANEL_NAMES[i]} · {count}"
+            order = order or "expired leases first"
+            if shown < matching:
+                sub = f"showing {shown} of {count_text(matching)}, {order}"
             else:
                 sub = order if shown else "none"
             if self._titles_shown.get(i) != (title, sub):  # setting one always redraws
@@ -202,10 +213,13 @@ class MainScreen(Screen[None]):
         table.action_cursor_down()
         self.refresh_view(full=False)
 
-    def action_clear_selection(self) -> None:
+    def action_clear(self) -> None:
+        """`esc`: clear the selection; with none, clear the filter."""
         if self.host.selected:
             self.host.selected.clear()
             self.refresh_view(full=False)
+        elif not self.host.filter.empty:
+            self.host.apply_filter(view.ConsoleFilter())
 
     def targets(self) -> list[PanelJob]:
         """The selected jobs (as last polled), else the highlighted one."""

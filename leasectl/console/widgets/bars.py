@@ -136,9 +136,10 @@ class Summary(Horizontal):
 
 
 def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Text]:
-    """The summary in groups that are never split across lines."""
+    """The summary in groups that are never split across lines, in `leasectl status`'s words:
+    Processing counts every held lease, the expired ones among them; Stuck counts the jobs in
+    status Stuck (quarantined), not the expired leases again."""
     c = snap.counts
-    scope = lit(f"queue {flt.queue}" if flt.queue else "all queues", "bold underline")
     pending = Text.assemble(
         ("Pending ", "dim"),
         (count_text(c.pending), "bold"),
@@ -148,31 +149,57 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         (")", "dim"),
     )
     processing = Text.assemble(("Processing ", "dim"), (count_text(c.processing), "bold"))
+    notes: list[Text] = []
     if c.at_risk:
-        processing.append_text(
-            Text.assemble((" (", "dim"), (f"⚠ {c.at_risk} at risk", RISK_STYLE), (")", "dim"))
-        )
-    stuck_total = c.expired + c.stuck
+        notes.append(Text(f"⚠ {count_text(c.at_risk)} at risk", style=RISK_STYLE))
+    if c.expired:
+        notes.append(Text(f"✖ {count_text(c.expired)} expired", style=EXPIRED_STYLE))
+    if notes:
+        processing.append(" (", style="dim")
+        processing.append_text(Text(", ", style="dim").join(notes))
+        processing.append(")", style="dim")
     stuck = Text.assemble(
-        ("Stuck ", "dim"), (count_text(stuck_total), EXPIRED_STYLE if stuck_total else "bold")
+        ("Stuck ", "dim"), (count_text(c.stuck), STUCK_STYLE if c.stuck else "bold")
     )
-    if stuck_total:
-        stuck.append_text(
-            Text.assemble(
-                (" (", "dim"),
-                (f"✖ {count_text(c.expired)} expired", EXPIRED_STYLE if c.expired else "dim"),
-                (" + ", "dim"),
-                (f"{count_text(c.stuck)} Stuck", STUCK_STYLE if c.stuck else "dim"),
-                (")", "dim"),
-            )
+    return [scope_text(flt), pending, processing, stuck, history_text(snap)]
+
+
+def scope_text(flt: ConsoleFilter) -> Text:
+    """What the console shows, for as long as it shows it: all queues, or the filter (the
+    counts follow its queue; an owner or a job id narrows the panels only)."""
+    if flt.empty:
+        return Text("all queues", style="bold underline")
+    text = Text("filter ", style="bold reverse")
+    text.append(" ")
+    text.append_text(lit(str(flt), "bold"))  # the operator's own text: shown literally
+    if flt.owner is not None or flt.job_id is not None:
+        counts = f"queue {flt.queue}" if flt.queue is not None else "all queues"
+        text.append_text(lit(f" (counts: {counts})", "dim"))
+    text.append("  esc clears", style="dim")
+    return text
+
+
+def history_text(snap: Snapshot) -> Text:
+    """Finished history, all time: only the planner's estimate (exact would scan it), said to
+    be one. An estimate is never shown below what finished recently, counted exactly: statistics
+    gathered before a burst are behind it."""
+    c = snap.counts
+    if c.completed_estimate is None or c.failed_estimate is None:
+        return Text.assemble(
+            ("All-time Completed/Failed: ", "dim"),
+            ("no statistics yet", "italic"),
+            (" (≈ planner estimate, after ANALYZE)", "dim"),
         )
-    history = Text.assemble(
+    completed = max(c.completed_estimate, sum(snap.throughput))
+    failed = max(c.failed_estimate, snap.failed_recent)
+    return Text.assemble(
+        ("All-time ", "dim"),
         ("Completed ", "dim"),
-        estimate_text(c.completed_estimate),
+        (estimate_text(completed), ""),
         ("  Failed ", "dim"),
-        estimate_text(c.failed_estimate),
+        (estimate_text(failed), ""),
+        (" (≈ planner statistics, all queues)", "dim"),
     )
-    return [scope, pending, processing, stuck, history]
 
 
 def pack(groups: Sequence[Text], width: int, gap: int = 3) -> Text:
@@ -207,7 +234,7 @@ def throughput_text(snap: Snapshot) -> Text:
     return text
 
 
-PANEL_NAMES = ("Pending", "Processing", "Stuck", "Owners")
+PANEL_NAMES = ("Pending", "Processing", "Expired & Stuck", "Owners")
 
 
 def tabs_text(active: int, totals: Sequence[int | None]) -> Text:
@@ -216,7 +243,7 @@ def tabs_text(active: int, totals: Sequence[int | None]) -> Text:
     for i, (name, total) in enumerate(zip(PANEL_NAMES, totals, strict=True)):
         label = f" {i + 1} {name}" + (f" {count_text(total)}" if total is not None else "")
         style = "bold reverse" if i == active else ""
-        if name == "Stuck" and total:
+        if i == 2 and total:
             style += " red"
         text.append(label + " ", style=style.strip())
         text.append(" ")

@@ -153,6 +153,9 @@ class PanelTable(DataTable[Text], Generic[Row]):
     COLUMNS: ClassVar[tuple[Column, ...]] = ()
     # Columns that give up width, down to a minimum, when the panel is too narrow for all.
     FLEX: ClassVar[dict[str, int]] = {}
+    # Columns left out, in this order, when the others at their minimum widths still do not
+    # fit: the least needed first, so that a narrow panel keeps what decides an action.
+    DROP: ClassVar[tuple[str, ...]] = ()
     # Within a tick the cell updates' repaints are made one, at the end. (Class defaults: the
     # base class's __init__ already repaints.)
     _deferring = False
@@ -170,6 +173,8 @@ class PanelTable(DataTable[Text], Generic[Row]):
         # made since its item or the clock changed (made when it is drawn or read).
         self._shown: list[tuple[Text, ...] | None] = []
         self._widths: tuple[int | None, ...] = ()
+        # The columns shown (indices into COLUMNS) at the current width; the others are dropped.
+        self._kept: tuple[int, ...] = tuple(range(len(self.COLUMNS)))
         self._ctx: RowContext | None = None
         self._paint: Paint | None = None
         # Each row's rendered line: the cells it shows, how it was painted, and the line.
@@ -259,12 +264,40 @@ class PanelTable(DataTable[Text], Generic[Row]):
             self.show(self.items, self._ctx)
 
     def fitted_widths(self, available: int) -> tuple[int | None, ...]:
-        """Each column's width, shrinking the FLEX ones so that the fixed columns fit."""
-        widths = [w for _, _, w in self.COLUMNS]
-        padding = 2 * self.cell_padding * len(widths) + 1  # + the vertical scrollbar
-        excess = sum(w or 0 for w in widths) + padding - available
+        """Each column's width, shrinking the FLEX ones so that the fixed columns fit (a
+        dropped column's width is 0)."""
+        kept = self.fitted_columns(available)
+        widths = self._shrunk(kept, available)
+        return tuple(widths[kept.index(i)] if i in kept else 0 for i in range(len(self.COLUMNS)))
+
+    def fitted_columns(self, available: int) -> tuple[int, ...]:
+        """The columns (indices) shown at this width: all, less the DROP ones, in order, until
+        the rest fit with their FLEX columns at their minimum."""
         keys = [key for key, _, _ in self.COLUMNS]
+        kept = list(range(len(keys)))
+        for key in self.DROP:
+            if self._excess(kept, available, minimal=True) <= 0:
+                break
+            kept.remove(keys.index(key))
+        return tuple(kept)
+
+    def _excess(self, kept: Sequence[int], available: int, *, minimal: bool) -> int:
+        widths = [
+            self.FLEX.get(self.COLUMNS[i][0], self.COLUMNS[i][2] or 0)
+            if minimal
+            else self.COLUMNS[i][2] or 0
+            for i in kept
+        ]
+        padding = 2 * self.cell_padding * len(kept) + 1  # + the vertical scrollbar
+        return sum(widths) + padding - available
+
+    def _shrunk(self, kept: Sequence[int], available: int) -> list[int | None]:
+        widths = [self.COLUMNS[i][2] for i in kept]
+        excess = self._excess(kept, available, minimal=False)
+        keys = [self.COLUMNS[i][0] for i in kept]
         for key, minimum in self.FLEX.items():  # in the order they give up width
+            if key not in keys:
+                continue
             i = keys.index(key)
             width = widths[i]
             if excess <= 0 or width is None:
@@ -272,20 +305,38 @@ class PanelTable(DataTable[Text], Generic[Row]):
             give = max(0, min(excess, width - minimum))
             widths[i] = width - give
             excess -= give
-        return tuple(widths)
+        return widths
 
     def _fit(self, available: int) -> bool:
         """(Re)create the columns for this width; True when they changed."""
-        widths = self.fitted_widths(available) if available > 0 else self._widths
-        if widths == self._widths and self.columns:
+        if available > 0:
+            kept = self.fitted_columns(available)
+            widths: tuple[int | None, ...] = tuple(self._shrunk(kept, available))
+        else:
+            kept, widths = self._kept, self._widths
+        if (widths, kept) == (self._widths, self._kept) and self.columns:
             return False
-        self._widths = widths or tuple(w for _, _, w in self.COLUMNS)
+        self._kept = kept
+        self._widths = widths or tuple(self.COLUMNS[i][2] for i in kept)
         self.clear(columns=True)
         self._shown = []
         self._lines.clear()
-        for (key, label, _), width in zip(self.COLUMNS, self._widths, strict=True):
+        for i, width in zip(self._kept, self._widths, strict=True):
+            key, label, _ = self.COLUMNS[i]
             self.add_column(label, key=key, width=width)
         return True
+
+    @property
+    def shown_columns(self) -> tuple[str, ...]:
+        """The keys of the columns shown at the current width."""
+        return tuple(self.COLUMNS[i][0] for i in self._kept)
+
+    def _cells(self, item: Row, ctx: RowContext) -> tuple[Text, ...]:
+        """The cells of the columns shown."""
+        cells = self.cells(item, ctx)
+        if len(self._kept) == len(cells):
+            return cells
+        return tuple(cells[i] for i in self._kept)
 
     def key_of(self, item: Row) -> str:
         raise NotImplementedError
@@ -335,7 +386,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
                     self.add_row(*self._blank(), key=str(row))
                     shown.append(None)
                 continue
-            cells = self.cells(item, ctx)
+            cells = self._cells(item, ctx)
             if row >= len(shown):
                 self.add_row(*cells, key=str(row))
                 shown.append(cells)
@@ -362,7 +413,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
         return range(max(0, top - self.SIGHT_MARGIN), top + rows + self.SIGHT_MARGIN)
 
     def _blank(self) -> tuple[Text, ...]:
-        return tuple(Text() for _ in self.COLUMNS)
+        return tuple(Text() for _ in self._kept)
 
     def cells_at(self, row: int) -> tuple[Text, ...]:
         """What table row ``row`` shows, or would show when scrolled into sight: its cells, made
@@ -373,7 +424,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
         cells = self._shown[row]
         if cells is None:
             ctx = self._ctx
-            cells = self.cells(self.items[row], ctx) if ctx is not None else self._blank()
+            cells = self._cells(self.items[row], ctx) if ctx is not None else self._blank()
             deferring, self._deferring = self._deferring, True
             repaint = self._repaint_deferred
             try:
@@ -385,7 +436,7 @@ class PanelTable(DataTable[Text], Generic[Row]):
     def _put(self, row: int, cells: tuple[Text, ...], old: tuple[Text, ...] | None) -> None:
         """Table row ``row`` shows ``cells`` now: its DataTable cells that differ from ``old``
         (all of them without ``old``) are updated."""
-        for index, (column, _, _) in enumerate(self.COLUMNS):
+        for index, column in enumerate(self.shown_columns):
             if old is None or not same_text(old[index], cells[index]):
                 self.update_cell(str(row), column, cells[index])
         self._shown[row] = cells
@@ -420,6 +471,8 @@ class JobTable(PanelTable[PanelJob]):
 
 
 class PendingTable(JobTable):
+    FLEX: ClassVar[dict[str, int]] = {"queue": 8}
+    DROP = ("priority", "attempts", "run_at")
     COLUMNS = (
         ("id", "ID", 9),
         ("queue", "QUEUE", 12),
@@ -434,7 +487,7 @@ class PendingTable(JobTable):
         dim = "dim" if delayed else ""
         return (
             self.id_cell(item, ctx, dim),
-            lit(item.queue, dim),
+            lit(item.queue, dim, no_wrap=True, overflow="ellipsis"),
             Text(str(item.priority), style=dim, justify="right"),
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
@@ -443,7 +496,9 @@ class PendingTable(JobTable):
 
 
 class ProcessingTable(JobTable):
-    FLEX: ClassVar[dict[str, int]] = {"owner": 14, "queue": 8}
+    # An owner id (host:pid:hex) is kept whole: the attempts column goes first.
+    FLEX: ClassVar[dict[str, int]] = {"queue": 8}
+    DROP = ("attempts", "heartbeat", "queue")
     COLUMNS = (
         ("state", "STATE", 9),
         ("id", "ID", 9),
@@ -466,23 +521,26 @@ class ProcessingTable(JobTable):
         return (
             marker,
             self.id_cell(item, ctx, style),
-            lit(item.queue, style),
+            lit(item.queue, style, no_wrap=True, overflow="ellipsis"),
             Text(countdown(ctx.now, item.lease_until), style=style, justify="right"),
-            lit(view.short_owner(item.lease_owner, 24), style),
+            lit(view.short_owner(item.lease_owner, 24), style, no_wrap=True, overflow="ellipsis"),
             Text(age(ctx.now, item.heartbeat_at), justify="right"),
             self.attempts_cell(item, style),
         )
 
 
 class StuckTable(JobTable):
-    FLEX: ClassVar[dict[str, int]] = {"error": 12, "owner": 14, "queue": 8}
+    FLEX: ClassVar[dict[str, int]] = {"error": 12, "diagnosis": 26, "owner": 20, "queue": 8}
+    # Narrow, the panel keeps what decides an action: the diagnosis and the last owner (at 80
+    # columns both whole, the last error left to the detail screen).
+    DROP = ("attempts", "lapsed", "queue", "error", "state")
     COLUMNS = (
         ("id", "ID", 9),
         ("queue", "QUEUE", 12),
         ("state", "STATE", 7),
         ("lapsed", "LAPSED", 7),
         ("attempts", "ATT", 5),
-        ("diagnosis", "DIAGNOSIS", 28),
+        ("diagnosis", "DIAGNOSIS", 36),
         ("owner", "LAST OWNER", 24),
         ("error", "LAST ERROR", 46),
     )
@@ -490,36 +548,40 @@ class StuckTable(JobTable):
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         expired = item.status == JobStatus.PROCESSING
         diagnosis = view.diagnose(item, ctx.owners)
-        diag = {
-            Verdict.ALIVE: Text("⚠ " + diagnosis.text, style=RISK_STYLE),
-            Verdict.SILENT: Text("○ " + diagnosis.text, style="cyan"),
-            Verdict.UNKNOWN: Text("? " + diagnosis.text, style="dim"),
+        mark, diag_style = {
+            Verdict.ALIVE: ("⚠ ", RISK_STYLE),
+            Verdict.SILENT: ("○ ", "cyan"),
+            Verdict.UNKNOWN: ("? ", "dim"),
+            Verdict.QUARANTINED: ("⊘ ", STATUS_STYLE[JobStatus.STUCK]),
         }[diagnosis.verdict]
+        # (The text quotes an actor and a reason already escaped: a Text, never markup.)
+        diag = Text(mark + diagnosis.text, style=diag_style, no_wrap=True, overflow="ellipsis")
         lapsed = item.lapsed_at or item.lease_until
         error = (item.last_error or "")[:200].replace("\n", " ")
         return (
             self.id_cell(item, ctx, EXPIRED_STYLE if expired else ""),
-            lit(item.queue),
+            lit(item.queue, no_wrap=True, overflow="ellipsis"),
             Text("expired", style=EXPIRED_STYLE)
             if expired
             else Text("Stuck", style=STATUS_STYLE[JobStatus.STUCK]),
             Text(age(ctx.now, lapsed), justify="right"),
             self.attempts_cell(item),
             diag,
-            lit(view.short_owner(item.lease_owner, 24)),
+            lit(view.short_owner(item.lease_owner, 24), no_wrap=True, overflow="ellipsis"),
             lit(error, "dim", no_wrap=True, overflow="ellipsis"),
         )
 
 
 class OwnersTable(PanelTable[OwnerHealth]):
     FLEX: ClassVar[dict[str, int]] = {"queues": 6, "owner": 20}
+    DROP = ("queues", "intervals", "next", "seen")
     COLUMNS = (
         ("owner", "OWNER", 34),
         ("freshness", "FRESHNESS", 10),
         ("seen", "LAST SIGN", 9),
         ("held", "HELD", 5),
         ("expired", "EXPIRED", 7),
-        ("next", "NEXT EXPIRY", 11),
+        ("next", "EXPIRES", 8),
         ("intervals", "HB/TTL", 9),
         ("queues", "QUEUES", 24),
     )
@@ -542,7 +604,7 @@ class OwnersTable(PanelTable[OwnerHealth]):
             if item.heartbeat_every is not None and item.lease_ttl is not None
             else "-"
         )
-        owner = lit(item.owner)
+        owner = lit(item.owner, no_wrap=True, overflow="ellipsis")
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
             owner.append_text(lit(f" ({host})", "dim"))  # the default worker id already says it
@@ -554,5 +616,5 @@ class OwnersTable(PanelTable[OwnerHealth]):
             Text(str(item.expired), style=EXPIRED_STYLE if item.expired else "", justify="right"),
             next_text,
             Text(intervals, style="dim"),
-            lit(", ".join(item.queues), "dim"),
+            lit(", ".join(item.queues), "dim", no_wrap=True, overflow="ellipsis"),
         )

@@ -178,7 +178,11 @@ ORDER BY p.lease_until, p.id;
 -- The Stuck panel's Stuck jobs, longest lapsed first; bounded. (Its expired Processing leases
 -- are the expired rows of console_processing, merged in by lapsed_at, id.) A Stuck job keeps
 -- lease_until when it lapsed; one quarantined from Pending has none, so its quarantine time
--- (updated_at) stands in. Picked on narrow rows, then the shown rows read whole.
+-- (updated_at) stands in. Picked on narrow rows, then the shown rows read whole, each with the
+-- last audit event that quarantined it (who, why, when): one backward step per shown row on
+-- the events' (job_id, id) index. Marking a job stuck writes the reason over last_error: then
+-- its last error is the last one an attempt recorded before (one backward step per shown row
+-- on job_attempts' primary key), not the reason again.
 WITH picked AS (
     SELECT id, coalesce(lease_until, updated_at) AS lapsed_at
     FROM {schema}.jobs
@@ -191,7 +195,86 @@ WITH picked AS (
 )
 SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
        j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
-       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at, p.lapsed_at
+       left(CASE WHEN e.reason IS NOT NULL AND j.last_error = e.reason THEN a.error
+                 ELSE j.last_error END, 300) AS last_error,
+       j.created_at, j.updated_at, p.lapsed_at,
+       e.actor AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
+       e.at AS quarantined_at
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
+LEFT JOIN LATERAL (
+    SELECT ev.actor, ev.reason, ev.at
+    FROM {schema}.job_events AS ev
+    WHERE ev.job_id = p.id AND ev.action IN ('mark_stuck', 'mark_stuck_forced')
+    ORDER BY ev.id DESC
+    LIMIT 1
+) AS e ON true
+LEFT JOIN LATERAL (
+    SELECT att.error
+    FROM {schema}.job_attempts AS att
+    WHERE att.job_id = p.id AND att.error IS NOT NULL AND att.outcome <> 'marked_stuck'
+    ORDER BY att.attempt DESC
+    LIMIT 1
+) AS a ON true
 ORDER BY p.lapsed_at, p.id;
+
+-- name: console_match_counts
+-- What an owner filter (%(owner)s, a prefix of lease_owner) matches in %(queue)s (NULL: every
+-- queue): the counts a panel title and "requeue all expired" compare the rows shown with. Run
+-- only under an owner filter; each count walks its status's partial index, as the panels do.
+SELECT p.pending, r.processing, r.expired, s.stuck
+FROM (
+    SELECT count(*) AS pending
+    FROM {schema}.jobs
+    WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND starts_with(lease_owner, %(owner)s::text)
+) AS p
+CROSS JOIN (
+    SELECT count(*) AS processing, count(*) FILTER (WHERE lease_until < now()) AS expired
+    FROM {schema}.jobs
+    WHERE status = 'Processing' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND starts_with(lease_owner, %(owner)s::text)
+) AS r
+CROSS JOIN (
+    SELECT count(*) AS stuck
+    FROM {schema}.jobs
+    WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND starts_with(lease_owner, %(owner)s::text)
+) AS s;
+
+-- name: console_queues
+-- Every queue that has live jobs (Pending, Processing or Stuck), for the filter dialog, whatever
+-- the filter shows: a loose index scan of each status's partial index (one step per queue), at
+-- most %(queue_limit)s names.
+WITH RECURSIVE pending AS (
+    (SELECT queue FROM {schema}.jobs WHERE status = 'Pending' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status = 'Pending' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM pending AS q
+    WHERE q.queue IS NOT NULL
+), processing AS (
+    (SELECT queue FROM {schema}.jobs WHERE status = 'Processing' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status = 'Processing' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM processing AS q
+    WHERE q.queue IS NOT NULL
+), stuck AS (
+    (SELECT queue FROM {schema}.jobs WHERE status = 'Stuck' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue FROM {schema}.jobs AS j
+            WHERE j.status = 'Stuck' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+    FROM stuck AS q
+    WHERE q.queue IS NOT NULL
+)
+SELECT queue FROM (
+    SELECT queue FROM (SELECT queue FROM pending LIMIT %(queue_limit)s + 1) AS a
+    UNION
+    SELECT queue FROM (SELECT queue FROM processing LIMIT %(queue_limit)s + 1) AS b
+    UNION
+    SELECT queue FROM (SELECT queue FROM stuck LIMIT %(queue_limit)s + 1) AS c
+) AS q
+WHERE queue IS NOT NULL
+ORDER BY queue
+LIMIT %(queue_limit)s;
