@@ -7,7 +7,7 @@ group of commands, ``stderr`` and ``redaction`` (every line on stderr, without s
 
 from __future__ import annotations
 
-from leasectl.cli import actions, admin, console, jobs, worker
+from leasectl.cli import actions, admin, console, history, jobs, worker
 from leasectl.cli.entry import main
 from leasectl.cli.root import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, app
 
@@ -20,6 +20,7 @@ app.command("requeue-stuck")(actions.requeue_stuck)
 app.command()(actions.requeue)
 app.command("mark-stuck")(actions.mark_stuck)
 app.command()(jobs.inspect)
+app.command("list")(history.list_jobs)
 app.command()(jobs.status)
 app.command()(jobs.prune)
 app.command()(admin.grant)
