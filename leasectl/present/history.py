@@ -95,9 +95,17 @@ class JobListing:
             widths[h] = min(wanted[h], share)
             left -= widths[h]
         listing = table("")
-        order = [fixed[0], fixed[1], texts[0], fixed[2], texts[1], fixed[3], *texts[2:]]
+        order = [
+            fixed[0],
+            fixed[1],
+            texts[0][:2],
+            fixed[2],
+            texts[1][:2],
+            fixed[3],
+            *(t[:2] for t in texts[2:]),
+        ]
         columns: list[list[Text]] = []
-        for header, cells, *_ in order:
+        for header, cells in order:
             right = header in ("id", "att.")
             listing.add_column(
                 header,
@@ -125,12 +133,7 @@ def list_renderables(page: JobPage) -> list[RenderableType]:
         return parts
     parts.append(JobListing(page))
     if page.next_after is not None:
-        parts.append(
-            Text(
-                f"{len(page.jobs)} job(s); more: run the same command with "
-                f"--after {page.next_after}"
-            )
-        )
+        parts.append(Text(f"{len(page.jobs)} job(s); next page: --after {page.next_after}"))
     else:
         parts.append(Text(f"{len(page.jobs)} job(s); no more", style="dim"))
     return parts

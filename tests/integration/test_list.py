@@ -321,7 +321,7 @@ def test_list_prints_a_page_and_how_to_get_the_next(db_dsn: str) -> None:
     first = cli("list", "--limit", "2", "-s", "FAILED", "-q", "q", dsn=db_dsn)
     assert first.returncode == 0, first.stderr
     assert "--state Failed --queue q" in first.stdout
-    assert f"more: run the same command with --after {ids[1]}" in first.stdout
+    assert f"next page: --after {ids[1]}" in first.stdout
     assert "boom 3" in first.stdout and "w-2" in first.stdout and "boom 1" not in first.stdout
     second = cli("list", "--limit", "2", "--after", str(ids[1]), "--json", dsn=db_dsn)
     assert second.returncode == 0, second.stderr
