@@ -14,13 +14,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import ClientCursor, sql
 from psycopg.types.json import Jsonb
 
 from leasectl.core.errors import QueryTimeout
 from leasectl.core.filters import FINISHED, JobFilter, parse_filter
 from leasectl.core.models import JobStatus
+from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.history import History
+from leasectl.db.history import History, list_params
 from tests.integration.test_cli import assert_one_line_error, cli
 
 SCHEMA = "leasectl"
@@ -352,3 +354,55 @@ def test_long_errors_and_payloads_are_cut_in_a_listing(db_dsn: str) -> None:
     [job] = json.loads(proc.stdout)["jobs"]
     assert job["last_error"] == "e" * 1000 and job["last_error_chars"] == 5000
     assert len(job["payload_text"]) == 1000 and job["payload_chars"] == 5000 + len('{"x": ""}')
+
+
+# -- plans: a filter an index serves reads that index, never the whole table --------------------
+
+
+def _plan(conn: psycopg.Connection[Any], flt: JobFilter, after: int | None = None) -> str:
+    """The plan of the listing with its values as literals: the custom plan the command gets
+    (it never prepares the statement)."""
+    query = sql.SQL("EXPLAIN (COSTS OFF) ") + queries.get("jobs_list").render(SCHEMA)
+    rows = ClientCursor(conn).execute(query, list_params(flt, limit=50, after=after)).fetchall()
+    return "\n".join(line for (line,) in rows)
+
+
+def test_filters_an_index_serves_never_scan_the_history(sql_conn: psycopg.Connection[Any]) -> None:
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, lease_owner, last_error, created_at, "
+        "finished_at) SELECT (ARRAY['a','b','c'])[1 + i % 3], "
+        "(CASE WHEN i % 50 = 0 THEN 'Failed' ELSE 'Completed' END)::leasectl.job_status, "
+        "'w-' || (i % 20), CASE WHEN i % 50 = 0 THEN 'boom' END, "
+        "now() - interval '30 days' * (200000 - i) / 200000, "
+        "now() - interval '30 days' * (200000 - i) / 200000 "
+        "FROM generate_series(1, 200000) AS i"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, lease_owner, lease_until) "
+        "SELECT 'a', s::leasectl.job_status, 'w-1', now() + interval '1 minute' "
+        "FROM unnest(ARRAY['Pending','Processing','Stuck']) AS s, generate_series(1, 300)"
+    )
+    sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
+    served = {
+        "finished in the last hour": (
+            parse_filter(states=["failed"], queue="a", since="1h"),
+            "jobs_finished_idx",
+        ),
+        "finished between two days and one ago, by owner": (
+            parse_filter(states=["completed", "failed"], since="2d", until="1d", owner="w-3"),
+            "jobs_finished_idx",
+        ),
+        "Stuck in a queue": (parse_filter(states=["stuck"], queue="a"), "jobs_stuck_idx"),
+        "Processing of an owner": (
+            parse_filter(states=["processing"], owner="w-1"),
+            "jobs_processing_idx",
+        ),
+        "Pending in a queue": (parse_filter(states=["pending"], queue="a"), "jobs_"),
+        "a page": (JobFilter(), "jobs_pkey"),
+    }
+    for what, (flt, index) in served.items():
+        plan = _plan(sql_conn, flt)
+        assert "Seq Scan" not in plan, f"{what}:\n{plan}"
+        assert f"using {index}" in plan or f"Index Scan on {index}" in plan, f"{what}:\n{plan}"
+    plan = _plan(sql_conn, parse_filter(owner="w-3"), after=100_000)
+    assert "Index Scan Backward using jobs_pkey" in plan and "Index Cond: (id < " in plan, plan
