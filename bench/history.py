@@ -98,6 +98,10 @@ def filters(rows: int) -> list[tuple[str, list[str]]]:
             ["-s", "completed", "-s", "failed", "--since", "2d", "--until", "1d"],
         ),
         (
+            "finished, a day a month back",
+            ["-s", "completed", "-s", "failed", "--since", "30d", "--until", "29d"],
+        ),
+        (
             "owner, finished, since 1d",
             ["--owner", "rare-host:1:abc", "-s", "completed", "--since", "1d"],
         ),

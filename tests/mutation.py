@@ -325,6 +325,7 @@ LIST = "tests/integration/test_list.py::"
 LIST_ALONE = LIST + "test_each_filter_alone_lists_what_the_model_says"
 LIST_TIMES = LIST + "test_since_and_until_time_the_finish_of_finished_states_else_the_creation"
 LIST_PAGES = LIST + "test_paging_lists_every_row_once_while_jobs_are_inserted"
+LIST_PLANS = LIST + "test_filters_an_index_serves_never_scan_the_history"
 
 
 def _list(name: str, text: str, replacement: str, *tests: str) -> Mutant:
@@ -335,7 +336,9 @@ def _list(name: str, text: str, replacement: str, *tests: str) -> Mutant:
 MUTANTS += (
     _list("after", "(%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)", "TRUE",
           LIST_PAGES),
-    _list("order", "ORDER BY j.id DESC", "ORDER BY j.id", LIST_ALONE, LIST_PAGES),
+    _list("order", "ELSE j.id END DESC", "ELSE j.id END", LIST_ALONE, LIST_PAGES),
+    _list("window-first", "CASE WHEN %(window_first)s::boolean THEN j.id + 0 ELSE j.id END",
+          "j.id", LIST_PLANS),
     _list("any-state", "%(any_state)s::boolean\n", "FALSE\n", LIST_TIMES),
     *(
         _list(f"state-{s.lower()}", f"(%({s.lower()})s::boolean AND j.status = '{s}')",

@@ -392,6 +392,10 @@ def test_filters_an_index_serves_never_scan_the_history(sql_conn: psycopg.Connec
             parse_filter(states=["completed", "failed"], since="2d", until="1d", owner="w-3"),
             "jobs_finished_idx",
         ),
+        "finished a month ago, in a window of a day": (
+            parse_filter(states=["completed", "failed"], since="30d", until="29d"),
+            "jobs_finished_idx",
+        ),
         "Stuck in a queue": (parse_filter(states=["stuck"], queue="a"), "jobs_stuck_idx"),
         "Processing of an owner": (
             parse_filter(states=["processing"], owner="w-1"),

@@ -59,6 +59,23 @@ def test_times_are_finish_times_only_when_every_state_asked_for_is_finished() ->
 
 
 @pytest.mark.parametrize(
+    ("states", "since", "until", "window_first"),
+    [
+        (["completed"], "30d", "29d", True),  # a day, a month back: read the day
+        (["completed", "failed"], "2d", "1d", False),  # as wide as its distance: walk the ids
+        (["failed"], "7d", "1h", False),
+        (["failed"], None, "29d", False),  # open: no window to read
+        (["failed", "stuck"], "30d", "29d", False),  # times are creation times
+    ],
+)
+def test_a_narrow_window_long_ago_is_read_whole(
+    states: list[str], since: str | None, until: str, window_first: bool
+) -> None:
+    flt = parse_filter(states=states, since=since, until=until)
+    assert list_params(flt, limit=50, after=None)["window_first"] is window_first
+
+
+@pytest.mark.parametrize(
     ("text", "pattern"),
     [
         ("disk full", "%disk full%"),

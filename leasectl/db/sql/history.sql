@@ -4,6 +4,12 @@
 -- settings force one), so the planner sees only the parts given. The statuses come as one
 -- boolean each, so that the plan's predicate names them as constants and a partial index on
 -- them (Pending, Processing, Stuck, the finished history) applies.
+--
+-- %(window_first)s: a window of finish times narrower than the time since its end is read whole
+-- through the finished-history index and sorted (ordering by id + 0 keeps the planner from the
+-- primary key): walking the ids down from the newest, which the planner prefers for a LIMIT,
+-- would first pass every job finished since the window's end (it cannot know that ids follow
+-- finish times), the whole history for a window a month back (db/history.py, BENCHMARKS.md).
 
 -- name: history_settings
 -- The listing transaction's settings (a custom plan per execution, the caller's statement timeout) and its now().
@@ -37,5 +43,5 @@ WHERE (%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)
        OR j.finished_at >= now() - %(finished_since)s::interval)
   AND (%(finished_until)s::interval IS NULL
        OR j.finished_at < now() - %(finished_until)s::interval)
-ORDER BY j.id DESC
+ORDER BY CASE WHEN %(window_first)s::boolean THEN j.id + 0 ELSE j.id END DESC
 LIMIT %(limit)s::integer
