@@ -27,7 +27,8 @@ def list_jobs(
         ),
     ] = None,
     queue: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.", show_default=False)
+        str | None,
+        typer.Option("--queue", "-q", metavar="QUEUE", help="Only this queue.", show_default=False),
     ] = None,
     owner: Annotated[
         str | None,
