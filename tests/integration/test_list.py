@@ -216,12 +216,20 @@ def test_since_and_until_time_the_finish_of_finished_states_else_the_creation(
         new_pending = conn.execute(
             "INSERT INTO leasectl.jobs (status) VALUES ('Pending') RETURNING id"
         ).fetchone()
-    assert old_done and new_pending
+        old_failed = conn.execute(  # finished before the hour: no --since 1h lists it
+            "INSERT INTO leasectl.jobs (status, created_at, finished_at) "
+            "VALUES ('Failed', now() - interval '3 hours', now() - interval '2 hours') "
+            "RETURNING id"
+        ).fetchone()
+    assert old_done and new_pending and old_failed
     with Database.connect(db_dsn, SCHEMA) as db:
         reads = History(db)
         assert listed(reads, parse_filter(since="1h")) == [new_pending[0]]
         assert listed(reads, parse_filter(states=["completed"], since="1h")) == [old_done[0]]
-        assert listed(reads, parse_filter(states=["completed", "failed"], until="1h")) == []
+        finished = ["completed", "failed"]
+        assert listed(reads, parse_filter(states=finished, since="1h")) == [old_done[0]]
+        assert listed(reads, parse_filter(states=finished, until="1h")) == [old_failed[0]]
+        assert listed(reads, parse_filter(until="1h")) == [old_failed[0], old_done[0]]
         assert listed(reads, parse_filter(states=["completed", "pending"], since="1h")) == [
             new_pending[0]
         ]
