@@ -340,6 +340,57 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# `leasectl list`: each part of the filter, and the page's order and start, against the model of
+# the rows in test_list.py (each part alone and combined).
+LIST = "tests/integration/test_list.py::"
+LIST_ALONE = LIST + "test_each_filter_alone_lists_what_the_model_says"
+LIST_TIMES = LIST + "test_since_and_until_time_the_finish_of_finished_states_else_the_creation"
+LIST_PAGES = LIST + "test_paging_lists_every_row_once_while_jobs_are_inserted"
+LIST_PLANS = LIST + "test_filters_an_index_serves_never_scan_the_history"
+
+
+def _list(name: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"list-{name}", "history.sql", "jobs_list", text, replacement,
+                  tests or (LIST_ALONE,))  # fmt: skip
+
+
+MUTANTS += (
+    _list("after", "(%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)", "TRUE",
+          LIST_PAGES),
+    _list("order", "ELSE j.id END DESC", "ELSE j.id END", LIST_ALONE, LIST_PAGES),
+    _list("window-first", "CASE WHEN %(window_first)s::boolean THEN j.id + 0 ELSE j.id END",
+          "j.id", LIST_PLANS),
+    _list("any-state", "%(any_state)s::boolean\n", "FALSE\n", LIST_TIMES),
+    *(
+        _list(f"state-{s.lower()}", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
+              f"%({s.lower()})s::boolean")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+    ),
+    *(
+        _list(f"state-{s.lower()}-off", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
+              "FALSE")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+    ),
+    _list("queue", "(%(queue)s::text IS NULL OR j.queue = %(queue)s::text)", "TRUE"),
+    _list("owner", "(%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)", "TRUE"),
+    _list("error", "(%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)", "TRUE"),
+    _list("error-case", "j.last_error ILIKE %(error)s::text", "j.last_error LIKE %(error)s::text"),
+    _list("payload", "(%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)", "TRUE"),
+    _list("created-since",
+          "(%(created_since)s::interval IS NULL OR j.created_at >= now() - "
+          "%(created_since)s::interval)", "TRUE", LIST_ALONE, LIST_TIMES),
+    _list("created-until",
+          "(%(created_until)s::interval IS NULL OR j.created_at < now() - "
+          "%(created_until)s::interval)", "TRUE"),
+    _list("finished-since",
+          "(%(finished_since)s::interval IS NULL\n       OR j.finished_at >= now() - "
+          "%(finished_since)s::interval)", "TRUE", LIST_TIMES),
+    _list("finished-until",
+          "(%(finished_until)s::interval IS NULL\n       OR j.finished_at < now() - "
+          "%(finished_until)s::interval)", "TRUE", LIST_TIMES),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

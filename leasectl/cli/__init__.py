@@ -7,7 +7,7 @@ group of commands, ``stderr`` and ``redaction`` (every line on stderr, without s
 
 from __future__ import annotations
 
-from leasectl.cli import actions, admin, console, jobs, queues, worker
+from leasectl.cli import actions, admin, console, history, jobs, queues, worker
 from leasectl.cli.entry import main
 from leasectl.cli.root import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, app
 
@@ -22,6 +22,7 @@ app.command("mark-stuck")(actions.mark_stuck)
 app.command()(queues.pause)
 app.command()(queues.resume)
 app.command()(jobs.inspect)
+app.command("list")(history.list_jobs)
 app.command()(jobs.status)
 app.command()(jobs.prune)
 app.command()(admin.grant)

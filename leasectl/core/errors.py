@@ -35,6 +35,10 @@ class PermissionDenied(LeasectlError):
     """The database role lacks a privilege the command needs."""
 
 
+class QueryTimeout(LeasectlError):
+    """A statement ran past the time limit its command set (``list --timeout``)."""
+
+
 class EmbeddedServerError(LeasectlError):
     """The embedded PostgreSQL could not be started or stopped."""
 

@@ -19,6 +19,7 @@ from leasectl.core.errors import (
     ConnectionFailed,
     LeasectlError,
     PermissionDenied,
+    QueryTimeout,
     SchemaMissing,
     UsageError,
 )
@@ -63,7 +64,9 @@ class ErrorMapping:
     ``schema``: the leasectl schema the statements use; a missing table or schema then means
     it is not initialised. ``denied``: the words of a permission error, from its primary
     message. ``other``: the prefix of any other database error's line; without it, invalid
-    values become UsageErrors and any other error passes as it is.
+    values become UsageErrors and any other error passes as it is. ``timeout``: the words for a
+    statement cancelled by its ``statement_timeout`` (a ``QueryTimeout``); without it, such a
+    cancel passes as it is.
     """
 
     def __init__(
@@ -73,11 +76,13 @@ class ErrorMapping:
         schema: str | None = None,
         denied: Denied = _permission_denied,
         other: str | None = None,
+        timeout: str | None = None,
     ) -> None:
         self.where = where
         self.schema = schema
         self.denied = denied
         self.other = other
+        self.timeout = timeout
 
     def __enter__(self) -> None:
         return None
@@ -96,6 +101,9 @@ class ErrorMapping:
             mapped = SchemaMissing(schema_missing_message(self.schema, self.where))
         elif isinstance(exc, pg_errors.InsufficientPrivilege):
             mapped = PermissionDenied(self.denied(exc.diag.message_primary, exc))
+        elif self.timeout is not None and isinstance(exc, pg_errors.QueryCanceled):
+            # (Before OperationalError, of which QueryCanceled is a kind.)
+            mapped = QueryTimeout(self.timeout)
         elif isinstance(exc, psycopg.OperationalError):
             mapped = ConnectionFailed(f"lost the database at {self.where}: {first_line(exc)}")
         elif self.other is not None:
@@ -193,17 +201,23 @@ class Database:
     # -- plumbing ---------------------------------------------------------------------------
 
     def errors(
-        self, *, schema: bool = True, denied: Denied | None = None, other: str | None = None
+        self,
+        *,
+        schema: bool = True,
+        denied: Denied | None = None,
+        other: str | None = None,
+        timeout: str | None = None,
     ) -> ErrorMapping:
         """The error mapping for this database (``schema``: a missing table means this schema
-        is not initialised; ``denied``, ``other``: as ``ErrorMapping``'s)."""
-        if schema and denied is None and other is None:
+        is not initialised; ``denied``, ``other``, ``timeout``: as ``ErrorMapping``'s)."""
+        if schema and denied is None and other is None and timeout is None:
             return self._errors
         return ErrorMapping(
             self.where,
             schema=self.schema if schema else None,
             denied=denied or _permission_denied,
             other=other,
+            timeout=timeout,
         )
 
     @contextlib.contextmanager

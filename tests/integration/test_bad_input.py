@@ -176,6 +176,42 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["resume", "q"], 1, ["queue 'q' is not paused; nothing changed"]),
     (["resume", SQLI, "--reason", SQLI], 1, ["is not paused; nothing changed"]),
     (["resume", "q", "--json"], 1, ["is not paused"]),
+    # list: states, JSON, durations, the page's size and start, empty texts
+    *durations("list", "--since", values=ALL_BAD_DURATIONS),
+    *durations("list", "--until", zero_ok=True),
+    *durations("list", "--timeout"),
+    (["list", "--timeout", "11m"], 2, ["'--timeout'", "at most 10m"]),
+    (["list", "--since", "1h", "--until", "2h"], 2, ["--until (2h00m ago) must be more recent"]),
+    (["list", "--since", "1h", "--until", "1h"], 2, ["the window is empty"]),
+    *[
+        (["list", "--state", value], 2, [f"invalid --state {fragment}", "use one of Pending"])
+        for value, fragment in (
+            ("bogus", "'bogus'"),
+            ("", "''"),
+            ("failed,", "''"),
+            (SQLI, "\"'"),
+            ("Cancelled", "'Cancelled'"),
+        )
+    ],
+    *[
+        (["list", "--payload", value], 2, [f"--payload: {fragment}"])
+        for value, fragment in (
+            ("{", "invalid JSON payload"),
+            (SQLI, "invalid JSON payload"),
+            ("", "invalid JSON payload"),
+            ("NaN", "invalid JSON payload: NaN is not JSON"),
+            ("[" * 300 + "]" * 300, "payload nested too deep"),
+        )
+    ],
+    *[(["list", "--limit", value], 2, ["'--limit'"]) for value in ("0", "1001", "-1", SQLI)],
+    *[
+        (["list", "--after", value], 2, [f"invalid --after {value!r}", "the id the previous"])
+        for value in ("x", "0", "1.5", "9" * 30, SQLI)
+    ],
+    (["list", "--owner", ""], 2, ["--owner must not be empty"]),
+    (["list", "--error", ""], 2, ["--error must not be empty"]),
+    (["list", "--queue", ""], 2, ["--queue must not be empty"]),
+    (["list", "-q", "8" * 8000], 2, ["--queue: a queue name has at most 200 characters"]),
 ]
 
 
@@ -298,6 +334,28 @@ def test_queue_names_and_payloads_are_stored_verbatim(db_dsn: str) -> None:
         assert [q["queue"] for q in json.loads(status.stdout)["queues"]] == [queue]
         dry = cli("requeue-stuck", "-q", queue, "--dry-run", "--json", dsn=db_dsn)
         assert dry.returncode == 0 and json.loads(dry.stdout)["jobs"] == []
+    assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
+
+
+def test_list_filters_are_matched_as_values_never_as_sql(db_dsn: str) -> None:
+    """Weird text in every text filter of `list` finds exactly the job that holds it."""
+    for value in WEIRD_QUEUES:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "INSERT INTO leasectl.jobs (queue, lease_owner, last_error, payload) "
+                "VALUES (%s, %s, %s, %s) RETURNING id",
+                [value, value, value, json.dumps({"k": value})],
+            ).fetchone()
+        assert row is not None
+        for option, given in (
+            ("--queue", value),
+            ("--owner", value),
+            ("--error", value),
+            ("--payload", json.dumps({"k": value})),
+        ):
+            proc = cli("list", option, given, "--json", dsn=db_dsn)
+            assert proc.returncode == 0, proc.stderr[:500]
+            assert [j["id"] for j in json.loads(proc.stdout)["jobs"]] == [row[0]], option
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
 
 

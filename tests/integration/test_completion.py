@@ -174,7 +174,16 @@ def test_queue_names_come_from_the_database(db_dsn: str) -> None:
     _enqueue(db_dsn, "done-only", "Completed")  # finished history is not read
 
     everything = ["emails", "etl", "exports", "served-only"]
-    for command in ("status", "requeue-stuck", "watch", "prune", "enqueue", "worker", "tui"):
+    for command in (
+        "status",
+        "list",
+        "requeue-stuck",
+        "watch",
+        "prune",
+        "enqueue",
+        "worker",
+        "tui",
+    ):
         assert complete_bash(f"leasectl {command} --queue ", dsn=db_dsn) == everything, command
     assert complete_bash("leasectl status -q e", dsn=db_dsn) == ["emails", "etl", "exports"]
     assert complete_bash("leasectl status --queue ex", dsn=db_dsn) == ["exports"]
@@ -240,39 +249,11 @@ def test_what_a_shell_can_take_literally() -> None:
 
 
 def test_job_states_complete() -> None:
-    """complete_state, as an option of a command gives it (`autocompletion=complete_state`)."""
-    program = (
-        "from typing import Annotated\n"
-        "import typer\n"
-        "from leasectl.cli.completion import complete_state\n"
-        "app = typer.Typer()\n"
-        "@app.command()\n"
-        "def listing(state: Annotated[str, typer.Option(autocompletion=complete_state)] = ''):\n"
-        "    pass\n"
-        "typer.main.get_command(app).main(prog_name='states')\n"
-    )
-
-    def states(word: str) -> list[str]:
-        proc = subprocess.run(
-            [sys.executable, "-c", program],
-            env={
-                **_env(None),
-                "_STATES_COMPLETE": "complete_bash",
-                "COMP_WORDS": f"states --state {word}",
-                "COMP_CWORD": "2",
-            },
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert proc.returncode == 0 and proc.stderr == "", proc
-        return [c for c in proc.stdout.split("\n") if c]
-
-    assert states("") == [s.value for s in JobStatus]
-    assert states("P") == ["Pending", "Processing"]
-    assert states("Pr") == ["Processing"]
-    assert states("x") == []
+    """`list --state` completes the job states."""
+    assert complete_bash("leasectl list --state ", dsn=None) == [s.value for s in JobStatus]
+    assert complete_bash("leasectl list --state P", dsn=None) == ["Pending", "Processing"]
+    assert complete_bash("leasectl list -s Pr", dsn=None) == ["Processing"]
+    assert complete_bash("leasectl list --state x", dsn=None) == []
 
 
 # -- real bash ----------------------------------------------------------------------------------

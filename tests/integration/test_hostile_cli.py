@@ -324,6 +324,49 @@ def test_dry_run_and_skip_reasons_show_hostile_queues_and_owners_as_text(
         assert reasons[job_id].startswith(f"lease live: held by {value} until ")
 
 
+def test_list_shows_every_field_and_filter_as_text(hostile: Hostile) -> None:
+    """Every hostile queue, owner, error and payload in a listing (text and JSON), and each
+    one as the filter that finds it (shown in the listing's filter line)."""
+    filtered = [(option, value) for value in NAMES for option in ("--queue", "--owner", "--error")]
+    everything, as_json, *found = run_all(
+        [
+            ["list", "--limit", "1000"],
+            ["list", "--limit", "1000", "--json"],
+            *(["list", option, value, "--json"] for option, value in filtered[:6]),
+            *(["list", option, value] for option, value in filtered),
+        ],
+        hostile.dsn,
+    )
+    checked(everything, 0, "list")
+    for value in NAMES:
+        # Cells are cut at the column's width: what is shown is the start of the value.
+        start = visible(value)[:12].strip()
+        if start:
+            assert start in everything.stdout, f"list: {start!r} not shown"
+    checked(as_json, 0, "list --json")
+    jobs = {j["id"]: j for j in json.loads(as_json.stdout)["jobs"]}
+    for value, job_id in hostile.expired.items():
+        job = jobs[job_id]
+        assert (job["queue"], job["lease_owner"]) == (value, value)
+        assert job["last_error"] == value[:1000] and job["last_error_chars"] == len(value)
+        if job["payload_chars"] <= len(job["payload_text"]):  # whole: it parses back
+            assert json.loads(job["payload_text"]) == {"value": value, value: [value]}
+        else:
+            assert len(job["payload_text"]) == 1000
+    for (option, value), proc in zip(filtered[:6], found[:6], strict=True):
+        checked(proc, 0, f"list {option} --json")
+        ids = {j["id"] for j in json.loads(proc.stdout)["jobs"]}
+        assert {hostile.expired[value], hostile.live[value]} <= ids, (option, value)
+    for (option, value), proc in zip(filtered, found[6:], strict=True):
+        if option == "--queue" and not value.strip():  # as every --queue: not blank
+            checked(proc, 2, f"list {option}")
+            continue
+        checked(proc, 0, f"list {option}")
+        filter_line = next(line for line in proc.stdout.splitlines() if line.startswith("filter:"))
+        assert f"{option} " in filter_line
+        shown(proc.stdout, value, f"list {option} filter line")
+
+
 # -- errors that quote what was typed ------------------------------------------------------------
 
 TYPED = [JOINED_TERMINAL, JOINED_UNICODE, JOINED_MARKUP, LONG, SHORT]
@@ -345,6 +388,10 @@ def _error_cases(value: str) -> list[tuple[list[str], int, str | None]]:
         (["worker", "-q", value, "--handler", value], 2, None),
         (["worker", "-q", "q", "--handler", value], 2, None if ":" in value else echo(value)),
         (["worker", "-q", "q", "--handler", f"{value}:f"], 2, None),
+        (["list", "--state", value], 2, None),
+        (["list", "--since", value], 2, echo(value)),
+        (["list", "--after", value], 2, echo(value)),
+        (["list", "--payload", value], 2, None),
     ]
 
 

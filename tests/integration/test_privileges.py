@@ -166,6 +166,8 @@ def test_viewer_reads_everything_and_changes_nothing(granted: Roles, db_dsn: str
         ["inspect", str(s.stuck)],
         ["inspect", str(s.expired), "--json"],
         ["requeue-stuck", "--dry-run"],
+        ["list", "--error", "x", "--payload", "{}"],
+        ["list", "-s", "completed", "--since", "1h", "--json"],
     ):
         proc = cli(*args, dsn=granted.dsn("viewer"))
         assert proc.returncode == 0, (args, proc.stderr)

@@ -1,0 +1,47 @@
+-- `leasectl list`: a page of jobs that match a filter, newest first, read through whatever index
+-- the filter allows. Each part of the filter is bound; a part not given is NULL (or false) and
+-- folds away when the statement is planned with its values (a custom plan: the history
+-- settings force one), so the planner sees only the parts given. The statuses come as one
+-- boolean each, so that the plan's predicate names them as constants and a partial index on
+-- them (Pending, Processing, Stuck, the finished history) applies.
+--
+-- %(window_first)s: a window of finish times narrower than the time since its end is read whole
+-- through the finished-history index and sorted (ordering by id + 0 keeps the planner from the
+-- primary key): walking the ids down from the newest, which the planner prefers for a LIMIT,
+-- would first pass every job finished since the window's end (it cannot know that ids follow
+-- finish times), the whole history for a window a month back (db/history.py, BENCHMARKS.md).
+
+-- name: history_settings
+-- The listing transaction's settings (a custom plan per execution, the caller's statement timeout) and its now().
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
+       set_config('statement_timeout', %(timeout_ms)s::text, true) AS statement_timeout,
+       now() AS db_now;
+
+-- name: jobs_list
+-- A page of jobs matching the filter, id < %(after)s, newest first, at most %(limit)s rows; texts cut to %(text_chars)s.
+SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.max_attempts, j.lease_owner,
+       left(j.last_error, %(text_chars)s::integer) AS last_error,
+       char_length(j.last_error) AS last_error_chars,
+       left(p.text, %(text_chars)s::integer) AS payload_text, char_length(p.text) AS payload_chars,
+       j.run_at, j.created_at, j.updated_at, j.finished_at
+FROM {schema}.jobs AS j
+CROSS JOIN LATERAL (SELECT j.payload::text AS text) AS p
+WHERE (%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)
+  AND (%(any_state)s::boolean
+       OR (%(pending)s::boolean AND j.status = 'Pending')
+       OR (%(processing)s::boolean AND j.status = 'Processing')
+       OR (%(stuck)s::boolean AND j.status = 'Stuck')
+       OR (%(completed)s::boolean AND j.status = 'Completed')
+       OR (%(failed)s::boolean AND j.status = 'Failed'))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
+  AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)
+  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND (%(created_since)s::interval IS NULL OR j.created_at >= now() - %(created_since)s::interval)
+  AND (%(created_until)s::interval IS NULL OR j.created_at < now() - %(created_until)s::interval)
+  AND (%(finished_since)s::interval IS NULL
+       OR j.finished_at >= now() - %(finished_since)s::interval)
+  AND (%(finished_until)s::interval IS NULL
+       OR j.finished_at < now() - %(finished_until)s::interval)
+ORDER BY CASE WHEN %(window_first)s::boolean THEN j.id + 0 ELSE j.id END DESC
+LIMIT %(limit)s::integer
