@@ -159,7 +159,7 @@ RETURNING j.id, j.lease_until;
 
 -- name: job_fail
 -- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed;
--- the attempt keeps the error and the handler's traceback (%(detail)s, NULL when none).
+-- the attempt keeps the error and the handler's traceback (detail; NULL when none).
 WITH failed AS (
     UPDATE {schema}.jobs AS j
     SET status = (CASE WHEN %(retry)s AND j.attempts < j.max_attempts
