@@ -52,3 +52,17 @@ def hold_until_lost(ctx: JobContext) -> None:
 def brief(ctx: JobContext) -> None:
     """A job that takes a little while (20 ms): a drain with jobs in flight at any moment."""
     time.sleep(0.02)
+
+
+def raise_message(ctx: JobContext) -> None:
+    """Fail with the payload's ``message``, two frames down (a traceback with frames to keep);
+    ``<NUL>`` in it becomes the character no jsonb (the payload) nor text value holds."""
+    _parse_invoice(ctx.payload["message"].replace("<NUL>", "\x00"))
+
+
+def _parse_invoice(message: str) -> None:
+    _check_totals(message)
+
+
+def _check_totals(message: str) -> None:
+    raise ValueError(message)

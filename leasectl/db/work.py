@@ -217,9 +217,16 @@ class WorkerStore:
         return {lease.job_id for lease in leases} - refused
 
     def fail(
-        self, lease: Lease, error: str, *, retry_delay: timedelta, retry: bool = True
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        retry_delay: timedelta,
+        retry: bool = True,
+        detail: str | None = None,
     ) -> JobStatus | None:
-        """Record a failure; returns the new status, or None when the lease was lost."""
+        """Record a failure (``detail``: the handler's traceback, kept with the attempt);
+        returns the new status, or None when the lease was lost."""
         row = self.db.one(
             "job_fail",
             {
@@ -227,6 +234,7 @@ class WorkerStore:
                 "attempt": lease.attempt,
                 "owner": lease.owner,
                 "error": error,
+                "detail": detail,
                 "delay": retry_delay,
                 "retry": retry,
             },

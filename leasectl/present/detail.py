@@ -34,8 +34,38 @@ def detail_renderables(detail: JobDetail, *, cell_limit: int | None = None) -> l
         fields_panel(detail),
         payload_panel(detail.job),
         attempts_table(detail.attempts, detail.db_now, cell_limit=cell_limit),
+        *traceback_panel(detail),
         Text(),
         events_table(detail.events, cell_limit=cell_limit),
+    ]
+
+
+def traceback_panel(detail: JobDetail) -> list[RenderableType]:
+    """The traceback of the last attempt that kept one, whole (the worker bounds it), literal
+    but for its newlines and tabs; earlier ones are in ``inspect --json``."""
+    kept = [a for a in detail.attempts if a.error_detail]
+    if not kept:
+        return []
+    last = kept[-1]
+    earlier = len(kept) - 1
+    subtitle = None
+    if earlier:
+        whose = (
+            "1 earlier attempt's traceback"
+            if earlier == 1
+            else (f"{earlier} earlier attempts' tracebacks")
+        )
+        subtitle = f"{whose}: leasectl inspect {detail.job.id} --json"
+    return [
+        Text(),
+        Panel(
+            lit(last.error_detail or "", multiline=True),
+            title=f"traceback of attempt {last.attempt} ({last.outcome})",
+            title_align="left",
+            subtitle=subtitle,
+            subtitle_align="left",
+            box=box.ROUNDED,
+        ),
     ]
 
 

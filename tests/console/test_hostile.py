@@ -108,11 +108,11 @@ def seed_hostile(conn: psycopg.Connection) -> list[Hostile]:
                 continue
             conn.execute(
                 "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at, "
-                "heartbeat_at, ended_at, outcome, error) VALUES "
+                "heartbeat_at, ended_at, outcome, error, error_detail) VALUES "
                 "(%(id)s, 1, %(name)s, now() - interval '1 hour', now() - interval '50 minutes', "
-                " now() - interval '40 minutes', 'failed', %(text)s), "
+                " now() - interval '40 minutes', 'failed', %(text)s, left(%(text)s, 16384)), "
                 "(%(id)s, 2, %(name)s, now() - interval '30 minutes', now(), NULL, 'running', "
-                " NULL)",
+                " NULL, NULL)",
                 {"id": ids[kind], "name": name, "text": text},
             )
             conn.execute(
@@ -335,8 +335,9 @@ def test_job_detail_shows_hostile_text_as_text(
             # The payload as `inspect` shows it: its JSON text, escaped as --json escapes it.
             payload = terminal_safe_json(json.dumps(h.text, ensure_ascii=False))
             assert_shown(body, payload, f"{where}: payload")
-            # The attempt's error and the event's reason, besides the last error.
-            assert body.count(word(h.text)) >= 3, f"{where}: {word(h.text)!r}"
+            # The attempt's error, its traceback and the event's reason, besides the last error.
+            assert body.count(word(h.text)) >= 4, f"{where}: {word(h.text)!r}"
+            assert "traceback of attempt 1 (failed)" in body, where
             if h.name == "[@click=app.quit]CLICK[/]":
                 app.save_screenshot(path=str(tmp_path), filename="hostile-detail.svg")
                 await click_every(app, pilot, "CLICK")

@@ -184,8 +184,8 @@ def _seed(dsn: str) -> Hostile:
     for n, value in enumerate(NAMES, start=1):
         conn.execute(
             "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, ended_at, outcome, "
-            "error) VALUES (%s, %s, %s, now(), 'failed', %s)",
-            [showcase, n, value, value],
+            "error, error_detail) VALUES (%s, %s, %s, now(), 'failed', %s, %s)",
+            [showcase, n, value, value, f"Traceback {n}\n{value}"],
         )
         conn.execute(
             "INSERT INTO leasectl.job_events (job_id, actor, action, reason, before, after) "
@@ -269,6 +269,16 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
         shown(human.stdout, value, "inspect attempt error, event reason", multiline=True)
         # The payload is shown as its JSON text: string contents escaped the way --json does.
         assert dumps(value) in human.stdout, f"payload {value!r}"
+    # The last attempt's traceback, in its own panel (the others: --json).
+    last = len(NAMES)
+    assert f"traceback of attempt {last} (failed)" in human.stdout
+    assert f"Traceback {last}" in human.stdout and "Traceback 1\n" not in human.stdout
+    shown(
+        human.stdout.split(f"traceback of attempt {last}")[1],
+        NAMES[-1],
+        "traceback",
+        multiline=True,
+    )
 
     [as_json] = run_all([["inspect", str(hostile.showcase), "--json"]], hostile.dsn)
     checked(as_json, 0, "inspect --json")
@@ -277,8 +287,8 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
     assert (job["queue"], job["lease_owner"]) == (JOINED_TERMINAL, JOINED_UNICODE)
     assert job["last_error"] == "\n".join(NAMES)
     assert job["payload"] == {value: value for value in CORPUS}
-    assert [(a["lease_owner"], a["error"]) for a in document["attempts"]] == [
-        (value, value) for value in NAMES
+    assert [(a["lease_owner"], a["error"], a["error_detail"]) for a in document["attempts"]] == [
+        (value, value, f"Traceback {n}\n{value}") for n, value in enumerate(NAMES, start=1)
     ]
     events = [(e["actor"], e["action"], e["reason"], e["before"]) for e in document["events"]]
     assert events[:-1] == [(value, value, value, {"status": value}) for value in NAMES]

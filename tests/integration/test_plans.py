@@ -267,6 +267,7 @@ def test_failure_closes_its_attempt_by_primary_key(plan_of: Callable[[str, Param
             "attempt": 1,
             "owner": row[0] if row else "nobody",
             "error": "boom",
+            "detail": "Traceback (most recent call last):\n  ...\nRuntimeError: boom",
             "retry": True,
             "delay": timedelta(seconds=1),
         }

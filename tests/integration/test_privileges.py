@@ -648,6 +648,7 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     ", {schema}.queue_state",
                     ", {schema}.queue_events",
                     ", {schema}.queue_pause, {schema}.queue_resume",
+                    ", error_detail",  # (version 8's)
                 ):
                     text = text.replace(added, "")
                 conn.execute(
@@ -684,3 +685,49 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
         with psycopg.connect(server_dsn, autocommit=True) as conn:
             for name in names.values():
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """A worker role granted at version 7 (UPDATE on job_attempts' columns without
+    error_detail) fails a job with its traceback once `init` has added the column: the
+    migration gives it UPDATE (error_detail). No `leasectl grant` is re-run."""
+    name = f"lc_old_worker_{secrets.token_hex(4)}"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    roles = Roles({"worker": name}, empty_db_dsn)
+    try:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute(queries.get("migrations_table_create").render("leasectl"))
+            for migration in queries.migrations()[:7]:
+                conn.execute(migration.render("leasectl"))
+                conn.execute(
+                    queries.get("migration_record").render("leasectl"),
+                    {"version": migration.version, "name": migration.name},
+                )
+            text = queries.get("grant_worker").text  # today's, without what version 8 added
+            assert ", error_detail)" in text
+            text = text.replace(", error_detail)", ")")
+            conn.execute(
+                sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
+                    s=sql.Identifier("leasectl"), r=sql.Identifier(name)
+                )
+            )
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
+            [job_id] = store.ops.enqueue([{}], queue="q")
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            [lease] = store.work.claim("q", "w-old", timedelta(seconds=30))
+            status = store.work.fail(
+                lease, "boom", retry_delay=timedelta(0), detail="Traceback\nboom"
+            )
+            assert status == JobStatus.PENDING
+        with Stores.connect(empty_db_dsn, "leasectl") as store:
+            [attempt] = store.ops.inspect(job_id).attempts
+            assert (attempt.error, attempt.error_detail) == ("boom", "Traceback\nboom")
+    finally:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))

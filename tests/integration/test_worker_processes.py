@@ -260,6 +260,52 @@ def test_handler_exceptions_become_failures_with_backoff(
     assert store.ops.get_job(perm_id).attempts == 1
 
 
+def test_a_failed_attempt_keeps_the_handlers_traceback_bounded(
+    store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
+) -> None:
+    """The worker stores the handler's traceback with the failed attempt, in the statement that
+    records the failure: the handler's frames and the exception; a 100,000-character message is
+    cut in the middle, keeping the frames and the end of the message, and says so; a NUL in a
+    message (which PostgreSQL's text cannot hold) does not stop the failure being written."""
+    huge = "start of the message " + "x" * 100_000 + " end of the message"
+    messages = {"short": "total does not match", "huge": huge, "nul": "before<NUL>after"}
+    ids = {
+        name: store.ops.enqueue([{"message": m}], queue="t", max_attempts=1)[0]
+        for name, m in messages.items()
+    }
+    workers("t", "tests.handlers:raise_message", "tracing")
+    for job_id in ids.values():
+        wait_until(lambda job_id=job_id: store.ops.get_job(job_id).status == JobStatus.FAILED)
+    detail = {
+        name: sql_conn.execute(
+            "SELECT error, error_detail FROM leasectl.job_attempts WHERE job_id = %s",
+            (job_id,),
+        ).fetchone()
+        for name, job_id in ids.items()
+    }
+    error, short = detail["short"]
+    assert error == "ValueError: total does not match"
+    assert short.startswith("Traceback (most recent call last):\n")
+    for frame in ("in raise_message", "in _parse_invoice", "in _check_totals"):
+        assert frame in short, frame
+    assert short.endswith("\nValueError: total does not match")
+
+    _, cut = detail["huge"]
+    assert len(cut) <= 16_384 + 120
+    assert cut.startswith("Traceback (most recent call last):\n")
+    assert "in _check_totals" in cut and "ValueError: start of the message xxx" in cut
+    assert cut.endswith("xxx end of the message")
+    [note] = [line for line in cut.splitlines() if line.startswith("… (")]
+    assert "characters cut here" in note
+    assert "x" * 12_000 in cut and "x" * 16_384 not in cut
+
+    error, nul = detail["nul"]
+    assert error == "ValueError: before\\x00after"
+    assert nul.endswith("ValueError: before\\x00after")
+    [attempt] = store.ops.inspect(ids["short"]).attempts
+    assert attempt.error_detail == short
+
+
 def test_a_ready_file_in_a_missing_directory_is_a_usage_error(db_dsn: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -37,7 +38,7 @@ from leasectl.present.actions import (
     watcher_renderables,
     would_become,
 )
-from leasectl.present.detail import detail_renderables, events_table
+from leasectl.present.detail import detail_renderables, events_table, traceback_panel
 from leasectl.present.jsonout import detail_json, dumps, jsonable, status_json, watcher_json
 from leasectl.present.status import status_renderables
 from leasectl.present.text import format_ids, lit
@@ -246,6 +247,7 @@ def test_detail_json_has_all_columns() -> None:
     assert doc["job"]["lease_until"] == "2025-03-01T11:59:18+00:00"
     assert doc["job"]["status"] == "Processing"
     assert [a["outcome"] for a in doc["attempts"]] == ["expired", "running"]
+    assert [a["error_detail"] for a in doc["attempts"]] == [None, None]
     assert doc["events"][0]["before"] == {"status": "Processing"}
 
 
@@ -446,7 +448,9 @@ def hostile_detail(value: str) -> JobDetail:
         lease_owner=value,
         last_error=value,
     )
-    attempt = Attempt(42, 1, value, NOW - timedelta(minutes=1), None, NOW, "failed", value)
+    attempt = Attempt(
+        42, 1, value, NOW - timedelta(minutes=1), None, NOW, "failed", value, error_detail=value
+    )
     events = (
         Event(7, 42, NOW, value, value, value, {"status": value}, {"status": value}),
         Event(8, 42, NOW, "operator:x", "requeue", None, value, [value]),  # type: ignore[arg-type]
@@ -478,6 +482,27 @@ def test_every_cell_shows_hostile_text_as_text(value: str) -> None:
         assert visible(value).strip() in text, what
     # The payload is its JSON text, escaped as --json escapes it.
     assert dumps(value) in render(detail_renderables(hostile_detail(value)), 400)
+
+
+@pytest.mark.parametrize("value", CORPUS, ids=range(len(CORPUS)))
+def test_the_traceback_of_the_last_failed_attempt_is_shown_as_text(value: str) -> None:
+    """Alone in its panel, so that what is asserted is the traceback's own rendering: every
+    line kept (newlines and tabs), everything else as visible escapes, nothing a terminal
+    acts on; the 100,000-character value too (the worker bounds what it writes, the table
+    holds what anyone who can write it wrote)."""
+    detail = hostile_detail(value)
+    older = dataclasses.replace(detail.attempts[0], error_detail="an earlier traceback")
+    newer = dataclasses.replace(detail.attempts[0], attempt=2)
+    parts = traceback_panel(dataclasses.replace(detail, attempts=(older, newer)))
+    text = render(parts, width=400)
+    assert not acting(text), acting(text)
+    assert "traceback of attempt 2 (failed)" in text
+    assert "1 earlier attempt's traceback: leasectl inspect 42 --json" in text
+    assert "an earlier traceback" not in text
+    for piece in re.split(r"[\n\t]", visible(value, multiline=True)):
+        assert piece.strip()[:100] in text
+    no_detail = dataclasses.replace(newer, error_detail=None)
+    assert traceback_panel(dataclasses.replace(detail, attempts=(no_detail,))) == []
 
 
 def test_events_whose_documents_are_not_objects_still_render() -> None:

@@ -15,6 +15,7 @@ from leasectl.core import health
 from leasectl.core.backoff import retry_delay
 from leasectl.core.models import Freshness
 from leasectl.db import sql as queries
+from leasectl.runtime.worker import DETAIL_HEAD, DETAIL_LIMIT, cut_middle
 
 
 @given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=2**32))
@@ -110,3 +111,21 @@ def test_reconnect_delay_is_capped_and_jittered(failures: int) -> None:
 
     step = min(30.0, 0.5 * 2.0 ** min(failures, 60))
     assert step / 2 <= reconnect_delay(failures, base=0.5) <= step
+
+
+def test_a_long_traceback_keeps_its_start_and_end_and_says_what_was_cut() -> None:
+    short = "Traceback (most recent call last):\n  x\nValueError: no"
+    assert cut_middle(short, DETAIL_LIMIT, head=DETAIL_HEAD) == short
+    exact = "y" * DETAIL_LIMIT
+    assert cut_middle(exact, DETAIL_LIMIT, head=DETAIL_HEAD) == exact
+    for size in (DETAIL_LIMIT + 1, 100_000, 10**7):
+        text = "H" * DETAIL_HEAD + "m" * (size - DETAIL_LIMIT) + "T" * (DETAIL_LIMIT - DETAIL_HEAD)
+        cut = cut_middle(text, DETAIL_LIMIT, head=DETAIL_HEAD)
+        head, note, tail = cut.split("\n")
+        assert (head, tail) == ("H" * DETAIL_HEAD, "T" * (DETAIL_LIMIT - DETAIL_HEAD))
+        assert note == (
+            f"… ({size - DETAIL_LIMIT:,} characters cut here: the traceback keeps its first "
+            f"{DETAIL_HEAD:,} and its last {DETAIL_LIMIT - DETAIL_HEAD:,} of {size:,})"
+        )
+        # Migration 8's CHECK leaves 256 characters above the limit for the note.
+        assert len(cut) <= DETAIL_LIMIT + 256

@@ -36,7 +36,8 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
     last_error, updated_at) ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
-    UPDATE (outcome, ended_at, heartbeat_at, error) ON {schema}.job_attempts TO {role};
+    UPDATE (outcome, ended_at, heartbeat_at, error, error_detail) ON {schema}.job_attempts
+    TO {role};
 GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, started_at,
     last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
     ON {schema}.workers TO {role};

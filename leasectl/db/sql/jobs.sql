@@ -158,7 +158,8 @@ WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
 RETURNING j.id, j.lease_until;
 
 -- name: job_fail
--- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed.
+-- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed;
+-- the attempt keeps the error and the handler's traceback (detail; NULL when none).
 WITH failed AS (
     UPDATE {schema}.jobs AS j
     SET status = (CASE WHEN %(retry)s AND j.attempts < j.max_attempts
@@ -173,7 +174,8 @@ WITH failed AS (
     RETURNING j.id, j.status, j.run_at, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
-    SET outcome = 'failed', ended_at = now(), heartbeat_at = f.heartbeat_at, error = %(error)s
+    SET outcome = 'failed', ended_at = now(), heartbeat_at = f.heartbeat_at, error = %(error)s,
+        error_detail = %(detail)s
     FROM failed AS f
     WHERE a.job_id = f.id AND a.attempt = f.attempts AND a.job_id = %(id)s
 )
