@@ -337,10 +337,21 @@ def find_text(flt: JobFilter) -> str:
     }
     out = []
     for option, value in flt.parts():
-        if (" " in value or '"' in value or not value) and option != "--payload":
+        if option in ("--since", "--until"):
+            value = _duration_word(flt.since if option == "--since" else flt.until)
+        elif (" " in value or '"' in value or not value) and option != "--payload":
             value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
         out.append(f"{words[option]}:{value}")
     return " ".join(out)
+
+
+def _duration_word(value: timedelta | None) -> str:
+    """A duration as the find screen (and `leasectl list`) parses it: 2h, 90m, 45s."""
+    seconds = value.total_seconds() if value is not None else 0.0
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def known_queues(snapshot: Snapshot | None) -> set[str]:
