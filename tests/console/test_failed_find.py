@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, cast
 
 import psycopg
 import pytest
@@ -18,7 +19,7 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.find import FindScreen
 from leasectl.console.source import DatabaseSource, StaticSource
-from leasectl.console.widgets.tables import FailedTable, FindTable
+from leasectl.console.widgets.tables import FailedTable, FindTable, PanelTable
 from leasectl.core import filters
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import visible
@@ -110,6 +111,10 @@ def static_app() -> ConsoleApp:
     return ConsoleApp(source, clock=lambda: 1000.0)
 
 
+def as_panel(table: FailedTable | FindTable) -> PanelTable[object]:
+    return cast("PanelTable[object]", table)
+
+
 def find_screen(app: ConsoleApp) -> FindScreen:
     screen = app.screen
     assert isinstance(screen, FindScreen), f"{screen!r} is not the find screen"
@@ -195,7 +200,12 @@ def test_a_bad_filter_is_one_line_in_the_dialog_and_reads_nothing() -> None:
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         original = app.source.find
-        app.source.find = lambda *a: calls.append(a) or original(*a)  # type: ignore[method-assign]
+
+        def find(*args: Any) -> Any:
+            calls.append(args)
+            return original(*args)
+
+        app.source.find = find  # type: ignore[method-assign,assignment]
         await pilot.press("f")
         await wait_until_pilot(pilot, lambda: isinstance(app.screen, FindScreen), "find")
         screen = find_screen(app)
@@ -217,7 +227,7 @@ def test_failed_panel_key_5_tab_and_enter() -> None:
         table = app.main.query_one("#failed", FailedTable)
         assert app.main.active == 4 and app.focused is table
         assert [j.id for j in table.items] == [1019, 1003, 996, 940]
-        line = await show_row(pilot, table, 0)
+        line = await show_row(pilot, as_panel(table), 0)
         assert "TimeoutError" in line and "card network timeout after 20s" in line
         assert "Traceback" not in line  # the first line only
         await pilot.press("tab")
@@ -282,7 +292,7 @@ def test_failed_panel_and_find_show_hostile_text_as_text(
         for column, value in expected.items():
             if column not in table.shown_columns or not value:
                 continue
-            shown = head(visible(value), column_cells(table, column))
+            shown = head(visible(value), column_cells(as_panel(table), column))
             assert shown in line, f"{where} #{job_id} {column}: {shown!r} not in {line!r}"
 
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -291,7 +301,7 @@ def test_failed_panel_and_find_show_hostile_text_as_text(
         await wait_until_pilot(pilot, lambda: len(table.items) == len(NAMES), "the Failed rows")
         assert [j.id for j in table.items] == [i for i, _, _ in seeded]  # newest first
         for row in range(len(table.items)):
-            line = await show_row(pilot, table, row)
+            line = await show_row(pilot, as_panel(table), row)
             check(line, table, table.items[row].id, "Failed panel")
         screen_text(app, "the Failed panel")
         screen = await search(app, pilot, "state:failed")
@@ -299,7 +309,7 @@ def test_failed_panel_and_find_show_hostile_text_as_text(
         listed: list[int] = []
         while True:
             for row in range(len(results.items)):
-                line = await show_row(pilot, results, row)
+                line = await show_row(pilot, as_panel(results), row)
                 check(line, results, results.items[row].id, "find")
             listed += shown_ids(screen)
             screen_text(app, f"find page {len(screen.afters)}")
