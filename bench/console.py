@@ -48,6 +48,7 @@ CONSOLE_QUERIES = (
     "console_pending",
     "console_processing",
     "console_stuck",
+    "console_failed",
     "status_finished_estimate",
     "status_owners",
 )
@@ -68,6 +69,7 @@ def query_times(dsn: str, runs: int) -> dict[str, float]:
         "grace": GRACE,
         "schema": "leasectl",
         "window": timedelta(hours=1),
+        "failed_scan": 5000,
     }
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:

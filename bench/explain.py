@@ -136,6 +136,7 @@ def main() -> None:
         "risk_window": timedelta(seconds=10),
         "schema": SCHEMA,
         "queue_limit": 200,
+        "failed_scan": 5000,
     }
     extra = {
         name: console

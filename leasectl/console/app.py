@@ -33,6 +33,7 @@ from leasectl.console.poller import PollSchedule
 from leasectl.console.screens.confirm import ConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.filter import FilterScreen
+from leasectl.console.screens.find import FindScreen
 from leasectl.console.screens.help import HelpScreen
 from leasectl.console.screens.main import MainScreen
 from leasectl.console.source import ConsoleSource, DatabaseSource
@@ -117,6 +118,8 @@ class ConsoleApp(App[None]):
         self.privileges_checked = False
         self.last_result: ActionResult | None = None
         self.last_error: str | None = None
+        # The find screen's filter, as last typed: the next `f` starts from it.
+        self.find_text = ""
 
     def get_default_screen(self) -> Screen[None]:
         return MainScreen(self)
@@ -269,7 +272,7 @@ class ConsoleApp(App[None]):
         self.failures = 0
         self.polls += 1
         listed = {j.id for j in (*self.snapshot.pending, *self.snapshot.processing)}
-        listed |= {j.id for j in self.snapshot.stuck}
+        listed |= {j.id for j in (*self.snapshot.stuck, *self.snapshot.failed)}
         self.selected &= listed
         self._redraw(full=True)
         self._arm(self.schedule.succeeded())
@@ -331,6 +334,15 @@ class ConsoleApp(App[None]):
             owners.update(snap.all_owners)
         self.push_screen(FilterScreen(self.filter, queues, owners), callback=self._filter_chosen)
 
+    def open_find(self) -> None:
+        self.push_screen(
+            FindScreen(self.source.find, self.open_detail, self.find_text),
+            callback=self._find_closed,
+        )
+
+    def _find_closed(self, text: str | None) -> None:
+        self.find_text = text or ""
+
     def _filter_chosen(self, flt: ConsoleFilter | None) -> None:
         if flt is not None:
             self.apply_filter(flt)
@@ -355,6 +367,11 @@ class ConsoleApp(App[None]):
             yield SystemCommand(
                 "Clear filter", "Show all queues", lambda: self.apply_filter(ConsoleFilter())
             )
+        yield SystemCommand(
+            "Find…",
+            "Find jobs as leasectl list does (state:, queue:, error:, since:…)",
+            main.action_find,
+        )
         yield SystemCommand("Help", "Keys and markers", self.action_help)
         if self.read_only is None:
             yield SystemCommand(

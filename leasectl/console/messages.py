@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from leasectl.console.view import Action, ConsoleFilter
+from leasectl.core.filters import JobPage
 from leasectl.core.models import ActionResult, JobDetail, Snapshot
 
 
@@ -59,3 +60,18 @@ class DetailLoaded(Message):
 class DetailFailed(Message):
     job_id: int
     error: str
+
+
+@dataclass
+class FindLoaded(Message):
+    """A page of the find screen; ``search``: which search it answers (a newer one, or a
+    cancelled one, makes it stale)."""
+
+    page: JobPage
+    search: int
+
+
+@dataclass
+class FindFailed(Message):
+    error: str
+    search: int

@@ -37,6 +37,7 @@ class Panels:
         timeout: timedelta = timedelta(seconds=5),
         owner_window: timedelta = timedelta(hours=1),
         owner_limit: int = 200,
+        failed_scan: int = 5000,
     ) -> Snapshot:
         """What the console shows, every part of it read at the same instant (one
         transaction); panels hold at most ``limit`` rows each."""
@@ -53,6 +54,7 @@ class Panels:
             timeout=timeout,
             owner_window=owner_window,
             owner_limit=owner_limit,
+            failed_scan=failed_scan,
         )
         counts_row = rows.counts
         db_now = rows.db_now
@@ -104,6 +106,8 @@ class Panels:
             job_id=job_id,
             limit=limit,
             risk_window=risk_window,
+            failed=rows.failed,
+            failed_scan=failed_scan,
         )
 
 

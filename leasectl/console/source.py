@@ -19,10 +19,12 @@ from leasectl.console.panels import Panels
 from leasectl.console.view import ConsoleFilter
 from leasectl.core.config import operator_actor
 from leasectl.core.errors import ConnectionFailed, JobNotFound
+from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter, JobPage, ListedJob
 from leasectl.core.models import ActionResult, JobDetail, SeenState, Skipped, Snapshot
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
+from leasectl.db.history import History
 from leasectl.db.operations import Operations
 
 T = TypeVar("T")
@@ -45,6 +47,8 @@ class ConsoleSource(Protocol):
 
     def inspect(self, job_id: int) -> JobDetail: ...
 
+    def find(self, flt: JobFilter, after: int | None, limit: int) -> JobPage: ...
+
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
@@ -62,8 +66,11 @@ class DatabaseSource:
         *,
         risk_window: timedelta = timedelta(seconds=10),
         actor: str | None = None,
+        find_timeout: timedelta = DEFAULT_TIMEOUT,
     ) -> None:
         self.dsn = dsn
+        # The find screen's statement timeout: `leasectl list`'s default.
+        self.find_timeout = find_timeout
         self.schema = schema
         self.risk_window = risk_window
         self.actor = actor or operator_actor()
@@ -112,6 +119,17 @@ class DatabaseSource:
     def inspect(self, job_id: int) -> JobDetail:
         db, ops = self._operations()
         return self._call(ACTION_ROLE, db, lambda: ops.inspect(job_id, payload_chars=PAYLOAD_CHARS))
+
+    def find(self, flt: JobFilter, after: int | None, limit: int) -> JobPage:
+        """One page of the find screen, read as `leasectl list` reads it (History.list_jobs,
+        under the same statement timeout), over the actions' database: the poll pauses while
+        the find screen is open, and an action never waits for a search (two connections)."""
+        db, _ = self._operations()
+        return self._call(
+            ACTION_ROLE,
+            db,
+            lambda: History(db).list_jobs(flt, limit=limit, after=after, timeout=self.find_timeout),
+        )
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
         db, ops = self._operations()
@@ -204,6 +222,10 @@ class StaticSource:
     writable: bool = True
     skip: dict[int, Skipped] = field(default_factory=dict)
     where: str = "db.example:5432/payments"
+    # What the find screen finds (newest first: by id descending), whatever its filter but
+    # the states and the queue; ``find_error``, when set, is raised instead.
+    found: tuple[ListedJob, ...] = ()
+    find_error: Exception | None = None
     calls: list[tuple[str, tuple[SeenState, ...], str]] = field(default_factory=list)
 
     def snapshot(self, flt: ConsoleFilter, limit: int) -> Snapshot:
@@ -214,6 +236,26 @@ class StaticSource:
             return self.details[job_id]
         except KeyError:
             raise JobNotFound(f"job {job_id} not found") from None
+
+    def find(self, flt: JobFilter, after: int | None, limit: int) -> JobPage:
+        if self.find_error is not None:
+            raise self.find_error
+        jobs = [
+            j
+            for j in sorted(self.found, key=lambda j: -j.id)
+            if (not flt.states or j.status in flt.states)
+            and (flt.queue is None or j.queue == flt.queue)
+            and (after is None or j.id < after)
+        ]
+        page = tuple(jobs[:limit])
+        return JobPage(
+            filter=flt,
+            jobs=page,
+            next_after=page[-1].id if len(jobs) > limit else None,
+            limit=limit,
+            after=after,
+            db_now=self.data.db_now,
+        )
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
         return self._act("requeue", seen, reason)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from leasectl.core.literal import visible
+from leasectl.core import filters
+from leasectl.core.filters import JobFilter
+from leasectl.core.literal import echo, visible
 from leasectl.core.models import (
     ActionResult,
     Freshness,
@@ -119,6 +121,29 @@ def short_owner(owner: str | None, width: int = 22) -> str:
     return owner if len(owner) <= width else owner[: width - 1] + "…"
 
 
+# -- errors --------------------------------------------------------------------------------------
+
+_ERROR_CLASS = re.compile(r"^([A-Za-z_][\w.]{0,99}): ")
+
+
+def error_parts(text: str | None) -> tuple[str, str]:
+    """A last error as (its class, its first line): a worker records ``Class: message`` (then
+    any further lines); an error that does not start so has no class (""). Untrusted: escape
+    both (``lit``) where they are shown."""
+    if not text:
+        return "", ""
+    first = text.strip().split("\n", 1)[0].strip()
+    m = _ERROR_CLASS.match(first)
+    if m is None:
+        return "", first
+    return m.group(1), first[m.end() :].strip()
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with "…" when something was cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
 # -- the filter ----------------------------------------------------------------------------------
 
 
@@ -196,6 +221,137 @@ def _job_id(value: str) -> int:
     if not m or int(m.group(1)) <= 0:
         raise FilterError(f"invalid job id {value!r}: ids are positive integers")
     return int(m.group(1))
+
+
+# -- the find screen's filter ---------------------------------------------------------------------
+
+# The words of the find screen, each the option of `leasectl list` it stands for.
+FIND_WORDS = {
+    "state": "states",
+    "status": "states",
+    "queue": "queue",
+    "owner": "owner",
+    "error": "error",
+    "payload": "payload",
+    "since": "since",
+    "until": "until",
+}
+FIND_HINT = (
+    'state:failed,stuck  queue:NAME  owner:ID  error:TEXT  payload:{"k":1}  since:1h  until:10m'
+    " — the options of leasectl list; a value with spaces in double quotes. Newest first."
+)
+_WORD = re.compile(r"([A-Za-z]+):")
+
+
+def parse_find(text: str) -> JobFilter:
+    """The find screen's filter: ``word:value`` pairs, the words of `leasectl list`'s options
+    (``state:`` may repeat, or list states with commas), each value validated as `list`
+    validates it (``core.filters.parse_filter``). A value is the rest of the word up to a
+    space; or a double-quoted string (``\\"`` and ``\\\\`` inside); or, starting with ``{`` or
+    ``[``, a JSON text up to its closing bracket (spaces allowed). A FilterError or a
+    UsageError (one line, the user's text quoted by ``echo``) for anything else."""
+    parts: dict[str, str] = {}
+    states: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        m = _WORD.match(text, i)
+        word = text[i:].split(None, 1)[0]
+        if m is None:
+            raise FilterError(
+                f"{echo(word)}: use word:value, the words being {', '.join(FIND_WORDS)}"
+            )
+        key = m.group(1).lower()
+        if key not in FIND_WORDS:
+            raise FilterError(
+                f"unknown word {echo(m.group(1))}: use one of {', '.join(FIND_WORDS)}"
+            )
+        value, i = _find_value(text, m.end(), key)
+        name = FIND_WORDS[key]
+        if name == "states":
+            states.append(value)
+        elif name in parts:
+            raise FilterError(f"{key}: given twice")
+        else:
+            parts[name] = value
+    return filters.parse_filter(states=states, **parts)
+
+
+def _find_value(text: str, start: int, key: str) -> tuple[str, int]:
+    """The value that starts at ``start`` and where it ends."""
+    n = len(text)
+    if start >= n or text[start].isspace():
+        raise FilterError(f"{key}: needs a value")
+    if text[start] == '"':
+        out: list[str] = []
+        i = start + 1
+        while i < n:
+            char = text[i]
+            if char == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+            elif char == '"':
+                return "".join(out), i + 1
+            else:
+                out.append(char)
+                i += 1
+        raise FilterError(f"{key}: the quote is not closed")
+    if text[start] in "{[":
+        depth, quoted, i = 0, False, start
+        while i < n:
+            char = text[i]
+            if quoted:
+                if char == "\\":
+                    i += 1
+                elif char == '"':
+                    quoted = False
+            elif char == '"':
+                quoted = True
+            elif char in "{[":
+                depth += 1
+            elif char in "}]":
+                depth -= 1
+                if depth == 0:
+                    return text[start : i + 1], i + 1
+            i += 1
+        raise FilterError(f"{key}: the JSON is not closed")
+    end = start
+    while end < n and not text[end].isspace():
+        end += 1
+    return text[start:end], end
+
+
+def find_text(flt: JobFilter) -> str:
+    """A filter as the find screen's words (values as given: untrusted, show through ``lit``)."""
+    words = {
+        "--state": "state",
+        "--queue": "queue",
+        "--owner": "owner",
+        "--error": "error",
+        "--payload": "payload",
+        "--since": "since",
+        "--until": "until",
+    }
+    out = []
+    for option, value in flt.parts():
+        if option in ("--since", "--until"):
+            value = _duration_word(flt.since if option == "--since" else flt.until)
+        elif (" " in value or '"' in value or not value) and option != "--payload":
+            value = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append(f"{words[option]}:{value}")
+    return " ".join(out)
+
+
+def _duration_word(value: timedelta | None) -> str:
+    """A duration as the find screen (and `leasectl list`) parses it: 2h, 90m, 45s."""
+    seconds = value.total_seconds() if value is not None else 0.0
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def known_queues(snapshot: Snapshot | None) -> set[str]:

@@ -499,6 +499,7 @@ class PanelJob(_JobRow):
     the lease lapsed (the quarantine time for a Stuck job that never had a lease).
     ``quarantined_by``/``quarantine_reason``/``quarantined_at``: the audit event that last
     marked a Stuck job stuck (its actor, reason and time); None when there is none.
+    ``finished_at``: when a finished job (the Failed panel's) finished.
     """
 
     id: int
@@ -519,6 +520,7 @@ class PanelJob(_JobRow):
     quarantined_by: str | None = None
     quarantine_reason: str | None = None
     quarantined_at: datetime | None = None
+    finished_at: datetime | None = None
 
     @classmethod
     def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
@@ -571,6 +573,9 @@ class Snapshot:
     # Every owner listed before the filter narrowed them (empty: those of ``owners``).
     all_owners: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()  # every queue with live jobs, whatever the filter
+    # The Failed panel: the Failed jobs among the last ``failed_scan`` finished, newest first.
+    failed: tuple[PanelJob, ...] = ()
+    failed_scan: int = 0
 
     @property
     def filtered(self) -> bool:

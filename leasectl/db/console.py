@@ -36,6 +36,7 @@ class ConsoleRows:
     # console_match_counts' row: what an owner filter matches (read only under one).
     matched: dict[str, Any] | None = None
     queues: tuple[str, ...] = ()  # every queue with live jobs (console_queues)
+    failed: tuple[PanelJob, ...] = ()  # console_failed: newest first
 
     @property
     def db_now(self) -> datetime:
@@ -63,12 +64,14 @@ class ConsoleReads:
         owner_window: timedelta,
         owner_limit: int,
         queue_limit: int = 200,
+        failed_scan: int = 5000,
     ) -> ConsoleRows:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
         every count, every panel row, the owners and the database clock describe the same
         instant. Panels hold at most ``limit`` rows each; finished history is only ever
         estimated. ``since``: where the throughput count starts (None: the whole window).
-        ``queue_limit``: at most this many names of queues with live jobs."""
+        ``queue_limit``: at most this many names of queues with live jobs. ``failed_scan``:
+        the Failed panel looks for Failed jobs among this many of the last finished."""
         schema = self.db.schema
         params: dict[str, Any] = {
             "queue": queue,
@@ -84,10 +87,11 @@ class ConsoleReads:
                 *queries.CONSOLE_SETTINGS.values(),
                 str(max(1, int(timeout.total_seconds() * 1000))),
             ],
+            "failed_scan": failed_scan,
             "schema": schema,
         }
         owner_params = {"window": owner_window, "limit": owner_limit}
-        panels = ("console_pending", "console_processing", "console_stuck")
+        panels = ("console_pending", "console_processing", "console_stuck", "console_failed")
         # (label, query, parameters): what this refresh reads besides the panels. The counts
         # for every queue and what an owner filter matches are read only under such a filter.
         reads: list[tuple[str, str, dict[str, Any]]] = [
@@ -123,7 +127,7 @@ class ConsoleReads:
                 for label in ("all_counts", "matched")
                 if label in results
             }
-            pending, processing, stuck = (
+            pending, processing, stuck, failed = (
                 PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
                 for cur in panel_cursors
             )
@@ -139,4 +143,5 @@ class ConsoleReads:
             all_counts=extra.get("all_counts"),
             matched=extra.get("matched"),
             queues=tuple(r["queue"] for r in queue_rows),
+            failed=failed,
         )

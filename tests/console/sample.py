@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from leasectl.core.filters import ListedJob
 from leasectl.core.models import (
     Attempt,
     ConsoleCounts,
@@ -141,6 +142,30 @@ PENDING = (
     job(991, P, run_in=95, attempts=3, error="gateway 503"),
 )
 
+F = JobStatus.FAILED
+FAILED = tuple(
+    replace(job(i, F, queue=q, owner=o, attempts=5, error=e), finished_at=NOW - s(ago))
+    for i, q, o, e, ago in (
+        (
+            1019,
+            "payments",
+            W1,
+            "TimeoutError: card network timeout after 20s\nTraceback (most recent call last):",
+            41,
+        ),
+        (1003, "payments", W2, "ValueError: invalid currency 'XBT' for order ord_77ab", 190),
+        (
+            996,
+            "emails",
+            M1,
+            "smtplib.SMTPRecipientsRefused: {'ops@example.invalid': (550, b'5.1.1 no such "
+            "user here, mailbox unavailable, check the address and try again')}",
+            601,
+        ),
+        (940, "reports", R1, "killed by the OOM killer (exit 137)", 3720),
+    )
+)
+
 OWNERS = (
     owner(W3, Freshness.SILENT, seen_ago=70, held=2, expired=2, next_in=-72),
     owner(W1, Freshness.FRESH, seen_ago=2, held=4, expired=1, next_in=-8),
@@ -179,6 +204,54 @@ def sample_snapshot() -> Snapshot:
         owners=OWNERS,
         limit=100,
         risk_window=HB,
+        failed=FAILED,
+        failed_scan=5000,
+    )
+
+
+def listed(
+    id: int,
+    status: JobStatus,
+    *,
+    queue: str = "payments",
+    error: str | None = None,
+    payload: str = '{"order_id": "ord_1"}',
+    ago: float = 60,
+    owner: str | None = W1,
+) -> ListedJob:
+    finished = status in (JobStatus.COMPLETED, JobStatus.FAILED)
+    return ListedJob(
+        id=id,
+        queue=queue,
+        status=status,
+        priority=0,
+        attempts=5 if status == JobStatus.FAILED else 1,
+        max_attempts=5,
+        lease_owner=owner,
+        last_error=error,
+        last_error_chars=len(error) if error is not None else None,
+        payload_text=payload,
+        payload_chars=len(payload),
+        run_at=NOW - s(ago + 10),
+        created_at=NOW - s(ago + 10),
+        updated_at=NOW - s(ago),
+        finished_at=NOW - s(ago) if finished else None,
+    )
+
+
+def sample_found(n: int = 120) -> tuple[ListedJob, ...]:
+    """What the find screen finds in the sample: ``n`` jobs, ids 2000 down, every fifth
+    Failed (the others Completed), two queues."""
+    return tuple(
+        listed(
+            2000 - k,
+            JobStatus.FAILED if k % 5 == 0 else JobStatus.COMPLETED,
+            queue="payments" if k % 3 else "emails",
+            error="TimeoutError: card network timeout after 20s" if k % 5 == 0 else None,
+            payload=f'{{"invoice": {4200 + k}, "currency": "EUR"}}',
+            ago=30 + 45 * k,
+        )
+        for k in range(n)
     )
 
 

@@ -49,6 +49,7 @@ def test_console_sql_is_named_and_described() -> None:
         "console_pending",
         "console_processing",
         "console_stuck",
+        "console_failed",
     } <= set(names)
     for name in names:
         assert queries.get(name).description

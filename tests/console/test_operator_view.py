@@ -121,6 +121,7 @@ def test_the_filter_stays_in_sight_titles_say_n_of_m_and_esc_clears_it(
             "2 Processing · 2 of 8",
             "3 Expired & Stuck · 3 of 6 (2 expired + 1 Stuck)",
             "4 Owners · 1 of 3",
+            "5 Failed · 0",
         ]
         await pilot.press("escape")
         await wait_until_pilot(

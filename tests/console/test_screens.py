@@ -14,15 +14,16 @@ from textual.widgets import Input
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.confirm import ConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
+from leasectl.console.screens.find import FindScreen
 from leasectl.console.source import StaticSource
-from tests.console.sample import sample_detail, sample_snapshot
+from tests.console.sample import sample_detail, sample_found, sample_snapshot
 from tests.util import wait_until_pilot
 
 SnapCompare = Callable[..., bool]
 
 
 def fixed_app(*, read_only: bool = False) -> ConsoleApp:
-    source = StaticSource(sample_snapshot(), details={1042: sample_detail()})
+    source = StaticSource(sample_snapshot(), details={1042: sample_detail()}, found=sample_found())
     # The monotonic clock never moves: countdowns and ages stay where the snapshot put them.
     return ConsoleApp(source, read_only=read_only, clock=lambda: 1000.0)
 
@@ -80,3 +81,17 @@ def test_confirmation_at_80x24(snap_compare: SnapCompare) -> None:
         return isinstance(app.screen, ConfirmScreen)
 
     assert snap_compare(fixed_app(), terminal_size=(80, 24), run_before=settle(["R"], confirming))
+
+
+def test_failed_panel_at_80x24(snap_compare: SnapCompare) -> None:
+    """Narrow, the Failed panel is one more single panel: key 5."""
+    assert snap_compare(fixed_app(), terminal_size=(80, 24), run_before=settle(["5"]))
+
+
+def test_find_screen(snap_compare: SnapCompare) -> None:
+    def found(app: ConsoleApp) -> bool:
+        screen = app.screen
+        return isinstance(screen, FindScreen) and screen.page is not None and not screen.running
+
+    keys = ["f", *"state:failed,completed since:2h", "enter"]
+    assert snap_compare(fixed_app(), terminal_size=(140, 40), run_before=settle(keys, found))

@@ -194,6 +194,44 @@ def test_finished_history_is_an_estimate(store: Stores, sql_conn: psycopg.Connec
     assert snap.counts.failed_estimate == 0  # none in the sample: about zero, as `status` says
 
 
+def test_failed_panel_newest_first_among_the_last_finished(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """The Failed panel: Failed jobs newest first (by finished_at), the error cut to 300
+    characters, the queue filter applied; it looks only among the last ``failed_scan``
+    finished jobs, so an older failure behind more Completed jobs than that is not listed."""
+    rows = sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, finished_at, last_error) "
+        "SELECT CASE WHEN g % 2 = 0 THEN 'payments' ELSE 'emails' END, 'Failed', 5, "
+        "now() - make_interval(secs => g * 10), 'ValueError: ' || repeat('x', 400) "
+        "FROM generate_series(1, 6) AS g RETURNING id, finished_at"
+    ).fetchall()
+    newest_first = [i for i, _ in sorted(rows, key=lambda r: r[1], reverse=True)]
+    # Completed jobs in between, and one older failure behind 50 of them.
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, finished_at) "
+        "SELECT 'payments', 'Completed', 1, now() - make_interval(secs => 65 + g) "
+        "FROM generate_series(1, 50) AS g"
+    )
+    old = sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, finished_at, last_error) "
+        "VALUES ('payments', 'Failed', 5, now() - interval '1 hour', 'old') RETURNING id"
+    ).fetchone()
+    assert old is not None
+    snap = store.panels.snapshot(None, 4)
+    assert [j.id for j in snap.failed] == newest_first[:4]  # bounded by the panel's limit
+    assert all(j.status == JobStatus.FAILED for j in snap.failed)
+    assert snap.failed[0].last_error is not None and len(snap.failed[0].last_error) == 300
+    assert snap.failed[0].finished_at is not None and snap.failed_scan == 5000
+    payments = store.panels.snapshot("payments", 50)
+    assert {j.queue for j in payments.failed} == {"payments"}
+    assert [j.id for j in payments.failed][-1] == old[0]  # within the last 5,000 finished
+    # Only the last 20 finished are looked at: the old failure is beyond them.
+    near = store.panels.snapshot(None, 50, failed_scan=20)
+    assert [j.id for j in near.failed] == newest_first
+    assert old[0] not in [j.id for j in near.failed]
+
+
 CONSOLE_QUERIES = [
     "console_counts",
     "console_throughput",
@@ -202,6 +240,7 @@ CONSOLE_QUERIES = [
     "console_stuck",
     "console_match_counts",
     "console_queues",
+    "console_failed",
 ]
 # The console queries' parameters (status_owners' too), unfiltered.
 PARAMS = {
@@ -215,6 +254,7 @@ PARAMS = {
     "grace": GRACE,
     "window": timedelta(hours=1),
     "queue_limit": 200,
+    "failed_scan": 5000,
 }
 
 

@@ -36,6 +36,7 @@ def panel_row(job_id: int, status: str, owner: str | None) -> tuple[object, ...]
         "operator:alice",  # the quarantine's actor, reason and time
         "poison",
         NOW,
+        NOW,  # finished_at (the Failed panel's)
     )
 
 

@@ -23,7 +23,12 @@ KEYS = (
     ("s", "mark stuck the selected jobs, else the highlighted one"),
     ("R", "requeue every expired lease in the current filter"),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
-    ("1 2 3 4, tab", "Pending, Processing, Expired & Stuck, Owners panel"),
+    ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),
+    (
+        "f",
+        "find jobs with leasectl list's filter (state: queue: owner: error: payload: since: "
+        "until:), newest first; n / p next and previous page, enter detail, esc cancel / back",
+    ),
     ("ctrl+r", "refresh now"),
     (": or ctrl+p", "command palette"),
     ("?", "this help"),

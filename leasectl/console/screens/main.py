@@ -1,4 +1,4 @@
-"""The console's one main screen: status, summary and the four panels."""
+"""The console's one main screen: status, summary and the five panels."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from leasectl.console.view import Action
 from leasectl.console.widgets import show_text
 from leasectl.console.widgets.bars import PANEL_NAMES, StatusBar, Summary, banner_text, tabs_text
 from leasectl.console.widgets.tables import (
+    FailedTable,
     JobTable,
     OwnersTable,
     PanelTable,
@@ -30,6 +31,7 @@ from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
 ACTIONS = {"requeue", "mark_stuck", "requeue_expired"}
+PANELS = ("pending", "processing", "stuck", "owners", "failed")
 
 
 def panel_counts(snap: Snapshot) -> list[tuple[int, int]]:
@@ -42,6 +44,8 @@ def panel_counts(snap: Snapshot) -> list[tuple[int, int]]:
         (m.processing, t.processing),
         (m.expired + m.stuck, t.expired + t.stuck),
         (len(snap.owners), max(owners_total, len(snap.owners))),
+        # The Failed panel counts what it found among the last ``failed_scan`` finished jobs.
+        (len(snap.failed), len(snap.failed)),
     ]
 
 
@@ -63,6 +67,8 @@ class MainScreen(Screen[None]):
         Binding("2", "panel(1)", "Processing", show=False),
         Binding("3", "panel(2)", "Stuck", show=False),
         Binding("4", "panel(3)", "Owners", show=False),
+        Binding("5", "panel(4)", "Failed", show=False),
+        Binding("f", "find", "Find"),
     ]
 
     def __init__(self, host: MainHost) -> None:
@@ -83,6 +89,7 @@ class MainScreen(Screen[None]):
             yield from self._panel("processing", ProcessingTable(id="processing"))
             yield from self._panel("stuck", StuckTable(id="stuck"))
             yield from self._panel("owners", OwnersTable(id="owners"))
+            yield from self._panel("failed", FailedTable(id="failed"))
         yield Footer()
 
     @staticmethod
@@ -102,13 +109,10 @@ class MainScreen(Screen[None]):
 
     @property
     def tables(self) -> list[PanelTable[object]]:
-        return [
-            cast("PanelTable[object]", self.query_one(f"#{n}", PanelTable))
-            for n in ("pending", "processing", "stuck", "owners")
-        ]
+        return [cast("PanelTable[object]", self.query_one(f"#{n}", PanelTable)) for n in PANELS]
 
     def activate(self, index: int) -> None:
-        self.active = index % 4
+        self.active = index % len(PANELS)
         for i, panel in enumerate(self.query(".panel")):
             panel.set_class(i == self.active, "-active")
         self.tables[self.active].focus()
@@ -133,7 +137,7 @@ class MainScreen(Screen[None]):
 
     def _show_tabs(self) -> None:
         snap = self.host.snapshot
-        totals: list[int | None] = [None, None, None, None]
+        totals: list[int | None] = [None] * len(PANELS)
         if snap is not None:
             totals = [matching for matching, _ in panel_counts(snap)]
         show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals))
@@ -161,6 +165,7 @@ class MainScreen(Screen[None]):
             tables[1].show(snap.processing, ctx)
             tables[2].show(snap.stuck, ctx)
             tables[3].show(snap.owners, ctx)
+            tables[4].show(snap.failed, ctx)
             self._titles()
             self._show_tabs()
         else:
@@ -171,13 +176,25 @@ class MainScreen(Screen[None]):
         snap = self.host.snapshot
         if snap is None:
             return
-        shown_rows = (len(snap.pending), len(snap.processing), len(snap.stuck), len(snap.owners))
-        orders = ("oldest first", "soonest expiry first", "longest lapsed first", None)
+        shown_rows = (
+            len(snap.pending),
+            len(snap.processing),
+            len(snap.stuck),
+            len(snap.owners),
+            len(snap.failed),
+        )
+        orders = (
+            "oldest first",
+            "soonest expiry first",
+            "longest lapsed first",
+            None,
+            f"newest first, among the last {count_text(snap.failed_scan)} finished",
+        )
         for i, (panel, (matching, total), shown, order) in enumerate(
             zip(self.query(".panel"), panel_counts(snap), shown_rows, orders, strict=True)
         ):
             count = count_text(matching)
-            if snap.filtered:
+            if snap.filtered and i != 4:  # (Failed: only what the filter kept is read)
                 count = f"{count} of {count_text(total)}"
             if i == 2 and matching:  # the panel holds two kinds of row: say how many of each
                 m = snap.matching
@@ -229,7 +246,7 @@ class MainScreen(Screen[None]):
         selected = self.host.selected
         if selected:
             found: dict[int, PanelJob] = {}
-            for job in (*snap.stuck, *snap.processing, *snap.pending):
+            for job in (*snap.stuck, *snap.processing, *snap.pending, *snap.failed):
                 if job.id in selected and job.id not in found:
                     found[job.id] = job
             return sorted(found.values(), key=lambda j: j.id)
@@ -274,6 +291,9 @@ class MainScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.host.open_filter()
+
+    def action_find(self) -> None:
+        self.host.open_find()
 
     def action_refresh(self) -> None:
         self.host.poll_now()

@@ -234,7 +234,7 @@ def throughput_text(snap: Snapshot) -> Text:
     return text
 
 
-PANEL_NAMES = ("Pending", "Processing", "Expired & Stuck", "Owners")
+PANEL_NAMES = ("Pending", "Processing", "Expired & Stuck", "Owners", "Failed")
 
 
 def tabs_text(active: int, totals: Sequence[int | None]) -> Text:

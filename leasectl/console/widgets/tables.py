@@ -34,6 +34,7 @@ from leasectl.console import view
 from leasectl.console.view import Verdict
 from leasectl.console.widgets import same_cells, same_text
 from leasectl.core.config import format_duration
+from leasectl.core.filters import ListedJob
 from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.styles import (
     EXPIRED_STYLE,
@@ -617,4 +618,73 @@ class OwnersTable(PanelTable[OwnerHealth]):
             next_text,
             Text(intervals, style="dim"),
             lit(", ".join(item.queues), "dim", no_wrap=True, overflow="ellipsis"),
+        )
+
+
+class FailedTable(JobTable):
+    """The Failed panel: the jobs that ran out of attempts, newest first. The error's class and
+    its first line (the detail screen shows all of it)."""
+
+    FLEX: ClassVar[dict[str, int]] = {"error": 20, "class": 12, "queue": 8}
+    DROP = ("attempts", "class", "queue")
+    COLUMNS = (
+        ("id", "ID", 9),
+        ("queue", "QUEUE", 12),
+        ("attempts", "ATT", 5),
+        ("class", "ERROR CLASS", 18),
+        ("error", "LAST ERROR (first line)", 60),
+        ("when", "FAILED", 8),
+    )
+    # A cell's text is cut here (an ellipsis) before the column cuts it further.
+    ERROR_CHARS = 120
+
+    def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
+        klass, first = view.error_parts(item.last_error)
+        return (
+            self.id_cell(item, ctx),
+            lit(item.queue, no_wrap=True, overflow="ellipsis"),
+            self.attempts_cell(item),
+            lit(view.cut(klass, 40), "red", no_wrap=True, overflow="ellipsis")
+            if klass
+            else Text("-", style="dim"),
+            lit(view.cut(first, self.ERROR_CHARS), no_wrap=True, overflow="ellipsis"),
+            Text(age(ctx.now, item.finished_at), justify="right"),
+        )
+
+
+class FindTable(PanelTable[ListedJob]):
+    """The find screen's results: a page of `leasectl list`, newest first."""
+
+    FLEX: ClassVar[dict[str, int]] = {"payload": 12, "error": 16, "queue": 8, "owner": 10}
+    DROP = ("payload", "owner", "attempts", "queue")
+    COLUMNS = (
+        ("id", "ID", 9),
+        ("state", "STATE", 10),
+        ("queue", "QUEUE", 12),
+        ("attempts", "ATT", 5),
+        ("owner", "OWNER", 18),
+        ("error", "LAST ERROR (first line)", 44),
+        ("payload", "PAYLOAD", 30),
+        ("when", "AGE", 8),
+    )
+    CHARS = 120
+
+    def key_of(self, item: ListedJob) -> str:
+        return str(item.id)
+
+    def cells(self, item: ListedJob, ctx: RowContext) -> tuple[Text, ...]:
+        klass, first = view.error_parts(item.last_error)
+        error = f"{klass}: {first}" if klass else first
+        moment = item.finished_at or item.created_at
+        return (
+            Text(str(item.id), justify="right"),
+            Text(item.status.value, style=STATUS_STYLE.get(item.status, "")),
+            lit(item.queue, no_wrap=True, overflow="ellipsis"),
+            Text(f"{item.attempts}/{item.max_attempts}"),
+            lit(view.short_owner(item.lease_owner, 40), "dim", no_wrap=True, overflow="ellipsis"),
+            lit(view.cut(error, self.CHARS), no_wrap=True, overflow="ellipsis")
+            if error
+            else Text("-", style="dim"),
+            lit(view.cut(item.payload_text, self.CHARS), "dim", no_wrap=True, overflow="ellipsis"),
+            Text(age(ctx.now, moment), justify="right"),
         )

@@ -278,3 +278,33 @@ SELECT queue FROM (
 WHERE queue IS NOT NULL
 ORDER BY queue
 LIMIT %(queue_limit)s;
+
+-- name: console_failed
+-- The Failed panel: the Failed jobs among the last %(failed_scan)s jobs that finished, newest
+-- first; bounded. Failed jobs are few among the finished ones and no index orders them alone,
+-- so the walk down the finished-history index (finished_at) stops after %(failed_scan)s
+-- finished rows, whatever the filter keeps of them: a queue with no recent failure costs the
+-- same as any other. The filters apply to the rows walked, then the shown rows are read whole.
+WITH recent AS (
+    SELECT id, finished_at, status, queue, lease_owner
+    FROM {schema}.jobs
+    WHERE status IN ('Completed', 'Failed') AND finished_at IS NOT NULL
+    ORDER BY finished_at DESC
+    LIMIT %(failed_scan)s
+), picked AS (
+    SELECT id, finished_at
+    FROM recent
+    WHERE status = 'Failed'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+    ORDER BY finished_at DESC, id DESC
+    LIMIT %(limit)s
+)
+SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
+       j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
+       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
+       p.finished_at
+FROM picked AS p
+JOIN {schema}.jobs AS j ON j.id = p.id
+ORDER BY p.finished_at DESC, p.id DESC;
