@@ -6,8 +6,8 @@
 The state: three payment workers (one fresh, one late, one silent), a mail worker, a stopped
 report worker; jobs at risk and expired; quarantined Stuck jobs; retries waiting with run_at in
 the future; a backlog; and 30 minutes of completions that slow down at the end. It writes
-``console-main.svg`` (160x48), ``console-narrow.svg`` (80x24), ``console-detail.svg`` and
-``console-confirm.svg``. With ``--live N`` it then keeps the healthy workers heartbeating for N
+``console-main.svg`` (160x48), ``console-narrow.svg`` (80x24), ``console-detail.svg``,
+``console-confirm.svg``, ``console-failed.svg`` and ``console-find.svg`` (120x36). With ``--live N`` it then keeps the healthy workers heartbeating for N
 seconds, so that `leasectl tui` can be watched against the same state.
 
 The target schema must be empty, or ``--reset`` given (which TRUNCATEs the leasectl tables).
@@ -259,8 +259,13 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
                         for _ in range(ids.index(W1)):
                             await pilot.press("down")
                         continue
+                    if key.startswith("type:"):  # text typed into an input
+                        await pilot.press(*key.removeprefix("type:"))
+                        continue
                     await pilot.press(key)
                     await pilot.pause(0.1)
+                if name == "console-find":
+                    await pilot.pause(1.5)  # the search runs in the background
                 if name == "console-detail":
                     await _wait(
                         pilot, "the job detail", lambda: getattr(app.screen, "detail", None)
@@ -275,6 +280,8 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
     await take("console-narrow", (80, 24), ["3"])
     await take("console-detail", (160, 48), ["3", "owner-alive", "enter"])
     await take("console-confirm", (160, 48), ["R"])
+    await take("console-failed", (120, 36), ["5"])
+    await take("console-find", (120, 36), ["f", "type:state:failed queue:payments", "enter"])
 
 
 def live(dsn: str, schema: str, held: dict[str, list[Lease]], seconds: float) -> None:
