@@ -7,8 +7,9 @@ The state: three payment workers (one fresh, one late, one silent), a mail worke
 report worker; jobs at risk and expired; quarantined Stuck jobs; retries waiting with run_at in
 the future; a backlog; and 30 minutes of completions that slow down at the end. It writes
 ``console-main.svg`` (160x48), ``console-narrow.svg`` (80x24), ``console-detail.svg``,
-``console-confirm.svg``, ``console-failed.svg`` and ``console-find.svg`` (120x36). With ``--live N`` it then keeps the healthy workers heartbeating for N
-seconds, so that `leasectl tui` can be watched against the same state.
+``console-confirm.svg``, ``console-failed.svg`` and ``console-find.svg`` (120x36). With
+``--live N`` it then keeps the healthy workers heartbeating for N seconds, so that `leasectl tui`
+can be watched against the same state.
 
 The target schema must be empty, or ``--reset`` given (which TRUNCATEs the leasectl tables).
 """
