@@ -14,8 +14,9 @@ copy does not pass the selected tests.
 
 A mutant names its file under leasectl/db/sql (migrations included) and its statement: the
 text must occur exactly once in that ``-- name:`` block, or, in a migration, in the definition of
-the function of that name (the operator actions and the watcher batch are SECURITY DEFINER
-functions of migration 6).
+the function of that name (the operator actions are SECURITY DEFINER functions of migration 6;
+the watcher batch is one too, last defined by migration 9: a mutant names the migration whose
+definition the schema ends with, since an earlier one is dropped and replaced).
 
 Database: LEASECTL_TEST_DSN when set, else one embedded server started for the whole run and
 passed to every subprocess as LEASECTL_TEST_DSN.
@@ -88,13 +89,16 @@ def mutant(
     return Mutant(name, file, statement, ((text, replacement), *also), tests, equivalent)
 
 
-# The operator actions and the watcher batch: SECURITY DEFINER functions of this migration.
+# The operator actions: SECURITY DEFINER functions of this migration.
 AUDITED = "migrations/006_audited_operations.sql"
+# The watcher batch: migration 6's function, replaced by this migration's (an owner filter).
+BATCH = "migrations/009_requeue_expired_by_owner.sql"
 
 SAME_OWNER = "test_same_owner_stale_attempt_{}_is_refused"
 OTHER_OWNER = "test_a_lease_token_of_another_owner_is_refused[{}]"
 QUARANTINED = "test_a_lease_the_watcher_quarantined_is_not_touched_by_its_late_handler[{}]"
 ONLY_OWN_JOB = "test_a_fenced_call_changes_only_its_own_job[{}]"
+OWNER_ONLY = "test_watcher_with_an_owner_moves_only_that_owners_expired_leases[{}]"
 
 # The expiry and status re-checks in the UPDATE of a takeover and of a watcher batch: the rows
 # the UPDATE joins are exactly the ones its locking read (FOR UPDATE SKIP LOCKED) returned, and
@@ -252,35 +256,54 @@ MUTANTS: tuple[Mutant, ...] = (
            " AND j.status::text = 'Processing'", "",
            fence(QUARANTINED.format("release"))),
     # -- watcher batch -------------------------------------------------------------------------
-    mutant("watcher-status-read", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-status-read", BATCH, "jobs_requeue_expired",
            "WHERE status = 'Processing'\n", "WHERE TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again")),
-    mutant("watcher-status-update", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-status-update", BATCH, "jobs_requeue_expired",
            "AND j.status = 'Processing'\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again"),
            equivalent=RECHECK),
-    mutant("watcher-status-both", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-status-both", BATCH, "jobs_requeue_expired",
            "WHERE status = 'Processing'\n", "WHERE TRUE\n",
            fence("test_watcher_never_moves_a_stuck_job_again"),
            also=(("AND j.status = 'Processing'\n", "AND TRUE\n"),)),
-    mutant("watcher-expiry-read", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-expiry-read", BATCH, "jobs_requeue_expired",
            "AND lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_is_not_stopped_by_live_leases_in_its_batch")),
-    mutant("watcher-expiry-update", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-expiry-update", BATCH, "jobs_requeue_expired",
            "AND j.lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_live_lease",
                  "test_watcher_is_not_stopped_by_live_leases_in_its_batch"),
            equivalent=RECHECK),
-    mutant("watcher-expiry-both", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-expiry-both", BATCH, "jobs_requeue_expired",
            "AND lease_until < now()\n", "AND TRUE\n",
            fence("test_watcher_never_moves_a_live_lease"),
            also=(("AND j.lease_until < now()\n", "AND TRUE\n"),)),
-    mutant("watcher-queue", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-queue", BATCH, "jobs_requeue_expired",
            "(only_queue IS NULL OR queue = only_queue)", "TRUE",
            fence("test_watcher_with_a_queue_moves_only_that_queue")),
-    mutant("watcher-id", AUDITED, "jobs_requeue_expired",
+    mutant("watcher-id", BATCH, "jobs_requeue_expired",
            "WHERE j.id = e.id\n", "WHERE TRUE\n",
            fence("test_watcher_with_a_queue_moves_only_that_queue")),
+    mutant("watcher-owner-read", BATCH, "jobs_requeue_expired",
+           "(only_owner IS NULL OR lease_owner = only_owner)", "TRUE",
+           fence(OWNER_ONLY.format("requeue"), OWNER_ONLY.format("mark"))),
+    mutant("watcher-owner-update", BATCH, "jobs_requeue_expired",
+           "(only_owner IS NULL OR j.lease_owner = only_owner)", "TRUE",
+           fence(OWNER_ONLY.format("requeue"),
+                 "test_watcher_with_an_owner_leaves_leases_renewed_or_taken_over_since_its_dry_run"),
+           equivalent=RECHECK),
+    mutant("watcher-owner-both", BATCH, "jobs_requeue_expired",
+           "(only_owner IS NULL OR lease_owner = only_owner)", "TRUE",
+           fence(OWNER_ONLY.format("requeue"),
+                 "test_watcher_with_an_owner_leaves_leases_renewed_or_taken_over_since_its_dry_run"),
+           also=(("(only_owner IS NULL OR j.lease_owner = only_owner)", "TRUE"),)),
+    mutant("watcher-owner-on", BATCH, "jobs_requeue_expired",
+           "(only_owner IS NULL OR lease_owner = only_owner)", "(lease_owner = only_owner)",
+           fence("test_watcher_with_a_queue_moves_only_that_queue")),
+    mutant("expired-list-owner", "watcher.sql", "jobs_expired_list",
+           "(%(owner)s::text IS NULL OR lease_owner = %(owner)s::text)", "TRUE",
+           fence("test_dry_run_with_an_owner_lists_only_that_owners_expired_leases")),
     # -- retention -----------------------------------------------------------------------------
     mutant("prune-queue", "retention.sql", "jobs_prune",
            "(%(queue)s::text IS NULL OR queue = %(queue)s::text)", "TRUE",

@@ -62,6 +62,7 @@ def _watcher_config(
     batch_size: int,
     pace: float = 0.0,
     interval: timedelta = timedelta(seconds=30),
+    owner: str | None = None,
 ) -> WatcherConfig:
     return WatcherConfig(
         interval=interval,
@@ -69,6 +70,7 @@ def _watcher_config(
         batch_size=batch_size,
         pace=pace,
         queue=_queue_name(queue) if queue is not None else None,
+        owner=owner,
         reason=reason or DEFAULT_REASON,
     )
 
@@ -123,6 +125,15 @@ def watch(
 def requeue_stuck(
     ctx: typer.Context,
     queue: QueueOpt = None,
+    owner: Annotated[
+        str | None,
+        typer.Option(
+            "--owner",
+            metavar="OWNER",
+            help="Only the expired leases this lease owner (a worker id) holds.",
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[
         int | None,
         typer.Option(min=1, help="Move at most N jobs.", show_default=False),
@@ -140,16 +151,16 @@ def requeue_stuck(
 ) -> None:
     """One watcher pass over expired leases (for cron)."""
     watcher_config = _watcher_config(
-        mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace
+        mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace, owner=owner
     )
     with _operations(ctx) as ops:
         listed = None if as_json else LISTED_JOBS
         result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
         if as_json:
-            _emit_json(watcher_json(result))
+            _emit_json(watcher_json(result, owner=owner))
             return
         db_now = ops.db.server_info()["db_now"]
-    _show(watcher_renderables(result, db_now, mode.value))
+    _show(watcher_renderables(result, db_now, mode.value, owner=owner))
 
 
 def _operator_action(

@@ -145,8 +145,10 @@ class Operations:
         actor: str,
         reason: str,
         detail: bool = True,
+        owner: str | None = None,
     ) -> MovedBatch:
-        """One watcher batch. ``detail``: return the moved jobs, not only how many went where."""
+        """One watcher batch. ``detail``: return the moved jobs, not only how many went where.
+        ``owner``: only the expired leases this lease owner holds."""
         names, rows = self.db.tuples(
             "jobs_requeue_expired",
             {
@@ -156,6 +158,7 @@ class Operations:
                 "actor": actor,
                 "reason": reason,
                 "detail": detail,
+                "owner": owner,
             },
         )
         # A row per moved job (n = 1) when listed, else a row per new status with its count.
@@ -168,8 +171,12 @@ class Operations:
             jobs=ExpiredJob.from_rows(names, rows) if detail else (),
         )
 
-    def list_expired(self, *, limit: int, queue: str | None) -> list[ExpiredJob]:
-        names, rows = self.db.tuples("jobs_expired_list", {"limit": limit, "queue": queue})
+    def list_expired(
+        self, *, limit: int, queue: str | None, owner: str | None = None
+    ) -> list[ExpiredJob]:
+        names, rows = self.db.tuples(
+            "jobs_expired_list", {"limit": limit, "queue": queue, "owner": owner}
+        )
         return list(ExpiredJob.from_rows(names, rows))
 
     # -- operator ---------------------------------------------------------------------------

@@ -27,8 +27,15 @@ LISTED_JOBS = 50
 
 
 def watcher_renderables(
-    result: WatcherResult, db_now: datetime, mode: str, *, listed: int = LISTED_JOBS
+    result: WatcherResult,
+    db_now: datetime,
+    mode: str,
+    *,
+    listed: int = LISTED_JOBS,
+    owner: str | None = None,
 ) -> list[RenderableType]:
+    """A pass (or a dry run): the jobs it moved (or would move), then what went where. With an
+    ``owner`` the pass took only that lease owner's expired leases: its header names the owner."""
     title = "expired leases (dry run: nothing changed)" if result.dry_run else "jobs moved"
     listing = table(title)
     listing.add_column("id", justify="right")
@@ -52,6 +59,10 @@ def watcher_renderables(
             status_text(status),
         )
     parts: list[RenderableType] = []
+    if owner is not None:
+        parts.append(
+            Text.assemble(("only the expired leases of owner ", "bold"), lit(owner, "bold"))
+        )
     if result.jobs:
         parts.append(listing)
         # (A pass lists only the jobs shown here; a dry run lists all it would move.)

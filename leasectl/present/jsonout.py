@@ -222,9 +222,11 @@ def expired_job_json(job: ExpiredJob) -> dict[str, Any]:
     }
 
 
-def watcher_json(result: WatcherResult) -> dict[str, Any]:
+def watcher_json(result: WatcherResult, *, owner: str | None = None) -> dict[str, Any]:
+    """``owner``: the lease owner whose expired leases the pass took (None: every owner)."""
     return {
         "dry_run": result.dry_run,
+        "owner": owner,
         "requeued": result.requeued,
         "failed": result.failed,
         "marked_stuck": result.marked_stuck,

@@ -32,6 +32,8 @@ class WatcherConfig:
     # most half the time in statements. 0 runs the batches back to back.
     pace: float = 0.0
     queue: str | None = None
+    # Only the expired leases of this lease owner (a worker id), e.g. a worker known to be gone.
+    owner: str | None = None
     reason: str = DEFAULT_REASON
     actor: str = field(default_factory=watcher_actor)
 
@@ -44,6 +46,8 @@ class WatcherConfig:
             raise UsageError("the batch size must be between 1 and 100000")
         if not 0 <= self.pace <= 100:
             raise UsageError("the pace must be between 0 and 100")
+        if self.owner == "":
+            raise UsageError("--owner must not be empty")
 
 
 def run_pass(
@@ -67,7 +71,7 @@ def run_pass(
     if listed is not None and listed < 0:
         raise UsageError("listed must be at least 0")
     if dry_run:
-        expired = ops.list_expired(limit=limit or 10_000, queue=config.queue)
+        expired = ops.list_expired(limit=limit or 10_000, queue=config.queue, owner=config.owner)
         return WatcherResult(dry_run=True, jobs=tuple(expired), batches=0)
     jobs: list[ExpiredJob] = []
     counts: collections.Counter[JobStatus] = collections.Counter()
@@ -87,6 +91,7 @@ def run_pass(
             actor=config.actor,
             reason=config.reason,
             detail=listed is None or len(jobs) < listed,
+            owner=config.owner,
         )
         took = time.perf_counter() - started
         batches += 1

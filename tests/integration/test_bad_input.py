@@ -141,6 +141,8 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["watch", "--pace", "fast"], 2, ["'--pace'"]),
     (["prune", "--older-than", "1d", "--batch", "0"], 2, ["'--batch'"]),
     (["requeue-stuck", "--mode", SQLI], 2, ["'--mode'"]),
+    (["requeue-stuck", "--owner", ""], 2, ["--owner must not be empty"]),
+    (["requeue-stuck", "--owner", "", "--dry-run", "--json"], 2, ["--owner must not be empty"]),
     (["watch", "--mode", "nuke"], 2, ["'--mode'"]),
     (["watch", "--log-level", "loud"], 2, ["'--log-level'"]),
     ([*WORKER, "--concurrency", "0"], 2, ["'--concurrency'"]),

@@ -516,6 +516,69 @@ def test_requeue_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection)
     assert again.returncode == 0 and "requeued 0, failed 0" in again.stdout
 
 
+def test_requeue_stuck_with_an_owner_moves_only_that_owners_expired_leases(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """An incident: one worker went silent. `--owner` lists and moves its expired leases only,
+    as a watcher pass (attempt `expired`, audit action `requeue`, the budget unchanged)."""
+    ttl = timedelta(minutes=5)
+    gone, other, live = store.ops.enqueue([{}, {}, {}], queue="q", max_attempts=3)
+    store.work.claim("q", "w-gone", ttl)
+    store.work.claim("q", "w-other", ttl)
+    store.work.claim("q", "w-gone", ttl)
+    [elsewhere] = store.ops.enqueue([{}], queue="other", max_attempts=3)
+    store.work.claim("other", "w-gone", ttl)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
+        [[gone, other, elsewhere]],
+    )
+    before = snapshot(db_dsn)
+
+    dry = cli("requeue-stuck", "--owner", "w-gone", "--dry-run", dsn=db_dsn)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.startswith("only the expired leases of owner w-gone\n"), dry.stdout
+    assert "dry run: 2 expired lease(s) would be moved (2 -> Pending)" in dry.stdout
+    listed = re.findall(r"^\s*(\d+)\s+(\S+)\s+(\S+)\s", dry.stdout, re.MULTILINE)
+    assert sorted(listed) == sorted(
+        [(str(gone), "q", "w-gone"), (str(elsewhere), "other", "w-gone")]
+    )
+    dry_json = json.loads(
+        cli(
+            "requeue-stuck", "--owner", "w-gone", "-q", "q", "--dry-run", "--json", dsn=db_dsn
+        ).stdout
+    )
+    assert (dry_json["dry_run"], dry_json["owner"]) == (True, "w-gone")
+    assert [(j["id"], j["lease_owner"]) for j in dry_json["jobs"]] == [(gone, "w-gone")]
+    assert snapshot(db_dsn) == before
+
+    marked = cli(
+        "requeue-stuck", "--owner", "w-gone", "-q", "other", "--mode", "mark", "--json",
+        dsn=db_dsn,
+    )  # fmt: skip
+    assert marked.returncode == 0, marked.stderr
+    doc = json.loads(marked.stdout)
+    assert (doc["owner"], doc["marked_stuck"], doc["requeued"]) == ("w-gone", 1, 0)
+    assert [j["id"] for j in doc["jobs"]] == [elsewhere]
+
+    proc = cli("requeue-stuck", "--owner", "w-gone", "--limit", "5", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("only the expired leases of owner w-gone\n"), proc.stdout
+    assert "requeued 1, failed 0 (attempts spent), marked stuck 0" in proc.stdout
+    rows = sql_conn.execute(
+        "SELECT j.id, j.status::text, j.lease_owner, j.max_attempts, a.outcome::text, e.action "
+        "FROM leasectl.jobs j JOIN leasectl.job_attempts a ON a.job_id = j.id "
+        "LEFT JOIN leasectl.job_events e ON e.job_id = j.id ORDER BY j.id"
+    ).fetchall()
+    assert rows == [
+        (gone, "Pending", "w-gone", 3, "expired", "requeue"),
+        (other, "Processing", "w-other", 3, "running", None),
+        (live, "Processing", "w-gone", 3, "running", None),
+        (elsewhere, "Stuck", "w-gone", 3, "expired", "mark_stuck"),
+    ]
+    again = cli("requeue-stuck", "--owner", "w-gone", "--json", dsn=db_dsn)
+    assert json.loads(again.stdout)["jobs"] == []
+
+
 def test_requeue_and_mark_stuck(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> None:
     seeded = seed_states(store, sql_conn)
 

@@ -46,12 +46,22 @@ def state(store: Stores, job_id: int) -> tuple[JobStatus, int, str | None]:
 
 
 def watcher(
-    store: Stores, *, mark: bool = False, batch: int = 500, queue: str | None = None
+    store: Stores,
+    *,
+    mark: bool = False,
+    batch: int = 500,
+    queue: str | None = None,
+    owner: str | None = None,
+    dry_run: bool = False,
 ) -> Any:
     config = WatcherConfig(
-        mode="mark" if mark else "requeue", batch_size=batch, queue=queue, actor="watcher@fence"
+        mode="mark" if mark else "requeue",
+        batch_size=batch,
+        queue=queue,
+        owner=owner,
+        actor="watcher@fence",
     )
-    return run_pass(store.ops, config)
+    return run_pass(store.ops, config, dry_run=dry_run)
 
 
 def stuck_with_a_lapsed_lease(store: Stores, conn: psycopg.Connection[Any], **enqueue: Any) -> int:
@@ -377,6 +387,69 @@ def test_watcher_with_a_queue_moves_only_that_queue(
     expire(sql_conn, mine, other)
     assert [job.id for job in watcher(store, queue=Q).jobs] == [mine]
     assert state(store, other) == (JobStatus.PROCESSING, 1, "w1")
+
+
+# -- the watcher for one lease owner (`requeue-stuck --owner`): that owner's expired leases only -
+
+
+@pytest.mark.parametrize("mark", [False, True], ids=["requeue", "mark"])
+def test_watcher_with_an_owner_moves_only_that_owners_expired_leases(
+    store: Stores, sql_conn: psycopg.Connection[Any], mark: bool
+) -> None:
+    """Batches of one: the other owner's expired leases come first in the Processing index
+    (queue, lease_owner), so a locking read that let them in would use up each batch, and the
+    pass, which ends at a short batch, would leave the owner's lease behind."""
+    others = store.ops.enqueue([{}] * 2, queue=Q)
+    store.work.claim(Q, "a-other", TTL, 2)
+    [live] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "z-gone", TTL)
+    [lapsed] = store.ops.enqueue([{}], queue=Q)
+    store.work.claim(Q, "z-gone", TTL)
+    [elsewhere] = store.ops.enqueue([{}], queue="other")
+    store.work.claim("other", "z-gone", TTL)
+    expire(sql_conn, *others, lapsed, elsewhere)
+    result = watcher(store, mark=mark, batch=1, owner="z-gone", queue=Q)
+    assert [job.id for job in result.jobs] == [lapsed]
+    assert state(store, lapsed)[0] == (JobStatus.STUCK if mark else JobStatus.PENDING)
+    assert state(store, live) == (JobStatus.PROCESSING, 1, "z-gone")
+    assert state(store, elsewhere) == (JobStatus.PROCESSING, 1, "z-gone")
+    assert all(state(store, i) == (JobStatus.PROCESSING, 1, "a-other") for i in others)
+    assert all(store.ops.inspect(i).events == () for i in (*others, live, elsewhere))
+    # Without a queue: every queue, still that owner only.
+    assert [job.id for job in watcher(store, owner="z-gone").jobs] == [elsewhere]
+    assert all(state(store, i) == (JobStatus.PROCESSING, 1, "a-other") for i in others)
+
+
+def test_watcher_with_an_owner_leaves_leases_renewed_or_taken_over_since_its_dry_run(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The operator lists the owner's expired leases, then runs the pass: a lease its owner
+    renewed in between, or another worker took over (and let lapse), is not moved."""
+    renewed, taken = store.ops.enqueue([{}, {}], queue=Q)
+    leases = store.work.claim(Q, "w-gone", TTL, 2)
+    expire(sql_conn, renewed, taken)
+    listed = watcher(store, owner="w-gone", dry_run=True)
+    assert sorted(job.id for job in listed.jobs) == [renewed, taken]
+    store.work.heartbeat([lease for lease in leases if lease.job_id == renewed], TTL)
+    [takeover] = store.work.claim(Q, "w-new", TTL)
+    assert takeover.job_id == taken
+    expire(sql_conn, taken)
+    assert watcher(store, owner="w-gone").jobs == ()
+    assert state(store, renewed) == (JobStatus.PROCESSING, 1, "w-gone")
+    assert state(store, taken) == (JobStatus.PROCESSING, 2, "w-new")
+    assert [job.id for job in watcher(store, owner="w-new").jobs] == [taken]
+
+
+def test_dry_run_with_an_owner_lists_only_that_owners_expired_leases(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    mine, other, live = store.ops.enqueue([{}, {}, {}], queue=Q)
+    store.work.claim(Q, "w-gone", TTL)
+    store.work.claim(Q, "w-other", TTL)
+    store.work.claim(Q, "w-gone", TTL)
+    expire(sql_conn, mine, other)
+    assert [job.id for job in watcher(store, owner="w-gone", dry_run=True).jobs] == [mine]
+    assert state(store, mine) == state(store, live) == (JobStatus.PROCESSING, 1, "w-gone")
 
 
 # -- operator actions: guarded by what the operator saw ------------------------------------------

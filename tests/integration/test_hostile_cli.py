@@ -334,6 +334,37 @@ def test_dry_run_and_skip_reasons_show_hostile_queues_and_owners_as_text(
         assert reasons[job_id].startswith(f"lease live: held by {value} until ")
 
 
+def test_requeue_stuck_for_a_hostile_owner_lists_that_owner_only_as_text(
+    hostile: Hostile,
+) -> None:
+    """`requeue-stuck --owner` with each hostile worker id (a dry run: the module's database is
+    shared): the header names the owner as text, the listing has that owner's expired lease
+    and no other, and --json gives back the exact owner."""
+    owners = [value for value in NAMES if value.strip()]
+    procs = run_all(
+        [
+            args
+            for value in owners
+            for args in (
+                ["requeue-stuck", "--owner", value, "--dry-run"],
+                ["requeue-stuck", "--owner", value, "--dry-run", "--json"],
+            )
+        ],
+        hostile.dsn,
+    )
+    for n, value in enumerate(owners):
+        human, as_json = procs[2 * n], procs[2 * n + 1]
+        checked(human, 0, f"requeue-stuck --owner {value!r} --dry-run")
+        assert f"only the expired leases of owner {visible(value)}\n" in human.stdout, value
+        assert "dry run: 1 expired lease(s) would be moved" in human.stdout, value
+        checked(as_json, 0, f"requeue-stuck --owner {value!r} --dry-run --json")
+        document = json.loads(as_json.stdout)
+        assert document["owner"] == value
+        assert [(j["id"], j["lease_owner"]) for j in document["jobs"]] == [
+            (hostile.expired[value], value)
+        ]
+
+
 def test_list_shows_every_field_and_filter_as_text(hostile: Hostile) -> None:
     """Every hostile queue, owner, error and payload in a listing (text and JSON), and each
     one as the filter that finds it (shown in the listing's filter line)."""

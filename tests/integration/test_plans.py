@@ -288,15 +288,17 @@ def test_claim_by_id_closes_the_lapsed_attempt_by_primary_key(
     assert has_rows(1, plan.split("CTE closed")[1].split("CTE opened")[0]), plan
 
 
+@pytest.mark.parametrize("owner", [None, "dead-3"], ids=["every-owner", "one-owner"])
 @pytest.mark.parametrize("expired", [50, 5000])
 def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
-    sql_conn: psycopg.Connection[Any], expired: int
+    sql_conn: psycopg.Connection[Any], expired: int, owner: str | None
 ) -> None:
     """A watcher batch as the store runs it: the plan of the statement inside the function of
-    migration 6, under the function's planner settings, as it ran (auto_explain). Left to the
-    planner, a small table with a backlog of expired leases got a sequential scan (the pass's
-    last batch then read the whole table) or a join that read every expired lease for each
-    batch of 500."""
+    migration 9 (6's, with an owner), under the function's planner settings, as it ran
+    (auto_explain). Left to the planner, a small table with a backlog of expired leases got a
+    sequential scan (the pass's last batch then read the whole table) or a join that read every
+    expired lease for each batch of 500. With an owner (`requeue-stuck --owner`) the batch walks
+    the same index, the Processing set, and filters on the owner."""
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
         "SELECT 'stuck', 'Processing', 1, 'dead-' || (i %% 20), now() - interval '1 minute' "
@@ -317,6 +319,7 @@ def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
         "actor": "test",
         "reason": "plan",
         "detail": False,
+        "owner": owner,
     }
     (text, plan), (_, outer) = explain_nested(sql_conn, query, params)
     assert "Function Scan on jobs_requeue_expired" in outer, outer
@@ -325,7 +328,8 @@ def test_watcher_batch_finds_leases_by_the_processing_index_and_updates_by_key(
     assert "Bitmap" not in plan and "Hash Join" not in plan, plan
     assert "Index Scan using jobs_processing_idx on jobs " in plan, plan
     assert "Index Scan using jobs_pkey on jobs j " in plan, plan  # the update, by key
-    assert has_rows(min(expired, 500), plan.split("CTE moved")[1].split("CTE closed")[0]), plan
+    of_owner = expired if owner is None else sum(1 for i in range(1, expired + 1) if i % 20 == 3)
+    assert has_rows(min(of_owner, 500), plan.split("CTE moved")[1].split("CTE closed")[0]), plan
 
 
 @pytest.mark.parametrize("name", ["jobs_complete_and_claim", "jobs_claim_expired"])

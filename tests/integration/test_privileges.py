@@ -731,3 +731,67 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
         with psycopg.connect(server_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """Migration 9 drops the watcher's batch function and creates it again (with an owner):
+    the roles that could run it before still can, with no `leasectl grant` re-run, and the
+    function is still closed to PUBLIC and to the other roles."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v7_{kind}_{tag}" for kind in KINDS}
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    roles = Roles(names, empty_db_dsn)
+    try:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            conn.execute(queries.get("migrations_table_create").render("leasectl"))
+            for migration in queries.migrations()[:7]:
+                conn.execute(migration.render("leasectl"))
+                conn.execute(
+                    queries.get("migration_record").render("leasectl"),
+                    {"version": migration.version, "name": migration.name},
+                )
+            for kind, name in names.items():  # today's, without what version 8 added
+                text = queries.get(f"grant_{kind}").text.replace(", error_detail)", ")")
+                conn.execute(
+                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
+                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
+                    )
+                )
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert 9 in store.db.migrate()
+            gone, other, again = store.ops.enqueue([{}, {}, {}], queue="q")
+            store.work.claim("q", "w-gone", timedelta(seconds=30))
+            store.work.claim("q", "w-other", timedelta(seconds=30))
+            store.work.claim("q", "w-gone", timedelta(seconds=30))
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            conn.execute("UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute'")
+        proc = cli("requeue-stuck", "--owner", "w-gone", "--json", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        assert sorted(j["id"] for j in json.loads(proc.stdout)["jobs"]) == [gone, again]
+        proc = cli("requeue-stuck", "--json", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        assert [j["id"] for j in json.loads(proc.stdout)["jobs"]] == [other]
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            roles_moved = conn.execute(
+                "SELECT DISTINCT db_role FROM leasectl.job_events"
+            ).fetchall()
+            allowed = conn.execute(
+                "SELECT has_function_privilege(r, 'leasectl.jobs_requeue_expired'::regproc, "
+                "'EXECUTE') FROM unnest(%s::text[]) AS r",
+                [["public", *(names[kind] for kind in KINDS)]],
+            ).fetchall()
+        assert roles_moved == [(names["operator"],)]
+        assert [a for (a,) in allowed] == [False, *(kind == "operator" for kind in KINDS)]
+        for kind in ("viewer", "worker", "producer"):
+            refused(roles, kind, empty_db_dsn, "requeue-stuck", "--owner", "w-gone")
+    finally:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        with psycopg.connect(server_dsn, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))

@@ -303,6 +303,7 @@ def test_watcher_json() -> None:
     doc = watcher_json(WatcherResult(requeued=1, batches=1, jobs=(job,)))
     assert doc == {
         "dry_run": False,
+        "owner": None,
         "requeued": 1,
         "failed": 0,
         "marked_stuck": 0,
