@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import replace
+from datetime import timedelta
 
 import psycopg
 from textual.pilot import Pilot
@@ -15,6 +16,7 @@ from textual.widgets import Button, Input, Static
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.confirm import QueueConfirmScreen
 from leasectl.console.source import StaticSource
+from leasectl.console.widgets.bars import paused_text
 from leasectl.core.literal import visible
 from leasectl.core.models import PausedQueue
 from tests.console.sample import sample_snapshot
@@ -71,8 +73,9 @@ def test_summary_shows_the_paused_queues_literally(
         assert snap is not None and snap.paused_total == 4
         assert [p.queue for p in snap.paused] == ["emails", HOSTILE_QUEUE, "zeta", "zz-four"]
         line = paused_line(app)
-        assert re.search(r'^⏸ paused: emails \(since \d+m?s, by bob: "mail relay down"\)', line)
-        # Cut with "…" to the summary's width.
+        # Reasons dropped before a queue is cut off; then cut with "…" to the summary's width.
+        assert re.search(r"^⏸ paused: emails \(since \d+m?s, by bob\), ", line)
+        assert visible(HOSTILE_QUEUE) in line
         assert line.endswith("…") and len(line) <= app.main.query_one("#counts").size.width
 
     async def wide(app: ConsoleApp, pilot: Pilot[None]) -> None:
@@ -85,6 +88,35 @@ def test_summary_shows_the_paused_queues_literally(
 
     drive(db_dsn, narrow, size=(160, 48))
     drive(db_dsn, wide, size=(400, 48))
+
+
+def test_paused_line_cuts_reasons_before_queues() -> None:
+    data = sample_snapshot()
+    paused = (
+        PausedQueue("emails", data.db_now - timedelta(minutes=4), "alice", "relay down " * 10),
+        PausedQueue("payments", data.db_now, "bob", "card processor down"),
+    )
+    snap = replace(data, paused=paused, paused_total=2)
+    wide = paused_text(snap, data.db_now, 400)
+    assert wide is not None
+    assert wide.plain == (
+        '⏸ paused: emails (since 4m00s, by alice: "' + ("relay down " * 10)[:79] + '…"), '
+        'payments (since 0ms, by bob: "card processor down")'
+    )
+    narrow = paused_text(snap, data.db_now, 120)
+    assert narrow is not None and narrow.plain == (
+        '⏸ paused: emails (since 4m00s, by alice: "relay down relay do…"), '
+        'payments (since 0ms, by bob: "card processor down")'
+    )
+    narrower = paused_text(snap, data.db_now, 90)
+    assert narrower is not None
+    assert (
+        narrower.plain == "⏸ paused: emails (since 4m00s, by alice), payments (since 0ms, by bob)"
+    )
+    tiny = paused_text(snap, data.db_now, 50)
+    assert tiny is not None and tiny.cell_len <= 50
+    assert tiny.plain == "⏸ paused: emails (since 4m00s, by alice), payment…"
+    assert paused_text(replace(data, paused=(), paused_total=0), data.db_now, 80) is None
 
 
 def test_no_paused_line_when_nothing_is_paused(

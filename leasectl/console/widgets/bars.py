@@ -177,9 +177,24 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
 def paused_text(snap: Snapshot, now: datetime, width: int) -> Text | None:
     """The paused queues, whatever the filter, on one line of at most ``width`` cells (cut with
     "…"): no worker claims their jobs until they are resumed. None when no queue is paused.
-    Queue names, actors and reasons are shown literally, each cut to a bounded length."""
+    Queue names, actors and reasons are shown literally, each cut to a bounded length; the
+    reasons are cut shorter (to nothing) before a queue named would be cut off the line."""
     if not snap.paused_total:
         return None
+    text = Text()
+    for reason_chars in PAUSED_REASON_CUTS:
+        text = _paused_line(snap, now, reason_chars)
+        if text.cell_len <= width:
+            return text
+    text.truncate(max(1, width), overflow="ellipsis")
+    return text
+
+
+# The summary's paused line tries these cuts of each reason, longest first (0: no reason).
+PAUSED_REASON_CUTS = (PAUSED_REASON_CHARS, 40, 20, 0)
+
+
+def _paused_line(snap: Snapshot, now: datetime, reason_chars: int) -> Text:
     text = Text("⏸ paused: ", style=PAUSED_STYLE)
     for i, p in enumerate(snap.paused[:PAUSED_LISTED]):
         if i:
@@ -188,13 +203,14 @@ def paused_text(snap: Snapshot, now: datetime, width: int) -> Text | None:
         since = timedelta(seconds=int(max(now - p.paused_at, timedelta(0)).total_seconds()))
         text.append(f" (since {format_duration(since)}, by ")
         text.append_text(lit(cut(p.paused_by, PAUSED_BY_CHARS)))
-        text.append(': "')
-        text.append_text(lit(cut(p.reason, PAUSED_REASON_CHARS), "italic"))
-        text.append('")')
+        if reason_chars:
+            text.append(': "')
+            text.append_text(lit(cut(p.reason, reason_chars), "italic"))
+            text.append('"')
+        text.append(")")
     more = snap.paused_total - min(len(snap.paused), PAUSED_LISTED)
     if more > 0:
         text.append(f", and {count_text(more)} more", style="dim")
-    text.truncate(max(1, width), overflow="ellipsis")
     return text
 
 
