@@ -138,6 +138,7 @@ def main() -> None:
         "schema": SCHEMA,
         "queue_limit": 200,
         "failed_scan": 5000,
+        "paused_limit": 100,
     }
     extra = {
         name: console

@@ -27,10 +27,12 @@ from leasectl.console.messages import (
     ActionFinished,
     PollFailed,
     PrivilegeChecked,
+    QueueToggled,
+    QueueToggleFailed,
     SnapshotLoaded,
 )
 from leasectl.console.poller import PollSchedule
-from leasectl.console.screens.confirm import ConfirmScreen
+from leasectl.console.screens.confirm import ConfirmScreen, QueueConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.filter import FilterScreen
 from leasectl.console.screens.find import FindScreen
@@ -385,6 +387,11 @@ class ConsoleApp(App[None]):
                 "Requeue every expired lease in the current filter",
                 main.action_requeue_expired,
             )
+            yield SystemCommand(
+                "Pause or resume queue",
+                "Pause the highlighted job's queue, or resume it if paused",
+                main.action_toggle_pause,
+            )
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -466,6 +473,84 @@ class ConsoleApp(App[None]):
         self.notify(
             f"{message.error}. Refresh (ctrl+r) to see the current state.",
             title=f"{message.action.verb} failed",
+            severity="error",
+            timeout=15,
+        )
+
+    # -- paused queues ----------------------------------------------------------------------
+
+    def request_pause(self, queue: str | None) -> None:
+        """Confirm, then pause ``queue``, or resume it if the last poll saw it paused. A pause
+        or resume that finds the queue otherwise by then changes nothing and says so."""
+        if self.read_only is not None:
+            self.refuse("pause or resume")
+            return
+        if self.acting:
+            self.notify("An action is still running; wait for its result.", severity="warning")
+            return
+        now = self.db_now()
+        if queue is None or now is None or self.snapshot is None:
+            self.notify("Nothing to pause or resume: highlight a job of the queue.", timeout=4)
+            return
+        pause = next((p for p in self.snapshot.paused if p.queue == queue), None)
+        self.push_screen(
+            QueueConfirmScreen(queue, pause, now),
+            callback=lambda reason: self._pause_confirmed(queue, pause is not None, reason),
+        )
+
+    def _pause_confirmed(self, queue: str, resume: bool, reason: str | None) -> None:
+        if reason is None:
+            return
+        if self.read_only is not None:
+            self.refuse("pause or resume")
+            return
+        self.acting = True
+        self._toggle_pause(queue, resume, reason)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="action")
+    def _toggle_pause(self, queue: str, resume: bool, reason: str) -> None:
+        try:
+            if resume:
+                ended = self.source.resume(queue, reason or None)
+                message: QueueToggled = QueueToggled(queue, True, ended, ended is not None)
+            else:
+                pause, made = self.source.pause(queue, reason)
+                message = QueueToggled(queue, False, pause, made)
+        except LeasectlError as exc:
+            self.post_message(QueueToggleFailed(queue, resume, str(exc)))
+        except Exception as exc:
+            self.post_message(QueueToggleFailed(queue, resume, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(message)
+
+    def on_queue_toggled(self, message: QueueToggled) -> None:
+        self.acting = False
+        name = visible(message.queue)
+        pause = message.pause
+        if message.resumed:
+            if pause is None:
+                title, body = "Not paused", f"Queue {name} was not paused: nothing changed."
+            else:
+                title = "Queue resumed"
+                body = f"Resumed queue {name}: its workers claim its jobs again."
+        elif message.changed:
+            title = "Queue paused"
+            body = f"Paused queue {name}: no worker claims its jobs until it is resumed (P)."
+        else:
+            title = "Already paused"
+            body = f"Queue {name} was already paused: that pause stands."
+        if pause is not None and not (message.changed and not message.resumed):
+            body += f" (paused by {visible(pause.paused_by)}: {visible(pause.reason)})"
+        severity: SeverityLevel = "information" if message.changed else "warning"
+        self.notify(body, title=title, severity=severity, timeout=10)
+        self.poll_now()
+
+    def on_queue_toggle_failed(self, message: QueueToggleFailed) -> None:
+        self.acting = False
+        self.last_error = message.error
+        self.notify(
+            f"{message.error}. Refresh (ctrl+r) to see the current state.",
+            title=f"{'Resume' if message.resumed else 'Pause'} failed",
             severity="error",
             timeout=15,
         )

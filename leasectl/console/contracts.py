@@ -60,3 +60,6 @@ class MainHost(Protocol):
     def refuse(self, what: str) -> None: ...
 
     def request_action(self, action: Action, jobs: list[PanelJob]) -> None: ...
+
+    def request_pause(self, queue: str | None) -> None:
+        """Confirm, then pause (or resume, if paused) ``queue``; None: no job highlighted."""

@@ -8,7 +8,7 @@ from textual.message import Message
 
 from leasectl.console.view import Action, ConsoleFilter
 from leasectl.core.filters import JobPage
-from leasectl.core.models import ActionResult, JobDetail, Snapshot
+from leasectl.core.models import ActionResult, JobDetail, PausedQueue, Snapshot
 
 
 @dataclass
@@ -48,6 +48,24 @@ class ActionFinished(Message):
 @dataclass
 class ActionFailed(Message):
     action: Action
+    error: str
+
+
+@dataclass
+class QueueToggled(Message):
+    """A pause or resume ran. ``pause``: the new pause, the one that stood (``changed``
+    False), or the one a resume ended (None: the queue was not paused)."""
+
+    queue: str
+    resumed: bool
+    pause: PausedQueue | None
+    changed: bool
+
+
+@dataclass
+class QueueToggleFailed(Message):
+    queue: str
+    resumed: bool
     error: str
 
 

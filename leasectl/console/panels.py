@@ -108,6 +108,8 @@ class Panels:
             risk_window=risk_window,
             failed=rows.failed,
             failed_scan=failed_scan,
+            paused=rows.paused,
+            paused_total=rows.paused_total,
         )
 
 

@@ -20,7 +20,14 @@ from leasectl.console.view import ConsoleFilter
 from leasectl.core.config import operator_actor
 from leasectl.core.errors import ConnectionFailed, JobNotFound
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter, JobPage, ListedJob
-from leasectl.core.models import ActionResult, JobDetail, SeenState, Skipped, Snapshot
+from leasectl.core.models import (
+    ActionResult,
+    JobDetail,
+    PausedQueue,
+    SeenState,
+    Skipped,
+    Snapshot,
+)
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
@@ -52,6 +59,14 @@ class ConsoleSource(Protocol):
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
+
+    def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
+        """Pause ``queue`` (audited): its pause, and whether this call made it."""
+        ...
+
+    def resume(self, queue: str, reason: str | None) -> PausedQueue | None:
+        """Resume ``queue`` (audited): the pause it ended, or None if it was not paused."""
+        ...
 
     def can_update(self) -> bool: ...
 
@@ -141,6 +156,18 @@ class DatabaseSource:
         db, ops = self._operations()
         return self._call(
             ACTION_ROLE, db, lambda: ops.operator_mark_stuck(seen, actor=self.actor, reason=reason)
+        )
+
+    def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.pause(queue, actor=self.actor, reason=reason)
+        )
+
+    def resume(self, queue: str, reason: str | None) -> PausedQueue | None:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.resume(queue, actor=self.actor, reason=reason)
         )
 
     def can_update(self) -> bool:
@@ -270,6 +297,17 @@ class StaticSource:
             changed=tuple(s.id for s in seen if s.id not in self.skip),
             skipped=tuple(self.skip[s.id] for s in seen if s.id in self.skip),
         )
+
+    def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
+        self.calls.append(("pause", (), reason))
+        standing = [p for p in self.data.paused if p.queue == queue]
+        if standing:
+            return standing[0], False
+        return PausedQueue(queue, self.data.db_now, "operator:test", reason), True
+
+    def resume(self, queue: str, reason: str | None) -> PausedQueue | None:
+        self.calls.append(("resume", (), reason or ""))
+        return next((p for p in self.data.paused if p.queue == queue), None)
 
     def can_update(self) -> bool:
         return self.writable

@@ -576,6 +576,10 @@ class Snapshot:
     # The Failed panel: the Failed jobs among the last ``failed_scan`` finished, newest first.
     failed: tuple[PanelJob, ...] = ()
     failed_scan: int = 0
+    # The paused queues, whatever the filter (by name, the first of them), and how many there
+    # are: no worker claims their jobs until they are resumed.
+    paused: tuple[PausedQueue, ...] = ()
+    paused_total: int = 0
 
     @property
     def filtered(self) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasectl.core.models import OwnerHealth, PanelJob
+from leasectl.core.models import OwnerHealth, PanelJob, PausedQueue
 from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -37,6 +37,8 @@ class ConsoleRows:
     matched: dict[str, Any] | None = None
     queues: tuple[str, ...] = ()  # every queue with live jobs (console_queues)
     failed: tuple[PanelJob, ...] = ()  # console_failed: newest first
+    paused: tuple[PausedQueue, ...] = ()  # console_paused: by name, at most ``paused_limit``
+    paused_total: int = 0  # how many queues are paused (``paused`` may list fewer)
 
     @property
     def db_now(self) -> datetime:
@@ -65,13 +67,15 @@ class ConsoleReads:
         owner_limit: int,
         queue_limit: int = 200,
         failed_scan: int = 5000,
+        paused_limit: int = 100,
     ) -> ConsoleRows:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
         every count, every panel row, the owners and the database clock describe the same
         instant. Panels hold at most ``limit`` rows each; finished history is only ever
         estimated. ``since``: where the throughput count starts (None: the whole window).
         ``queue_limit``: at most this many names of queues with live jobs. ``failed_scan``:
-        the Failed panel looks for Failed jobs among this many of the last finished."""
+        the Failed panel looks for Failed jobs among this many of the last finished.
+        ``paused_limit``: at most this many of the paused queues (all are counted)."""
         schema = self.db.schema
         params: dict[str, Any] = {
             "queue": queue,
@@ -102,6 +106,7 @@ class ConsoleReads:
             ("estimate", "status_finished_estimate", params),
             ("owners", "status_owners", owner_params),
             ("queues", "console_queues", {"queue_limit": queue_limit}),
+            ("paused", "console_paused", {"paused_limit": paused_limit}),
         ]
         if queue is not None:
             reads.append(("all_counts", "console_counts", {**params, "queue": None}))
@@ -118,9 +123,9 @@ class ConsoleReads:
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
-            counts, per_minute, estimated, owner_rows, queue_rows = (
+            counts, per_minute, estimated, owner_rows, queue_rows, paused_rows = (
                 results[label].fetchall()
-                for label in ("counts", "throughput", "estimate", "owners", "queues")
+                for label in ("counts", "throughput", "estimate", "owners", "queues", "paused")
             )
             extra = {
                 label: results[label].fetchone()
@@ -144,4 +149,6 @@ class ConsoleReads:
             matched=extra.get("matched"),
             queues=tuple(r["queue"] for r in queue_rows),
             failed=failed,
+            paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
         )

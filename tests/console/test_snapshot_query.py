@@ -241,6 +241,7 @@ CONSOLE_QUERIES = [
     "console_match_counts",
     "console_queues",
     "console_failed",
+    "console_paused",
 ]
 # The console queries' parameters (status_owners' too), unfiltered.
 PARAMS = {
@@ -255,6 +256,7 @@ PARAMS = {
     "window": timedelta(hours=1),
     "queue_limit": 200,
     "failed_scan": 5000,
+    "paused_limit": 100,
 }
 
 

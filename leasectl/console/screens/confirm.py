@@ -1,9 +1,10 @@
-"""The confirmation of a guarded action: how many jobs, the exact condition, and a reason."""
+"""The confirmation of a guarded action (how many jobs, the exact condition, and a reason), and
+of a queue's pause or resume."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 from rich.text import Text
@@ -17,7 +18,9 @@ from textual.widgets import Button, Input, Label, Static
 from leasectl.console import view
 from leasectl.console.view import Action, Verdict
 from leasectl.console.widgets import LiteralInput
-from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
+from leasectl.core.config import format_duration
+from leasectl.core.models import JobStatus, OwnerHealth, PanelJob, PausedQueue
+from leasectl.present.styles import PAUSED_STYLE
 from leasectl.present.text import lit
 from leasectl.present.times import countdown
 
@@ -138,6 +141,83 @@ class ConfirmScreen(ModalScreen[str | None]):
     def _submit(self) -> None:
         reason = self.query_one("#reason", Input).value.strip()
         if not reason:
+            error = self.query_one("#confirm-error", Static)
+            error.update(Text("A reason is required: it goes to the audit log.", style="red"))
+            self.query_one("#reason", Input).focus()
+            return
+        self.dismiss(reason)
+
+    @on(Button.Pressed, "#confirm-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class QueueConfirmScreen(ModalScreen[str | None]):
+    """The confirmation of a pause (a reason required, as `leasectl pause` requires one) or a
+    resume (a reason optional) of one queue. Dismisses with the reason typed ("" for a resume
+    without one), or None when cancelled. ``pause``: the queue's pause as last polled (None:
+    not paused, so this confirms a pause)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, queue: str, pause: PausedQueue | None, now: datetime) -> None:
+        super().__init__()
+        self.queue = queue
+        self.pause = pause
+        self.now = now
+
+    @property
+    def resuming(self) -> bool:
+        return self.pause is not None
+
+    def compose(self) -> ComposeResult:
+        verb = "Resume" if self.resuming else "Pause"
+        with Vertical(id="confirm-dialog"):
+            title = Text(f"{verb} queue ", style="bold")
+            title.append_text(lit(view.cut(self.queue, 60), PAUSED_STYLE))
+            title.append("?")
+            yield Static(title, id="confirm-title")
+            with VerticalScroll(id="confirm-body"):
+                yield Static(self._body(), id="confirm-condition")
+            needed = "optional" if self.resuming else "required"
+            yield Label(f"Reason ({needed}; recorded in queue_events with your name):")
+            yield LiteralInput(
+                placeholder="e.g. card processor back, INC-1234"
+                if self.resuming
+                else "e.g. card processor down, INC-1234",
+                id="reason",
+            )
+            yield Static("", id="confirm-error")
+            with Horizontal(id="confirm-buttons"):
+                yield Button(verb, variant="warning", id="confirm-ok")
+                yield Button("Cancel", id="confirm-cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    def _body(self) -> Text:
+        text = Text()
+        if self.pause is None:
+            text.append("No worker claims a job of this queue until it is resumed (")
+            text.append("P", style="bold")
+            text.append(" again, or `leasectl resume`). ")
+            text.append("Jobs in flight finish; enqueue goes on.", style="dim")
+            return text
+        ago = max(self.now - self.pause.paused_at, timedelta(0))
+        since = format_duration(timedelta(seconds=int(ago.total_seconds())))
+        text.append(f"Paused {since} ago by ")
+        text.append_text(lit(view.cut(self.pause.paused_by, 60)))
+        text.append(': "')
+        text.append_text(lit(view.cut(self.pause.reason, 200), "italic"))
+        text.append('".\n')
+        text.append("Its workers are told at once and claim its jobs again.", style="dim")
+        return text
+
+    @on(Input.Submitted, "#reason")
+    @on(Button.Pressed, "#confirm-ok")
+    def _submit(self) -> None:
+        reason = self.query_one("#reason", Input).value.strip()
+        if not reason and not self.resuming:
             error = self.query_one("#confirm-error", Static)
             error.update(Text("A reason is required: it goes to the audit log.", style="red"))
             self.query_one("#reason", Input).focus()

@@ -22,6 +22,11 @@ KEYS = (
     ("r", "requeue the selected jobs, else the highlighted one"),
     ("s", "mark stuck the selected jobs, else the highlighted one"),
     ("R", "requeue every expired lease in the current filter"),
+    (
+        "P",
+        "pause the highlighted job's queue (no worker claims its jobs; a reason is required), "
+        "or resume it if it is paused (shown under the counts: ⏸ paused)",
+    ),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
     ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),
     (

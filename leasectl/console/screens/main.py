@@ -30,7 +30,7 @@ from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
-ACTIONS = {"requeue", "mark_stuck", "requeue_expired"}
+ACTIONS = {"requeue", "mark_stuck", "requeue_expired", "toggle_pause"}
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
 
 
@@ -49,7 +49,12 @@ def panel_counts(snap: Snapshot) -> list[tuple[int, int]]:
     ]
 
 
-ACTION_KEYS = {"r": "requeue", "s": "mark stuck", "R": "requeue all expired"}
+ACTION_KEYS = {
+    "r": "requeue",
+    "s": "mark stuck",
+    "R": "requeue all expired",
+    "P": "pause or resume",
+}
 
 
 class MainScreen(Screen[None]):
@@ -58,6 +63,7 @@ class MainScreen(Screen[None]):
         Binding("r", "requeue", "Requeue"),
         Binding("s", "mark_stuck", "Mark stuck"),
         Binding("R", "requeue_expired", "Requeue expired"),
+        Binding("P", "toggle_pause", "Pause/resume queue", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -288,6 +294,12 @@ class MainScreen(Screen[None]):
 
     def action_requeue_expired(self) -> None:
         self.host.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())
+
+    def action_toggle_pause(self) -> None:
+        """Pause, or resume, the queue of the highlighted job."""
+        table = self._focused_job_table()
+        job = table.highlighted() if table is not None else None
+        self.host.request_pause(job.queue if job is not None else None)
 
     def action_filter(self) -> None:
         self.host.open_filter()

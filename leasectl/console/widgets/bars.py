@@ -4,22 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from leasectl.console.view import ConsoleFilter
+from leasectl.console.view import ConsoleFilter, cut
 from leasectl.console.widgets import show_text
 from leasectl.core.config import format_duration
 from leasectl.core.models import JobStatus, Snapshot
-from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
+from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
 from leasectl.present.times import local_clock, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
+# The summary's paused line: at most this many queues named, each name and reason cut.
+PAUSED_LISTED = 3
+PAUSED_QUEUE_CHARS = 40
+PAUSED_BY_CHARS = 30
+PAUSED_REASON_CHARS = 80
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,12 @@ class Summary(Horizontal):
             spark.data = []
             return
         width = counts.size.width or self.size.width or 80
-        show_text(counts, pack(counts_groups(snap, now, flt), width))
+        text = pack(counts_groups(snap, now, flt), width)
+        paused = paused_text(snap, now, width)
+        if paused is not None:
+            text.append("\n")
+            text.append_text(paused)
+        show_text(counts, text)
         show_text(label, throughput_text(snap))
         spark.data = [float(v) for v in snap.throughput]
 
@@ -162,6 +172,46 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         ("Stuck ", "dim"), (count_text(c.stuck), STUCK_STYLE if c.stuck else "bold")
     )
     return [scope_text(flt), pending, processing, stuck, history_text(snap)]
+
+
+def paused_text(snap: Snapshot, now: datetime, width: int) -> Text | None:
+    """The paused queues, whatever the filter, on one line of at most ``width`` cells (cut with
+    "…"): no worker claims their jobs until they are resumed. None when no queue is paused.
+    Queue names, actors and reasons are shown literally, each cut to a bounded length; the
+    reasons are cut shorter (to nothing) before a queue named would be cut off the line."""
+    if not snap.paused_total:
+        return None
+    text = Text()
+    for reason_chars in PAUSED_REASON_CUTS:
+        text = _paused_line(snap, now, reason_chars)
+        if text.cell_len <= width:
+            return text
+    text.truncate(max(1, width), overflow="ellipsis")
+    return text
+
+
+# The summary's paused line tries these cuts of each reason, longest first (0: no reason).
+PAUSED_REASON_CUTS = (PAUSED_REASON_CHARS, 40, 20, 0)
+
+
+def _paused_line(snap: Snapshot, now: datetime, reason_chars: int) -> Text:
+    text = Text("⏸ paused: ", style=PAUSED_STYLE)
+    for i, p in enumerate(snap.paused[:PAUSED_LISTED]):
+        if i:
+            text.append(", ", style="dim")
+        text.append_text(lit(cut(p.queue, PAUSED_QUEUE_CHARS), PAUSED_STYLE))
+        since = timedelta(seconds=int(max(now - p.paused_at, timedelta(0)).total_seconds()))
+        text.append(f" (since {format_duration(since)}, by ")
+        text.append_text(lit(cut(p.paused_by, PAUSED_BY_CHARS)))
+        if reason_chars:
+            text.append(': "')
+            text.append_text(lit(cut(p.reason, reason_chars), "italic"))
+            text.append('"')
+        text.append(")")
+    more = snap.paused_total - min(len(snap.paused), PAUSED_LISTED)
+    if more > 0:
+        text.append(f", and {count_text(more)} more", style="dim")
+    return text
 
 
 def scope_text(flt: ConsoleFilter) -> Text:

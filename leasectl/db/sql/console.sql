@@ -308,3 +308,12 @@ SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
 ORDER BY p.finished_at DESC, p.id DESC;
+
+-- name: console_paused
+-- The paused queues (migration 7's queue_state: one row per paused queue, a handful at most),
+-- whatever the filter shows, by name: at most %(paused_limit)s of them, and how many there are.
+-- The reason is cut to 200 characters: the summary shows one line of it.
+SELECT queue, paused_at, paused_by, left(reason, 200) AS reason, count(*) OVER () AS total
+FROM {schema}.queue_state
+ORDER BY queue
+LIMIT %(paused_limit)s;
