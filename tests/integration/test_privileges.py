@@ -14,9 +14,10 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -621,6 +622,41 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
     assert public == [("queue_pause", False), ("queue_resume", False)]
 
 
+# What later versions added to `leasectl grant`'s statements: an older version's grants are
+# today's without them.
+ADDED_BY_7 = (
+    ", {schema}.queue_state",
+    ", {schema}.queue_events",
+    ", {schema}.queue_pause, {schema}.queue_resume",
+)
+ADDED_BY_8 = (", error_detail",)
+
+
+def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
+    """The schema as an installation at ``version`` has it (migrations 1 to ``version``)."""
+    conn.execute(queries.get("migrations_table_create").render("leasectl"))
+    for migration in queries.migrations()[:version]:
+        conn.execute(migration.render("leasectl"))
+        conn.execute(
+            queries.get("migration_record").render("leasectl"),
+            {"version": migration.version, "name": migration.name},
+        )
+
+
+def grant_as_before(
+    conn: psycopg.Connection[Any], kind: str, role: str, added: Sequence[str]
+) -> None:
+    """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
+    text = queries.get(f"grant_{kind}").text
+    for piece in added:
+        text = text.replace(piece, "")
+    conn.execute(
+        sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
+            s=sql.Identifier("leasectl"), r=sql.Identifier(role)
+        )
+    )
+
+
 def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
     server_dsn: str, empty_db_dsn: str
 ) -> None:
@@ -635,27 +671,9 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
     roles = Roles(names, empty_db_dsn)
     try:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            conn.execute(queries.get("migrations_table_create").render("leasectl"))
-            for migration in queries.migrations()[:6]:
-                conn.execute(migration.render("leasectl"))
-                conn.execute(
-                    queries.get("migration_record").render("leasectl"),
-                    {"version": migration.version, "name": migration.name},
-                )
-            for kind, name in names.items():  # today's grants without what version 7 added
-                text = queries.get(f"grant_{kind}").text
-                for added in (
-                    ", {schema}.queue_state",
-                    ", {schema}.queue_events",
-                    ", {schema}.queue_pause, {schema}.queue_resume",
-                    ", error_detail",  # (version 8's)
-                ):
-                    text = text.replace(added, "")
-                conn.execute(
-                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
-                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
-                    )
-                )
+            migrate_to(conn, 6)
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_7 + ADDED_BY_8)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -699,21 +717,9 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
     roles = Roles({"worker": name}, empty_db_dsn)
     try:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            conn.execute(queries.get("migrations_table_create").render("leasectl"))
-            for migration in queries.migrations()[:7]:
-                conn.execute(migration.render("leasectl"))
-                conn.execute(
-                    queries.get("migration_record").render("leasectl"),
-                    {"version": migration.version, "name": migration.name},
-                )
-            text = queries.get("grant_worker").text  # today's, without what version 8 added
-            assert ", error_detail)" in text
-            text = text.replace(", error_detail)", ")")
-            conn.execute(
-                sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
-                    s=sql.Identifier("leasectl"), r=sql.Identifier(name)
-                )
-            )
+            migrate_to(conn, 7)
+            assert ", error_detail)" in queries.get("grant_worker").text
+            grant_as_before(conn, "worker", name, ADDED_BY_8)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -747,20 +753,9 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
     roles = Roles(names, empty_db_dsn)
     try:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            conn.execute(queries.get("migrations_table_create").render("leasectl"))
-            for migration in queries.migrations()[:7]:
-                conn.execute(migration.render("leasectl"))
-                conn.execute(
-                    queries.get("migration_record").render("leasectl"),
-                    {"version": migration.version, "name": migration.name},
-                )
-            for kind, name in names.items():  # today's, without what version 8 added
-                text = queries.get(f"grant_{kind}").text.replace(", error_detail)", ")")
-                conn.execute(
-                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
-                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
-                    )
-                )
+            migrate_to(conn, 7)
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_8)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
             gone, other, again = store.ops.enqueue([{}, {}, {}], queue="q")
