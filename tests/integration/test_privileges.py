@@ -6,6 +6,7 @@ carries a password, which must never be printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -46,11 +47,10 @@ class Roles:
         return conninfo.make_conninfo(self.db_dsn, user=self.names[kind], password=SECRET)
 
 
-@pytest.fixture
-def roles(server_dsn: str, db_dsn: str) -> Iterator[Roles]:
-    tag = secrets.token_hex(4)
-    names = {kind: f"lc_{kind}_{tag}" for kind in KINDS}
-    names["nobody"] = f"lc_nobody_{tag}"
+@contextlib.contextmanager
+def login_roles(server_dsn: str, db_dsn: str, names: dict[str, str]) -> Iterator[Roles]:
+    """Login roles named ``names`` (kind -> role) for the database ``db_dsn``; afterwards what
+    they were granted there and the roles themselves are dropped."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         for name in names.values():
             conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
@@ -63,6 +63,15 @@ def roles(server_dsn: str, db_dsn: str) -> Iterator[Roles]:
         with psycopg.connect(server_dsn, autocommit=True) as conn:
             for name in names.values():
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def roles(server_dsn: str, db_dsn: str) -> Iterator[Roles]:
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_{kind}_{tag}" for kind in KINDS}
+    names["nobody"] = f"lc_nobody_{tag}"
+    with login_roles(server_dsn, db_dsn, names) as made:
+        yield made
 
 
 @pytest.fixture
@@ -665,11 +674,7 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
     operator pauses and resumes; a producer gets nothing new. No `leasectl grant` is re-run."""
     tag = secrets.token_hex(4)
     names = {kind: f"lc_old_{kind}_{tag}" for kind in KINDS}
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    roles = Roles(names, empty_db_dsn)
-    try:
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 6)
             for kind, name in names.items():
@@ -696,13 +701,6 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                 conn.execute("SELECT * FROM leasectl.queue_events")
         proc = cli("resume", "q", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
-    finally:
-        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
@@ -712,10 +710,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
     error_detail) fails a job with its traceback once `init` has added the column: the
     migration gives it UPDATE (error_detail). No `leasectl grant` is re-run."""
     name = f"lc_old_worker_{secrets.token_hex(4)}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    roles = Roles({"worker": name}, empty_db_dsn)
-    try:
+    with login_roles(server_dsn, empty_db_dsn, {"worker": name}) as roles:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             assert ", error_detail)" in queries.get("grant_worker").text
@@ -732,11 +727,6 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
         with Stores.connect(empty_db_dsn, "leasectl") as store:
             [attempt] = store.ops.inspect(job_id).attempts
             assert (attempt.error, attempt.error_detail) == ("boom", "Traceback\nboom")
-    finally:
-        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
 
 
 def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
@@ -747,11 +737,7 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
     function is still closed to PUBLIC and to the other roles."""
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v7_{kind}_{tag}" for kind in KINDS}
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        for name in names.values():
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
-    roles = Roles(names, empty_db_dsn)
-    try:
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             for kind, name in names.items():
@@ -783,10 +769,3 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
         assert [a for (a,) in allowed] == [False, *(kind == "operator" for kind in KINDS)]
         for kind in ("viewer", "worker", "producer"):
             refused(roles, kind, empty_db_dsn, "requeue-stuck", "--owner", "w-gone")
-    finally:
-        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            for name in names.values():
-                conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
