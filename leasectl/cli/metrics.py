@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from types import FrameType
@@ -12,14 +11,13 @@ import typer
 from prometheus_client import CollectorRegistry, start_http_server
 
 from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _say
+from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
 from leasectl.db.connection import Database
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import LeasectlCollector
-
-log = logging.getLogger(__name__)
 
 
 def metrics(
@@ -42,23 +40,34 @@ def metrics(
             "answers leasectl_up 0.",
         ),
     ] = "5s",
+    log_level: Annotated[
+        LogLevel, typer.Option(help="Log level (a failed scrape logs a warning once).")
+    ] = LogLevel.INFO,
     as_json: JsonOpt = False,
 ) -> None:
     """Serve Prometheus metrics (/metrics) until SIGTERM/SIGINT: each scrape reads the queue."""
     host, port = config.parse_listen(listen)
     limit = _duration(timeout, "--timeout")
     dsn, schema = _globals(ctx).resolve()
-    logging.basicConfig(level=logging.WARNING, format="leasectl metrics: %(message)s")
-    db = Database.connect(
-        dsn,
-        schema,
-        max_size=1,
-        application_name="leasectl metrics",
-        pool_timeout=limit.total_seconds(),
-    )
+    _setup_logging(log_level)
+
+    def connect() -> MetricsReads:
+        return MetricsReads(
+            Database.connect(
+                dsn,
+                schema,
+                max_size=1,
+                application_name="leasectl metrics",
+                pool_timeout=limit.total_seconds(),
+            )
+        )
+
+    # The first connection is made here: a wrong DSN or schema is an error now, not a silent 0.
+    first = connect()
+    collector = LeasectlCollector(first, limit, connect)
     try:
         registry = CollectorRegistry(auto_describe=True)
-        registry.register(LeasectlCollector(MetricsReads(db), limit))
+        registry.register(collector)
         try:
             server, thread = start_http_server(port, addr=host, registry=registry)
         except OSError as exc:
@@ -76,7 +85,7 @@ def metrics(
             if as_json:
                 _emit_json({"listen": url, "host": bound_host, "port": bound_port}, indent=None)
             else:
-                _say(f"serving metrics of schema {echo(schema)} at {db.where} on {url}")
+                _say(f"serving metrics of schema {echo(schema)} at {first.db.where} on {url}")
             stop.wait()
         finally:
             for sig, handler in previous.items():
@@ -85,4 +94,4 @@ def metrics(
             server.server_close()
             thread.join(timeout=5)
     finally:
-        db.close()
+        collector.close()

@@ -80,6 +80,9 @@ class MetricsReads:
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
         self.risk_window = risk_window
 
+    def close(self) -> None:
+        self.db.close(timeout=1.0)
+
     def read(self, timeout: timedelta) -> MetricsRows:
         """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
         each statement bounded by ``timeout``."""
@@ -106,7 +109,7 @@ class MetricsReads:
             ("estimate", "status_finished_estimate", params),
             ("paused", "console_paused", params),
         ]
-        with self.db.connection() as conn:
+        with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
                 cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for label, name, args in reads:

@@ -2,9 +2,9 @@
 scrape (``db/metrics.py``) and names what it read in Prometheus' terms.
 
 A scrape that cannot reach the database still answers: ``leasectl_up 0`` and the error's class;
-the next scrape tries again (the pool reconnects by itself), so the exporter recovers without a
-restart. Scrapes are serialised: two Prometheus servers scraping at once cost one read each, one
-after the other, never two connections' worth of load at once.
+the next scrape connects afresh (one connection attempt per scrape, not the pool's growing
+backoff), so the exporter recovers at the first scrape after the database is back. Scrapes are
+serialised: two Prometheus servers scraping at once cost one read each, one after the other.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from leasectl.core.errors import QueryTimeout
+from leasectl.core.literal import visible
 from leasectl.core.models import Freshness, JobStatus
 from leasectl.db.metrics import MetricsReads, MetricsRows
 
@@ -106,11 +108,25 @@ def _gauge(name: str) -> GaugeMetricFamily:
 class LeasectlCollector(Collector):
     """Reads the database on each scrape; never raises out of ``collect``."""
 
-    def __init__(self, reads: MetricsReads, timeout: timedelta) -> None:
+    def __init__(
+        self,
+        reads: MetricsReads | None,
+        timeout: timedelta,
+        connect: Callable[[], MetricsReads],
+    ) -> None:
+        """``reads``: over an open database (None: connect at the first scrape); ``connect``:
+        a new one, after a scrape that lost the database."""
         self.reads = reads
         self.timeout = timeout
+        self.connect = connect
         self._lock = threading.Lock()
         self._failing: str | None = None  # the error class of the last failed scrape
+
+    def close(self) -> None:
+        with self._lock:
+            if self.reads is not None:
+                self.reads.close()
+                self.reads = None
 
     def describe(self) -> Iterator[Metric]:
         # No reads at registration: the registry learns the names from this, not from collect().
@@ -121,12 +137,18 @@ class LeasectlCollector(Collector):
         with self._lock:
             start = time.perf_counter()
             try:
+                if self.reads is None:
+                    self.reads = self.connect()
                 rows: MetricsRows | None = self.reads.read(self.timeout)
                 error = None
             except Exception as exc:  # any failure is a scrape of "down", never a 500
                 rows, error = None, type(exc).__name__
                 if error != self._failing:
-                    log.warning("scrape failed: %s: %s", error, exc)
+                    log.warning("scrape failed: %s: %s", error, visible(str(exc)))
+                if self.reads is not None and not isinstance(exc, QueryTimeout):
+                    # A slow statement leaves the connection sound; anything else may not.
+                    self.reads.close()
+                    self.reads = None
             else:
                 if self._failing is not None:
                     log.warning("scrape succeeded again")

@@ -8,7 +8,8 @@
 -- name: metrics_pending
 -- Per queue with Pending jobs: how many (at most %(cap)s + 1 counted) and the age in seconds of the
 -- oldest due one (NULL: none is due). A loose index scan of the claim index finds the (queue,
--- priority) groups, at most %(group_limit)s of them (truncated: there were more); the head of a
+-- priority) groups, at most %(group_limit)s of them (truncated: there were more, found by one
+-- step past the limit); the head of a
 -- group in run_at order is its oldest, so the oldest due of a queue is the oldest of its groups'
 -- heads when that one is due. The database clock decides.
 WITH RECURSIVE grp AS (
@@ -27,7 +28,7 @@ WITH RECURSIVE grp AS (
         ORDER BY queue, priority
         LIMIT 1
     ) AS nx
-    WHERE g.n < %(group_limit)s
+    WHERE g.n <= %(group_limit)s
 ), heads AS (
     SELECT g.queue, min(h.run_at) AS oldest
     FROM grp AS g
@@ -38,12 +39,13 @@ WITH RECURSIVE grp AS (
         ORDER BY run_at
         LIMIT 1
     ) AS h
+    WHERE g.n <= %(group_limit)s
     GROUP BY g.queue
 )
 SELECT q.queue, c.jobs,
        CASE WHEN q.oldest <= now()
             THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
-       (SELECT max(n) FROM grp) >= %(group_limit)s AS truncated
+       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
 FROM heads AS q
 CROSS JOIN LATERAL (
     SELECT count(*) AS jobs
@@ -56,7 +58,8 @@ ORDER BY q.queue;
 
 -- name: metrics_stuck
 -- Per queue with Stuck jobs: how many (at most %(cap)s + 1 counted). A loose index scan of the
--- Stuck index finds the queues, at most %(queue_limit)s of them (truncated: there were more).
+-- Stuck index finds the queues, at most %(queue_limit)s of them (truncated: there were more, found
+-- by one step past the limit).
 WITH RECURSIVE q AS (
     (SELECT 1 AS n, queue
      FROM {schema}.jobs
@@ -73,9 +76,9 @@ WITH RECURSIVE q AS (
         ORDER BY queue
         LIMIT 1
     ) AS nx
-    WHERE q.n < %(queue_limit)s
+    WHERE q.n <= %(queue_limit)s
 )
-SELECT q.queue, c.jobs, (SELECT max(n) FROM q) >= %(queue_limit)s AS truncated
+SELECT q.queue, c.jobs, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
 FROM q
 CROSS JOIN LATERAL (
     SELECT count(*) AS jobs
@@ -84,6 +87,7 @@ CROSS JOIN LATERAL (
           WHERE status = 'Stuck' AND queue = q.queue
           LIMIT %(cap)s + 1) AS b
 ) AS c
+WHERE q.n <= %(queue_limit)s
 ORDER BY q.queue;
 
 -- name: metrics_leases
