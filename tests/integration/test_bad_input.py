@@ -226,6 +226,13 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["metrics"], 2, ["Missing option '--listen'"]),
     *durations("metrics", "--listen", "127.0.0.1:0", "--timeout"),
     (["metrics", "--listen", "127.0.0.1:0", "--log-level", "loud"], 2, ["'--log-level'"]),
+    # status --check's thresholds
+    *durations("status", "--max-oldest-due", zero_ok=True, values=ALL_BAD_DURATIONS),
+    *[
+        (["status", option, value], 2, [f"'{option}'"])
+        for option in ("--max-expired", "--max-stuck")
+        for value in ("-1", "x", "1.5", SQLI)
+    ],
 ]
 
 
