@@ -1,17 +1,26 @@
 """Bounded counts: how many rows of a live state, counted up to a cap and no further.
 
 An exact count of two million Pending rows walks two million index entries on every call; a
-scheduled read (a metrics scrape, a console refresh) counts at most ``COUNT_CAP + 1`` rows per
-queue and says "at least COUNT_CAP" beyond that. The SQL side is ``LIMIT cap + 1`` in a
-subquery (``db/sql/metrics.sql``); this is the rule that reads its result.
+scheduled read (a metrics scrape, a console refresh) counts at most ``cap + 1`` rows per queue
+and says "more than cap" beyond that. The cap shares a budget of index entries among the queues
+counted (``cap_for``), so that a scrape costs about the same with 3 queues or 300. The SQL side
+is ``LIMIT cap + 1`` in a subquery (``db/sql/metrics.sql``, which computes ``cap_for`` over the
+queues it found, in the same statement); ``BoundedCount.read`` reads its result.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Per queue and state. 10,000 index entries cost about a millisecond (BENCHMARKS.md, metrics).
-COUNT_CAP = 10_000
+# Index entries a state's counts may walk per read, shared by its queues; but every queue is
+# counted up to COUNT_FLOOR at least. 30,000 entries: a few ms (BENCHMARKS.md, "metrics").
+COUNT_BUDGET = 30_000
+COUNT_FLOOR = 1_000
+
+
+def cap_for(queues: int, budget: int = COUNT_BUDGET, floor: int = COUNT_FLOOR) -> int:
+    """Each queue's cap when ``queues`` queues share ``budget`` (the SQL computes the same)."""
+    return max(floor, budget // max(1, queues))
 
 
 @dataclass(frozen=True)
@@ -22,7 +31,7 @@ class BoundedCount:
     capped: bool  # True: there are more than ``value`` rows
 
     @classmethod
-    def read(cls, counted: int, cap: int = COUNT_CAP) -> BoundedCount:
+    def read(cls, counted: int, cap: int) -> BoundedCount:
         """The count of a ``LIMIT cap + 1`` subquery: more than ``cap`` means "at least cap"."""
         if cap < 0:
             raise ValueError("cap must be >= 0")

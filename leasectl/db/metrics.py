@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasectl.core.counts import COUNT_CAP, BoundedCount
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.models import OwnerHealth, PausedQueue
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -59,7 +59,8 @@ class MetricsReads:
         self,
         db: Database,
         *,
-        cap: int = COUNT_CAP,
+        budget: int = COUNT_BUDGET,
+        floor: int = COUNT_FLOOR,
         group_limit: int = 1000,
         queue_limit: int = 1000,
         lease_limit: int = 2000,
@@ -69,7 +70,8 @@ class MetricsReads:
         risk_window: timedelta = timedelta(seconds=10),
     ) -> None:
         self.db = db
-        self.cap = cap
+        self.budget = budget
+        self.floor = floor
         self.limits: dict[str, int] = {
             "group_limit": group_limit,
             "queue_limit": queue_limit,
@@ -89,7 +91,8 @@ class MetricsReads:
         schema = self.db.schema
         params: dict[str, Any] = {
             **self.limits,
-            "cap": self.cap,
+            "budget": self.budget,
+            "floor": self.floor,
             "risk_window": self.risk_window,
             "schema": schema,
             "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
@@ -130,11 +133,15 @@ class MetricsReads:
             db_now=db_now,
             pending=tuple(
                 PendingQueue(
-                    r["queue"], BoundedCount.read(int(r["jobs"]), self.cap), r["oldest_due_age"]
+                    r["queue"],
+                    BoundedCount.read(int(r["jobs"]), int(r["cap"])),
+                    r["oldest_due_age"],
                 )
                 for r in rows["pending"]
             ),
-            stuck={r["queue"]: BoundedCount.read(int(r["jobs"]), self.cap) for r in rows["stuck"]},
+            stuck={
+                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"])) for r in rows["stuck"]
+            },
             leases=tuple(
                 QueueOwnerLeases(
                     r["queue"],

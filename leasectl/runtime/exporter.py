@@ -48,7 +48,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "gauge",
         ("queue", "status"),
         "Live jobs per queue and status (Pending, Processing, Stuck). Processing is exact; "
-        "Pending and Stuck are exact up to the count cap, then the cap "
+        "Pending and Stuck are exact up to a cap per queue, then the cap "
         "(see leasectl_jobs_capped).",
     ),
     "leasectl_jobs_capped": (

@@ -119,15 +119,21 @@ def test_counts_beyond_the_cap_are_the_cap_and_say_so(
     moved = store.ops.operator_mark_stuck(store.ops.seen_now([lease.job_id]), actor="t", reason="r")
     assert moved.changed == (lease.job_id,)
     with Stores.connect(db_dsn, "leasectl") as other:
-        rows = MetricsReads(other.db, cap=3).read(timedelta(seconds=5))
+        # Two queues share a budget of 6: 3 each (the floor, 3, allows no less).
+        rows = MetricsReads(other.db, budget=6, floor=3).read(timedelta(seconds=5))
     assert {p.queue: p.jobs for p in rows.pending} == {
         "big": BoundedCount(3, True),
         "small": BoundedCount(2, False),
     }
     assert rows.stuck == {"small": BoundedCount(1, False)}
     with Stores.connect(db_dsn, "leasectl") as other:
-        rows = MetricsReads(other.db, cap=7).read(timedelta(seconds=5))
-    assert {p.queue: p.jobs for p in rows.pending}["big"] == BoundedCount(7, False)
+        # The floor wins over a small budget: 7 each, and big's 7 is exact.
+        rows = MetricsReads(other.db, budget=2, floor=7).read(timedelta(seconds=5))
+        assert {p.queue: p.jobs for p in rows.pending}["big"] == BoundedCount(7, False)
+        # One queue alone gets the whole budget.
+        sql_conn.execute("DELETE FROM leasectl.jobs WHERE queue = 'small' AND status = 'Pending'")
+        rows = MetricsReads(other.db, budget=6, floor=1).read(timedelta(seconds=5))
+        assert [(p.queue, p.jobs) for p in rows.pending] == [("big", BoundedCount(6, True))]
 
 
 def test_reads_past_their_limits_say_they_are_truncated(db_dsn: str, store: Stores) -> None:

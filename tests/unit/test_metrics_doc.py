@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount, cap_for
 from leasectl.runtime.exporter import METRICS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -27,3 +28,12 @@ def test_names_follow_prometheus_conventions() -> None:
         assert kind != "counter" or name.endswith("_total"), name
         assert "seconds" not in name or name.endswith("_seconds"), name
         assert doc.endswith(".") and len(set(labels)) == len(labels), name
+
+
+def test_the_count_cap_shares_its_budget_and_keeps_a_floor() -> None:
+    assert cap_for(3) == COUNT_BUDGET // 3
+    assert cap_for(0) == cap_for(1) == COUNT_BUDGET
+    assert cap_for(10_000) == COUNT_FLOOR
+    assert BoundedCount.read(5, 5) == BoundedCount(5, False)
+    assert BoundedCount.read(6, 5) == BoundedCount(5, True)
+    assert str(BoundedCount(5, True)) == "5+" and str(BoundedCount(1234, False)) == "1,234"

@@ -2,12 +2,13 @@
 -- transaction with the console's settings (console_snapshot_begin, console_settings), so that
 -- every gauge describes the same instant. Each query walks a live state's partial index, a bounded
 -- number of steps; none reads finished history (its totals are the planner's estimate,
--- status_finished_estimate). Counts of Pending and Stuck rows stop at %(cap)s + 1 per queue
--- (leasectl/core/counts.py reads "more than cap" as a lower bound).
+-- status_finished_estimate). Counts of Pending and Stuck rows stop at cap + 1 per queue, where
+-- cap = greatest(%(floor)s, %(budget)s / queues): the queues share a budget of index entries
+-- (leasectl/core/counts.py: cap_for, and "more than cap" read as a lower bound).
 
 -- name: metrics_pending
--- Per queue with Pending jobs: how many (at most %(cap)s + 1 counted) and the age in seconds of the
--- oldest due one (NULL: none is due). A loose index scan of the claim index finds the (queue,
+-- Per queue with Pending jobs: how many (at most cap + 1 counted, cap returned) and the age in
+-- seconds of the oldest due one (NULL: none is due). A loose index scan of the claim index finds the (queue,
 -- priority) groups, at most %(group_limit)s of them (truncated: there were more, found by one
 -- step past the limit); the head of a
 -- group in run_at order is its oldest, so the oldest due of a queue is the oldest of its groups'
@@ -41,24 +42,28 @@ WITH RECURSIVE grp AS (
     ) AS h
     WHERE g.n <= %(group_limit)s
     GROUP BY g.queue
+), budget AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
+    FROM heads
 )
-SELECT q.queue, c.jobs,
+SELECT q.queue, c.jobs, b.cap,
        CASE WHEN q.oldest <= now()
             THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
        (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
 FROM heads AS q
+CROSS JOIN budget AS b
 CROSS JOIN LATERAL (
     SELECT count(*) AS jobs
     FROM (SELECT 1
           FROM {schema}.jobs
           WHERE status = 'Pending' AND queue = q.queue
-          LIMIT %(cap)s + 1) AS b
+          LIMIT b.cap + 1) AS x
 ) AS c
 ORDER BY q.queue;
 
 -- name: metrics_stuck
--- Per queue with Stuck jobs: how many (at most %(cap)s + 1 counted). A loose index scan of the
--- Stuck index finds the queues, at most %(queue_limit)s of them (truncated: there were more, found
+-- Per queue with Stuck jobs: how many (at most cap + 1 counted, cap returned). A loose index scan
+-- of the Stuck index finds the queues, at most %(queue_limit)s of them (truncated: there were more, found
 -- by one step past the limit).
 WITH RECURSIVE q AS (
     (SELECT 1 AS n, queue
@@ -77,15 +82,20 @@ WITH RECURSIVE q AS (
         LIMIT 1
     ) AS nx
     WHERE q.n <= %(queue_limit)s
+), budget AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
+    FROM q
+    WHERE q.n <= %(queue_limit)s
 )
-SELECT q.queue, c.jobs, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
+SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
 FROM q
+CROSS JOIN budget AS b
 CROSS JOIN LATERAL (
     SELECT count(*) AS jobs
     FROM (SELECT 1
           FROM {schema}.jobs
           WHERE status = 'Stuck' AND queue = q.queue
-          LIMIT %(cap)s + 1) AS b
+          LIMIT b.cap + 1) AS x
 ) AS c
 WHERE q.n <= %(queue_limit)s
 ORDER BY q.queue;
