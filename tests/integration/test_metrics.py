@@ -17,6 +17,7 @@ from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import METRICS
 from tests.exporter import exporter, scrape
+from tests.hostile import CORPUS
 from tests.integration.test_cli import assert_one_line_error, cli
 from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
@@ -237,3 +238,23 @@ def test_the_exporter_says_down_while_the_database_is_stopped_and_recovers(
         )
         assert back.value("leasectl_jobs", queue="q", status="Pending") == 3
         assert back.get("leasectl_scrape_error_info", error="ConnectionFailed") is None
+
+
+def test_hostile_queue_names_and_owners_are_exact_label_values(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Labels are data for Prometheus: each name comes back from the exposition exactly as
+    stored (escaped by prometheus_client, parsed back by its parser), whatever it holds."""
+    names = [text[:200] for text in CORPUS if text[:200].strip()]
+    for i, name in enumerate(names):
+        store.ops.enqueue([{}, {}], queue=name)
+        (lease,) = store.work.claim(name, f"{name}#{i}", timedelta(seconds=30))
+    store.ops.pause(names[0], actor="t", reason="r")
+    with exporter(db_dsn) as (_, url):
+        s = scrape(url)
+    assert {dict(k)["queue"] for k in s.series("leasectl_oldest_due_job_age_seconds")} == set(names)
+    assert {dict(k)["owner"] for k in s.series("leasectl_leases_expired")} == {
+        f"{name}#{i}" for i, name in enumerate(names)
+    }
+    assert {dict(k)["queue"] for k in s.series("leasectl_queue_paused")} == {names[0]}
+    assert lease

@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import psycopg
 
+from leasectl.core.literal import echo
+from tests.hostile import MARKUP, TERMINAL, UNICODE
 from tests.integration.test_cli import cli
 from tests.seed import OWNER
 from tests.stores import Stores
@@ -93,3 +95,18 @@ def test_thresholds_in_json(db_dsn: str, store: Stores, sql_conn: psycopg.Connec
     [v] = json.loads(aged.stdout)["check"]["violations"]
     assert v["queue"] == "a" and v["measure"] == "oldest_due" and v["limit"] == 120
     assert 600 <= v["value"] < 900
+
+
+def test_hostile_queue_names_in_violations_are_literal(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    names = [text[:200] for text in TERMINAL + UNICODE + MARKUP]
+    for name in names:
+        store.ops.enqueue([{}], queue=name)
+    proc = cli("status", "--max-oldest-due", "0", "--max-expired", "0", dsn=db_dsn)
+    assert proc.returncode == 3
+    lines = proc.stderr.splitlines()
+    assert len(lines) == len(names), proc.stderr  # one line each, whatever the name holds
+    assert "\x1b" not in proc.stderr and "\x9b" not in proc.stderr and "\x07" not in proc.stderr
+    for name in names:
+        assert any(f"queue {echo(name)}: the oldest due job" in line for line in lines), name
