@@ -13,12 +13,14 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.core.counts import BoundedCount
+from leasectl.db import grants
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import METRICS
 from tests.exporter import exporter, scrape
 from tests.hostile import CORPUS
 from tests.integration.test_cli import assert_one_line_error, cli
+from tests.integration.test_privileges import login_roles
 from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
 from tests.util import wait_until
@@ -258,3 +260,17 @@ def test_hostile_queue_names_and_owners_are_exact_label_values(
     }
     assert {dict(k)["queue"] for k in s.series("leasectl_queue_paused")} == {names[0]}
     assert lease
+
+
+def test_a_viewer_role_can_run_the_exporter(
+    server_dsn: str, db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    seed_console(store, sql_conn)
+    viewer = f"lc_metrics_viewer_{uuid.uuid4().hex[:8]}"
+    with login_roles(server_dsn, db_dsn, {"viewer": viewer}) as roles:
+        grants.apply(store.db, [grants.Grant(grants.Kind.VIEWER, viewer)])
+        with exporter(roles.dsn("viewer")) as (_, url):
+            s = scrape(url)
+    assert s.value("leasectl_up") == 1
+    assert s.value("leasectl_jobs", queue="payments", status="Processing") == 5
+    assert s.value("leasectl_owner_leases_expired", owner=SILENT, freshness="silent") == 2
