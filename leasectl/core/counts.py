@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Index entries a state's counts may walk per read, shared by its queues; but every queue is
-# counted up to COUNT_FLOOR at least. 30,000 entries: a few ms (BENCHMARKS.md, "metrics").
-COUNT_BUDGET = 30_000
+# counted up to COUNT_FLOOR at least. 12,000 entries: about 2-4 ms (BENCHMARKS.md, "metrics").
+COUNT_BUDGET = 12_000
 COUNT_FLOOR = 1_000
 
 
