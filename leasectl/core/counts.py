@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Index entries a state's counts may walk per read, shared by its queues; but every queue is
-# counted up to COUNT_FLOOR at least. 12,000 entries: about 2-4 ms (BENCHMARKS.md, "metrics").
-COUNT_BUDGET = 12_000
-COUNT_FLOOR = 1_000
+# counted up to COUNT_FLOOR at least. 6,000 unvacuumed entries: about 5 ms (BENCHMARKS.md,
+# "metrics"); the cost is linear in the budget.
+COUNT_BUDGET = 6_000
+COUNT_FLOOR = 100
 
 
 def cap_for(queues: int, budget: int = COUNT_BUDGET, floor: int = COUNT_FLOOR) -> int:
