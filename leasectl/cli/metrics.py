@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from prometheus_client import CollectorRegistry, start_http_server
 
-from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _say
+from leasectl.cli.root import _duration, _emit_json, _globals, _say
 from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
@@ -43,7 +43,10 @@ def metrics(
     log_level: Annotated[
         LogLevel, typer.Option(help="Log level (a failed scrape logs a warning once).")
     ] = LogLevel.INFO,
-    as_json: JsonOpt = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print where it serves as one JSON line (URL, host, port)."),
+    ] = False,
 ) -> None:
     """Serve Prometheus metrics (/metrics) until SIGTERM/SIGINT: each scrape reads the queue."""
     host, port = config.parse_listen(listen)
