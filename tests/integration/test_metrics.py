@@ -274,3 +274,32 @@ def test_a_viewer_role_can_run_the_exporter(
     assert s.value("leasectl_up") == 1
     assert s.value("leasectl_jobs", queue="payments", status="Processing") == 5
     assert s.value("leasectl_owner_leases_expired", owner=SILENT, freshness="silent") == 2
+
+
+def test_at_risk_is_judged_by_each_owners_own_interval(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A lease ending in 30 s is at risk for an owner that heartbeats every 60 s, not for one
+    that heartbeats every 10 s (nor for one that declared nothing: 10 s by default)."""
+    for owner, every in (("slow", 60), ("quick", 10)):
+        store.work.worker_register(
+            owner, hostname="h", pid=1, queues=["q"], lease_ttl=timedelta(minutes=5),
+            heartbeat_every=timedelta(seconds=every),
+        )  # fmt: skip
+    store.ops.enqueue([{}] * 3, queue="q")
+    held = [
+        *store.work.claim("q", "slow", timedelta(seconds=30)),
+        *store.work.claim("q", "quick", timedelta(seconds=30)),
+        *store.work.claim("q", "undeclared", timedelta(seconds=30)),
+    ]
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() + interval '30 seconds' WHERE id = ANY(%s)",
+        ([le.job_id for le in held],),
+    )
+    with Stores.connect(db_dsn, "leasectl") as other:
+        rows = MetricsReads(other.db).read(timedelta(seconds=5))
+    assert {le.owner: le.at_risk for le in rows.leases} == {
+        "slow": 1,
+        "quick": 0,
+        "undeclared": 0,
+    }
