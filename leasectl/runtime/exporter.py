@@ -9,6 +9,7 @@ serialised: two Prometheus servers scraping at once cost one read each, one afte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -147,7 +148,8 @@ class LeasectlCollector(Collector):
                     log.warning("scrape failed: %s: %s", error, visible(str(exc)))
                 if self.reads is not None and not isinstance(exc, QueryTimeout):
                     # A slow statement leaves the connection sound; anything else may not.
-                    self.reads.close()
+                    with contextlib.suppress(Exception):
+                        self.reads.close()
                     self.reads = None
             else:
                 if self._failing is not None:

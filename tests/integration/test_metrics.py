@@ -303,3 +303,14 @@ def test_at_risk_is_judged_by_each_owners_own_interval(
         "quick": 0,
         "undeclared": 0,
     }
+
+
+def test_a_database_unreachable_at_start_is_one_line_and_exit_1(db_dsn: str) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        proc = cli(
+            "metrics", "--listen", "127.0.0.1:0",
+            dsn=conninfo.make_conninfo(db_dsn, host="127.0.0.1", port=str(port)),
+        )  # fmt: skip
+    assert_one_line_error(proc, 1, "cannot connect to")
