@@ -53,16 +53,17 @@ def timed(fn: Any, runs: int) -> list[float]:
 
 
 def query_p50(dsn: str, runs: int) -> dict[str, float]:
-    reads = MetricsReads.__new__(MetricsReads)
-    MetricsReads.__init__(reads, None)  # type: ignore[arg-type]  # only its parameters
-    params: dict[str, Any] = {
-        **reads.limits,
-        "budget": reads.budget,
-        "floor": reads.floor,
-        "risk_window": reads.risk_window,
-        "schema": "leasectl",
-        **reads.owner_params,
-    }
+    """Each statement of a scrape alone, with the exporter's parameters and settings."""
+    with Database.connect(dsn, "leasectl", max_size=1) as db:
+        reads = MetricsReads(db)
+        params: dict[str, Any] = {
+            **reads.limits,
+            **reads.owner_params,
+            "budget": reads.budget,
+            "floor": reads.floor,
+            "risk_window": reads.risk_window,
+            "schema": "leasectl",
+        }
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for name, value in queries.CONSOLE_SETTINGS.items():
