@@ -314,3 +314,20 @@ def test_a_database_unreachable_at_start_is_one_line_and_exit_1(db_dsn: str) -> 
             dsn=conninfo.make_conninfo(db_dsn, host="127.0.0.1", port=str(port)),
         )  # fmt: skip
     assert_one_line_error(proc, 1, "cannot connect to")
+
+
+def test_a_scrape_past_its_timeout_says_down_and_the_next_one_reads(
+    db_dsn: str, store: Stores
+) -> None:
+    store.ops.enqueue([{}], queue="q")
+    with exporter(db_dsn, "--timeout", "500ms") as (_, url), psycopg.connect(db_dsn) as locker:
+        assert scrape(url).value("leasectl_up") == 1
+        locker.execute("LOCK TABLE leasectl.jobs IN ACCESS EXCLUSIVE MODE")  # held until rollback
+        down = scrape(url)
+        assert down.value("leasectl_up") == 0
+        assert down.value("leasectl_scrape_error_info", error="QueryTimeout") == 1
+        assert 0.4 < down.value("leasectl_scrape_duration_seconds") < 5
+        locker.rollback()
+        up = scrape(url)
+        assert up.value("leasectl_up") == 1
+        assert up.value("leasectl_jobs", queue="q", status="Pending") == 1
