@@ -414,6 +414,43 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# `leasectl metrics`: the scrape's reads, against the known state of test_metrics.py and the
+# bounded plans of test_metrics_plans.py.
+METRICS = "tests/integration/test_metrics.py::"
+METRICS_STATE = METRICS + "test_a_scrape_reports_the_known_state"
+METRICS_PLANS = "tests/integration/test_metrics_plans.py::"
+
+
+def _metrics(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"metrics-{name}", "metrics.sql", statement, text, replacement,
+                  tests or (METRICS_STATE,))  # fmt: skip
+
+
+MUTANTS += (
+    _metrics("oldest-due", "metrics_pending", "CASE WHEN q.oldest <= now()", "CASE WHEN TRUE",
+             METRICS + "test_oldest_due_ignores_jobs_not_yet_due_in_every_priority"),
+    _metrics("pending-status", "metrics_pending", "WHERE status = 'Pending' AND queue = q.queue",
+             "WHERE queue = q.queue"),
+    _metrics("pending-cap", "metrics_pending", "LIMIT b.cap + 1) AS x", ") AS x",
+             METRICS_PLANS + "test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows"
+             "[metrics_pending]"),
+    _metrics("stuck-status", "metrics_stuck", "WHERE status = 'Stuck' AND queue = q.queue",
+             "WHERE queue = q.queue"),
+    _metrics("stuck-cap", "metrics_stuck", "LIMIT b.cap + 1) AS x", ") AS x",
+             METRICS_PLANS + "test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows"
+             "[metrics_stuck]"),
+    _metrics("expired", "metrics_leases", "FILTER (WHERE j.lease_until < now()) AS expired",
+             "FILTER (WHERE TRUE) AS expired"),
+    _metrics("at-risk-unexpired", "metrics_leases", "WHERE j.lease_until >= now()\n",
+             "WHERE TRUE\n"),
+    _metrics("at-risk-owner-window", "metrics_leases",
+             "AND j.lease_until < now() + coalesce(", "AND now() < now() + coalesce(",
+             METRICS + "test_at_risk_is_judged_by_each_owners_own_interval"),
+    _metrics("processing-status", "metrics_leases", "WHERE j.status = 'Processing'\nGROUP BY",
+             "WHERE TRUE\nGROUP BY"),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

@@ -7,7 +7,7 @@ group of commands, ``stderr`` and ``redaction`` (every line on stderr, without s
 
 from __future__ import annotations
 
-from leasectl.cli import actions, admin, console, history, jobs, queues, worker
+from leasectl.cli import actions, admin, console, history, jobs, metrics, queues, worker
 from leasectl.cli.entry import main
 from leasectl.cli.root import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, app
 
@@ -24,6 +24,7 @@ app.command()(queues.resume)
 app.command()(jobs.inspect)
 app.command("list")(history.list_jobs)
 app.command()(jobs.status)
+app.command()(metrics.metrics)
 app.command()(jobs.prune)
 app.command()(admin.grant)
 app.command()(console.demo)

@@ -22,6 +22,7 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
+from leasectl.core.checks import Thresholds, violations
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.db.connection import Database
@@ -29,7 +30,7 @@ from leasectl.db.dsn import safe_dsn
 from leasectl.db.sql import migrations
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
-from leasectl.present.status import status_renderables
+from leasectl.present.status import status_renderables, violation_line
 from leasectl.present.text import format_ids
 from leasectl.runtime import retention
 
@@ -148,16 +149,61 @@ def status(
         bool,
         typer.Option("--check", help="Exit 3 when a lease has expired or a job is Stuck."),
     ] = False,
+    max_oldest_due: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="Check (implies --check): fail when a queue's oldest due job has waited "
+            "longer than this.",
+            show_default=False,
+        ),
+    ] = None,
+    max_expired: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Check (implies --check): fail when a queue has more expired leases "
+            "than this (--check alone: 0).",
+            show_default=False,
+        ),
+    ] = None,
+    max_stuck: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Check (implies --check): fail when a queue has more Stuck jobs than this "
+            "(--check alone: 0).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     if queue is not None:
         queue = _queue_name(queue)
+    limits = None
+    if max_oldest_due is not None or max_expired is not None or max_stuck is not None:
+        limits = Thresholds(
+            max_expired=max_expired or 0,
+            max_stuck=max_stuck or 0,
+            max_oldest_due=(
+                _duration(max_oldest_due, "--max-oldest-due", allow_zero=True)
+                if max_oldest_due is not None
+                else None
+            ),
+        )
     with _operations(ctx) as ops:
         report = ops.status(queue)
     if as_json:
-        _emit_json(status_json(report))
+        _emit_json(status_json(report, limits))
     else:
         _show(status_renderables(report))
+    if limits is not None:
+        found = violations(report, limits)
+        for violation in found:
+            _warn(violation_line(violation))
+        if found:
+            raise typer.Exit(EXIT_CHECK_FAILED)
+        return
     if check and (report.expired or report.stuck):
         _warn(
             f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"

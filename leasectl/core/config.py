@@ -197,3 +197,20 @@ def _os_account() -> str:
 
 def watcher_actor() -> str:
     return f"watcher@{socket.gethostname()}:{os.getpid()}"
+
+
+def parse_listen(text: str, what: str = "--listen") -> tuple[str, int]:
+    """HOST:PORT (``[::1]:9464`` for an IPv6 address; port 0: any free port) as (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        sep = ""  # an IPv6 address without brackets: its port is ambiguous
+    if not sep or not host.strip() or not port_text.isascii() or not port_text.isdigit():
+        raise UsageError(
+            f"invalid {what} {_shown(text)}: use HOST:PORT (127.0.0.1:9464, [::1]:9464)"
+        )
+    port = int(port_text)
+    if port > 65535:
+        raise UsageError(f"invalid {what} {_shown(text)}: the port must be 0 to 65535")
+    return host, port

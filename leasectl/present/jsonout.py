@@ -14,6 +14,7 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from leasectl.core.checks import Thresholds, violations
 from leasectl.core.literal import visible
 from leasectl.core.models import (
     Attempt,
@@ -157,12 +158,31 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
     }
 
 
-def check_json(report: StatusReport) -> dict[str, Any]:
-    return {
+def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[str, Any]:
+    """The check's totals; with thresholds (status --check --max-...), each violation too."""
+    doc: dict[str, Any] = {
         "expired": report.expired,
         "stuck": report.stuck,
         "ok": report.expired == 0 and report.stuck == 0,
     }
+    if limits is not None:
+        found = violations(report, limits)
+        doc["ok"] = not found
+        doc["thresholds"] = {
+            "max_expired": limits.max_expired,
+            "max_stuck": limits.max_stuck,
+            "max_oldest_due_s": jsonable(limits.max_oldest_due),
+        }
+        doc["violations"] = [
+            {
+                "queue": v.queue,
+                "measure": v.measure.value,
+                "value": jsonable(v.value),
+                "limit": jsonable(v.limit),
+            }
+            for v in found
+        ]
+    return doc
 
 
 def owner_json(owner: OwnerHealth) -> dict[str, Any]:
@@ -193,7 +213,7 @@ def paused_queue_json(pause: PausedQueue) -> dict[str, Any]:
     }
 
 
-def status_json(report: StatusReport) -> dict[str, Any]:
+def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[str, Any]:
     return {
         "db_now": jsonable(report.db_now),
         "recent_window_s": report.recent_window.total_seconds(),
@@ -202,7 +222,7 @@ def status_json(report: StatusReport) -> dict[str, Any]:
         "finished_estimate": finished_estimate(report),
         "owners": [owner_json(o) for o in report.owners],
         "paused": [paused_queue_json(p) for p in report.paused],
-        "check": check_json(report),
+        "check": check_json(report, limits),
     }
 
 

@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 from rich.console import RenderableType
 from rich.text import Text
 
+from leasectl.core.checks import Measure, Violation
 from leasectl.core.config import format_duration
+from leasectl.core.literal import echo
 from leasectl.core.models import (
     JobStatus,
     OwnerHealth,
@@ -173,3 +175,16 @@ def pause_renderables(
     reason = Text("  reason: ", style="dim")
     reason.append_text(lit(pause.reason))
     return [head, since, reason]
+
+
+def violation_line(v: Violation) -> str:
+    """One line of ``status --check``'s stderr for one queue past one threshold."""
+    where = f"check failed: queue {echo(v.queue)}: "
+    if v.measure is Measure.OLDEST_DUE:
+        return (
+            f"{where}the oldest due job has waited {format_duration(v.value)}, "
+            f"longer than --max-oldest-due {format_duration(v.limit)}"
+        )
+    what = "expired lease(s)" if v.measure is Measure.EXPIRED else "Stuck job(s)"
+    option = "--max-expired" if v.measure is Measure.EXPIRED else "--max-stuck"
+    return f"{where}{v.value:,} {what}, more than {option} {v.limit:,}"

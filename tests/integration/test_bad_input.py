@@ -214,6 +214,25 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["list", "--error", ""], 2, ["--error must not be empty"]),
     (["list", "--queue", ""], 2, ["--queue must not be empty"]),
     (["list", "-q", "8" * 8000], 2, ["--queue: a queue name has at most 200 characters"]),
+    # metrics: where to listen, the scrape's timeout
+    *[
+        (["metrics", "--listen", value], 2, ["invalid --listen", "use HOST:PORT"])
+        for value in ("", "9464", ":9464", "host", "host:", "host:port", "::1:9464", SQLI, LONG)
+    ],
+    *[
+        (["metrics", "--listen", value], 2, ["invalid --listen", "the port must be 0 to 65535"])
+        for value in ("127.0.0.1:65536", "127.0.0.1:" + "9" * 30)
+    ],
+    (["metrics"], 2, ["Missing option '--listen'"]),
+    *durations("metrics", "--listen", "127.0.0.1:0", "--timeout"),
+    (["metrics", "--listen", "127.0.0.1:0", "--log-level", "loud"], 2, ["'--log-level'"]),
+    # status --check's thresholds
+    *durations("status", "--max-oldest-due", zero_ok=True, values=ALL_BAD_DURATIONS),
+    *[
+        (["status", option, value], 2, [f"'{option}'"])
+        for option in ("--max-expired", "--max-stuck")
+        for value in ("-1", "x", "1.5", SQLI)
+    ],
 ]
 
 

@@ -1,0 +1,49 @@
+"""``status --check``'s thresholds: which queue passes which limit, as facts (the words are the
+presentation's, ``present/status.py``)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import timedelta
+
+from leasectl.core.models import StatusReport
+
+
+class Measure(enum.StrEnum):
+    EXPIRED = "expired"  # expired leases
+    STUCK = "stuck"  # Stuck jobs
+    OLDEST_DUE = "oldest_due"  # how long the oldest due Pending job has waited
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a queue may have before ``status --check`` fails. Without options the check allows
+    no expired lease and no Stuck job, and does not look at the oldest due job."""
+
+    max_expired: int = 0
+    max_stuck: int = 0
+    max_oldest_due: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class Violation:
+    queue: str
+    measure: Measure
+    value: int | timedelta
+    limit: int | timedelta
+
+
+def violations(report: StatusReport, limits: Thresholds) -> list[Violation]:
+    """Every (queue, measure) past its limit, by queue then measure; ages on the database clock."""
+    found = []
+    for q in report.queues:
+        if q.expired > limits.max_expired:
+            found.append(Violation(q.queue, Measure.EXPIRED, q.expired, limits.max_expired))
+        if q.stuck > limits.max_stuck:
+            found.append(Violation(q.queue, Measure.STUCK, q.stuck, limits.max_stuck))
+        if limits.max_oldest_due is not None and q.oldest_due_at is not None:
+            waited = report.db_now - q.oldest_due_at
+            if waited > limits.max_oldest_due:
+                found.append(Violation(q.queue, Measure.OLDEST_DUE, waited, limits.max_oldest_due))
+    return found

@@ -1,0 +1,159 @@
+"""The metrics exporter's reads: one scrape's rows, read in one round trip, as facts.
+
+Every read walks a live state's partial index a bounded number of steps (``db/sql/metrics.sql``);
+finished history is only the planner's estimate; the owners are the console's
+(``status_owners``, judged by ``core/health.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.models import OwnerHealth, PausedQueue
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database
+from leasectl.db.operations import owner_health
+
+
+@dataclass(frozen=True)
+class PendingQueue:
+    queue: str
+    jobs: BoundedCount
+    oldest_due_age: float | None  # seconds, on the database clock; None: nothing is due
+
+
+@dataclass(frozen=True)
+class QueueOwnerLeases:
+    queue: str
+    owner: str
+    processing: int
+    expired: int
+    at_risk: int
+
+
+@dataclass(frozen=True)
+class MetricsRows:
+    """One scrape as read, at one instant (``db_now``)."""
+
+    db_now: datetime
+    pending: tuple[PendingQueue, ...]
+    stuck: dict[str, BoundedCount]  # by queue
+    leases: tuple[QueueOwnerLeases, ...]
+    owners: tuple[OwnerHealth, ...]
+    finished_estimate: dict[str, int]  # by status, from planner statistics
+    paused: tuple[PausedQueue, ...]
+    # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
+    truncated: frozenset[str]
+
+
+class MetricsReads:
+    """The exporter's scrape, over a ``Database`` of its own."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        budget: int = COUNT_BUDGET,
+        floor: int = COUNT_FLOOR,
+        group_limit: int = 1000,
+        queue_limit: int = 1000,
+        lease_limit: int = 2000,
+        owner_limit: int = 500,
+        owner_window: timedelta = timedelta(hours=1),
+        paused_limit: int = 1000,
+        risk_window: timedelta = timedelta(seconds=10),
+    ) -> None:
+        self.db = db
+        self.budget = budget
+        self.floor = floor
+        self.limits: dict[str, int] = {
+            "group_limit": group_limit,
+            "queue_limit": queue_limit,
+            "lease_limit": lease_limit,
+            "paused_limit": paused_limit,
+        }
+        self.owner_limit = owner_limit
+        self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
+        self.risk_window = risk_window
+
+    def close(self) -> None:
+        self.db.close(timeout=1.0)
+
+    def read(self, timeout: timedelta) -> MetricsRows:
+        """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
+        each statement bounded by ``timeout``."""
+        schema = self.db.schema
+        params: dict[str, Any] = {
+            **self.limits,
+            "budget": self.budget,
+            "floor": self.floor,
+            "risk_window": self.risk_window,
+            "schema": schema,
+            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
+            "setting_values": [
+                *queries.CONSOLE_SETTINGS.values(),
+                str(max(1, int(timeout.total_seconds() * 1000))),
+            ],
+        }
+        reads: list[tuple[str, str, dict[str, Any]]] = [
+            ("begin", "console_snapshot_begin", params),
+            ("settings", "console_settings", params),
+            ("clock", "metrics_clock", params),
+            ("pending", "metrics_pending", params),
+            ("stuck", "metrics_stuck", params),
+            ("leases", "metrics_leases", params),
+            ("owners", "status_owners", self.owner_params),
+            ("estimate", "status_finished_estimate", params),
+            ("paused", "console_paused", params),
+        ]
+        with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
+            with conn.pipeline(), conn.transaction():
+                cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
+                for label, name, args in reads:
+                    cursors[label] = conn.cursor(row_factory=dict_row)
+                    cursors[label].execute(queries.get(name).render(schema), args, binary=True)
+            rows = {label: cursors[label].fetchall() for label in cursors if label != "begin"}
+        db_now: datetime = rows["clock"][0]["db_now"]
+        truncated = {
+            name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]
+        }
+        if len(rows["leases"]) >= self.limits["lease_limit"]:
+            truncated.add("leases")
+        if len(rows["owners"]) >= self.owner_limit:
+            truncated.add("owners")
+        if rows["paused"] and int(rows["paused"][0]["total"]) > len(rows["paused"]):
+            truncated.add("paused")
+        return MetricsRows(
+            db_now=db_now,
+            pending=tuple(
+                PendingQueue(
+                    r["queue"],
+                    BoundedCount.read(int(r["jobs"]), int(r["cap"])),
+                    r["oldest_due_age"],
+                )
+                for r in rows["pending"]
+            ),
+            stuck={
+                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"])) for r in rows["stuck"]
+            },
+            leases=tuple(
+                QueueOwnerLeases(
+                    r["queue"],
+                    r["owner"],
+                    int(r["processing"]),
+                    int(r["expired"]),
+                    int(r["at_risk"]),
+                )
+                for r in rows["leases"]
+            ),
+            owners=tuple(owner_health(rows["owners"], db_now)),
+            finished_estimate={r["status"]: int(r["jobs"]) for r in rows["estimate"]},
+            paused=tuple(PausedQueue.from_row(r) for r in rows["paused"]),
+            truncated=frozenset(truncated),
+        )

@@ -1,0 +1,129 @@
+-- The metrics exporter's scrape (leasectl metrics): run together in one read-only REPEATABLE READ
+-- transaction with the console's settings (console_snapshot_begin, console_settings), so that
+-- every gauge describes the same instant. Each query walks a live state's partial index, a bounded
+-- number of steps; none reads finished history (its totals are the planner's estimate,
+-- status_finished_estimate). Counts of Pending and Stuck rows stop at cap + 1 per queue, where
+-- cap = greatest(%(floor)s, %(budget)s / queues): the queues share a budget of index entries
+-- (leasectl/core/counts.py: cap_for, and "more than cap" read as a lower bound).
+
+-- name: metrics_pending
+-- Per queue with Pending jobs: how many (at most cap + 1 counted, cap returned) and the age in
+-- seconds of the oldest due one (NULL: none is due). A loose index scan of the claim index finds the (queue,
+-- priority) groups, at most %(group_limit)s of them (truncated: there were more, found by one
+-- step past the limit); the head of a
+-- group in run_at order is its oldest, so the oldest due of a queue is the oldest of its groups'
+-- heads when that one is due. The database clock decides.
+WITH RECURSIVE grp AS (
+    (SELECT 1 AS n, queue, priority
+     FROM {schema}.jobs
+     WHERE status = 'Pending'
+     ORDER BY queue, priority
+     LIMIT 1)
+    UNION ALL
+    SELECT g.n + 1, nx.queue, nx.priority
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT queue, priority
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND (queue, priority) > (g.queue, g.priority)
+        ORDER BY queue, priority
+        LIMIT 1
+    ) AS nx
+    WHERE g.n <= %(group_limit)s
+), heads AS (
+    SELECT g.queue, min(h.run_at) AS oldest
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT run_at
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+        ORDER BY run_at
+        LIMIT 1
+    ) AS h
+    WHERE g.n <= %(group_limit)s
+    GROUP BY g.queue
+), budget AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
+    FROM heads
+)
+SELECT q.queue, c.jobs, b.cap,
+       CASE WHEN q.oldest <= now()
+            THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
+       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
+FROM heads AS q
+CROSS JOIN budget AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Pending' AND queue = q.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+ORDER BY q.queue;
+
+-- name: metrics_stuck
+-- Per queue with Stuck jobs: how many (at most cap + 1 counted, cap returned). A loose index scan
+-- of the Stuck index finds the queues, at most %(queue_limit)s of them (truncated: there were more, found
+-- by one step past the limit).
+WITH RECURSIVE q AS (
+    (SELECT 1 AS n, queue
+     FROM {schema}.jobs
+     WHERE status = 'Stuck'
+     ORDER BY queue
+     LIMIT 1)
+    UNION ALL
+    SELECT q.n + 1, nx.queue
+    FROM q
+    CROSS JOIN LATERAL (
+        SELECT queue
+        FROM {schema}.jobs
+        WHERE status = 'Stuck' AND queue > q.queue
+        ORDER BY queue
+        LIMIT 1
+    ) AS nx
+    WHERE q.n <= %(queue_limit)s
+), budget AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
+    FROM q
+    WHERE q.n <= %(queue_limit)s
+)
+SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
+FROM q
+CROSS JOIN budget AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Stuck' AND queue = q.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+WHERE q.n <= %(queue_limit)s
+ORDER BY q.queue;
+
+-- name: metrics_leases
+-- Per queue and lease owner: Processing jobs, expired leases (lease_until before now()) and leases
+-- at risk (ending within the owner's heartbeat interval, %(risk_window)s when it declared none),
+-- exact: the Processing set is bounded by the fleet's concurrency. As in console_counts, the
+-- owner's interval is looked up only for the leases ending within the longest interval any
+-- worker declared. At most %(lease_limit)s (queue, owner) rows, most expired first.
+SELECT j.queue, j.lease_owner AS owner, count(*) AS processing,
+       count(*) FILTER (WHERE j.lease_until < now()) AS expired,
+       count(*) FILTER (
+           WHERE j.lease_until >= now()
+             AND j.lease_until < now() + (
+                 SELECT greatest(max(heartbeat_every), %(risk_window)s::interval)
+                 FROM {schema}.workers)
+             AND j.lease_until < now() + coalesce(
+                 (SELECT w.heartbeat_every FROM {schema}.workers AS w
+                  WHERE w.worker_id = j.lease_owner),
+                 %(risk_window)s::interval)
+       ) AS at_risk
+FROM {schema}.jobs AS j
+WHERE j.status = 'Processing'
+GROUP BY j.queue, j.lease_owner
+ORDER BY expired DESC, j.queue, j.lease_owner
+LIMIT %(lease_limit)s;
+
+-- name: metrics_clock
+-- The database clock of the scrape (every age above is measured on it).
+SELECT now() AS db_now;

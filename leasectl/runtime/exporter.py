@@ -1,0 +1,227 @@
+"""The Prometheus exporter (``leasectl metrics``): a collector that reads the database on each
+scrape (``db/metrics.py``) and names what it read in Prometheus' terms.
+
+A scrape that cannot reach the database still answers: ``leasectl_up 0`` and the error's class;
+the next scrape connects afresh (one connection attempt per scrape, not the pool's growing
+backoff), so the exporter recovers at the first scrape after the database is back. Scrapes are
+serialised: two Prometheus servers scraping at once cost one read each, one after the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from leasectl.core.errors import QueryTimeout
+from leasectl.core.literal import visible
+from leasectl.core.models import Freshness, JobStatus
+from leasectl.db.metrics import MetricsReads, MetricsRows
+
+log = logging.getLogger(__name__)
+
+# Every metric this exporter can emit: name -> (type, labels, help). README's "Metrics" section
+# lists the same; tests check both against a real scrape.
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "leasectl_up": ("gauge", (), "1 when the last scrape read the database, else 0."),
+    "leasectl_scrape_error_info": (
+        "gauge",
+        ("error",),
+        "1 for the class of the error that made the last scrape fail (only when leasectl_up is 0).",
+    ),
+    "leasectl_scrape_duration_seconds": (
+        "gauge",
+        (),
+        "How long the last scrape's reads took, in seconds.",
+    ),
+    "leasectl_scrape_truncated": (
+        "gauge",
+        ("part",),
+        "1 when a read stopped at its limit of queues, owners or rows: its gauges miss some.",
+    ),
+    "leasectl_jobs": (
+        "gauge",
+        ("queue", "status"),
+        "Live jobs per queue and status (Pending, Processing, Stuck). Processing is exact; "
+        "Pending and Stuck are exact up to a cap per queue, then the cap "
+        "(see leasectl_jobs_capped).",
+    ),
+    "leasectl_jobs_capped": (
+        "gauge",
+        ("queue", "status"),
+        "1 when leasectl_jobs for this queue and status stopped at the count cap: there are more.",
+    ),
+    "leasectl_jobs_finished_estimate": (
+        "gauge",
+        ("status",),
+        "Finished jobs (Completed, Failed) in the table, all queues: the planner's estimate "
+        "from table statistics, never an exact count.",
+    ),
+    "leasectl_oldest_due_job_age_seconds": (
+        "gauge",
+        ("queue",),
+        "Seconds since the oldest due Pending job of the queue became due (0: none is due).",
+    ),
+    "leasectl_leases_expired": (
+        "gauge",
+        ("queue", "owner"),
+        "Processing jobs whose lease has expired, per queue and lease owner.",
+    ),
+    "leasectl_leases_at_risk": (
+        "gauge",
+        ("queue", "owner"),
+        "Processing jobs whose lease ends within the owner's heartbeat interval, "
+        "per queue and lease owner.",
+    ),
+    "leasectl_owners": (
+        "gauge",
+        ("freshness",),
+        "Lease owners and recently seen workers by freshness "
+        "(fresh, late, silent, stopped, unknown).",
+    ),
+    "leasectl_owner_leases": (
+        "gauge",
+        ("owner", "freshness"),
+        "Leases an owner holds (its Processing jobs), with its freshness.",
+    ),
+    "leasectl_owner_leases_expired": (
+        "gauge",
+        ("owner", "freshness"),
+        "Expired leases an owner holds, with its freshness.",
+    ),
+    "leasectl_queue_paused": ("gauge", ("queue",), "1 for each paused queue."),
+}
+
+FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
+
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    _, labels, doc = METRICS[name]
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+class LeasectlCollector(Collector):
+    """Reads the database on each scrape; never raises out of ``collect``."""
+
+    def __init__(
+        self,
+        reads: MetricsReads | None,
+        timeout: timedelta,
+        connect: Callable[[], MetricsReads],
+    ) -> None:
+        """``reads``: over an open database (None: connect at the first scrape); ``connect``:
+        a new one, after a scrape that lost the database."""
+        self.reads = reads
+        self.timeout = timeout
+        self.connect = connect
+        self._lock = threading.Lock()
+        self._failing: str | None = None  # the error class of the last failed scrape
+
+    def close(self) -> None:
+        with self._lock:
+            if self.reads is not None:
+                self.reads.close()
+                self.reads = None
+
+    def describe(self) -> Iterator[Metric]:
+        # No reads at registration: the registry learns the names from this, not from collect().
+        for name in METRICS:
+            yield _gauge(name)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            start = time.perf_counter()
+            try:
+                if self.reads is None:
+                    self.reads = self.connect()
+                rows: MetricsRows | None = self.reads.read(self.timeout)
+                error = None
+            except Exception as exc:  # any failure is a scrape of "down", never a 500
+                rows, error = None, type(exc).__name__
+                if error != self._failing:
+                    log.warning("scrape failed: %s: %s", error, visible(str(exc)))
+                if self.reads is not None and not isinstance(exc, QueryTimeout):
+                    # A slow statement leaves the connection sound; anything else may not.
+                    with contextlib.suppress(Exception):
+                        self.reads.close()
+                    self.reads = None
+            else:
+                if self._failing is not None:
+                    log.warning("scrape succeeded again")
+            self._failing = error
+            elapsed = time.perf_counter() - start
+        up = _gauge("leasectl_up")
+        up.add_metric([], 0 if rows is None else 1)
+        yield up
+        if error is not None:
+            info = _gauge("leasectl_scrape_error_info")
+            info.add_metric([error], 1)
+            yield info
+        duration = _gauge("leasectl_scrape_duration_seconds")
+        duration.add_metric([], elapsed)
+        yield duration
+        if rows is not None:
+            yield from families(rows)
+
+
+def families(rows: MetricsRows) -> Iterator[Metric]:
+    """The gauges of one scrape's rows."""
+    truncated = _gauge("leasectl_scrape_truncated")
+    for part in ("pending", "stuck", "leases", "owners", "paused"):
+        truncated.add_metric([part], 1 if part in rows.truncated else 0)
+    yield truncated
+
+    jobs, capped = _gauge("leasectl_jobs"), _gauge("leasectl_jobs_capped")
+    oldest = _gauge("leasectl_oldest_due_job_age_seconds")
+    for p in rows.pending:
+        jobs.add_metric([p.queue, JobStatus.PENDING], p.jobs.value)
+        capped.add_metric([p.queue, JobStatus.PENDING], int(p.jobs.capped))
+        oldest.add_metric([p.queue], p.oldest_due_age or 0.0)
+    processing: dict[str, int] = {}
+    for lease in rows.leases:
+        processing[lease.queue] = processing.get(lease.queue, 0) + lease.processing
+    for queue in sorted(processing):
+        jobs.add_metric([queue, JobStatus.PROCESSING], processing[queue])
+    for queue, stuck in sorted(rows.stuck.items()):
+        jobs.add_metric([queue, JobStatus.STUCK], stuck.value)
+        capped.add_metric([queue, JobStatus.STUCK], int(stuck.capped))
+    yield jobs
+    yield capped
+    yield oldest
+
+    finished = _gauge("leasectl_jobs_finished_estimate")
+    for status in FINISHED:
+        # No statistics yet (a new table): 0 rather than no series, as status shows.
+        finished.add_metric([status], rows.finished_estimate.get(status, 0))
+    yield finished
+
+    expired, at_risk = _gauge("leasectl_leases_expired"), _gauge("leasectl_leases_at_risk")
+    for lease in rows.leases:
+        expired.add_metric([lease.queue, lease.owner], lease.expired)
+        at_risk.add_metric([lease.queue, lease.owner], lease.at_risk)
+    yield expired
+    yield at_risk
+
+    owners = _gauge("leasectl_owners")
+    held, held_expired = _gauge("leasectl_owner_leases"), _gauge("leasectl_owner_leases_expired")
+    by_freshness = dict.fromkeys(Freshness, 0)
+    for owner in rows.owners:
+        by_freshness[owner.freshness] += 1
+        held.add_metric([owner.owner, owner.freshness], owner.held)
+        held_expired.add_metric([owner.owner, owner.freshness], owner.expired)
+    for freshness, owned in by_freshness.items():
+        owners.add_metric([freshness], owned)
+    yield owners
+    yield held
+    yield held_expired
+
+    paused = _gauge("leasectl_queue_paused")
+    for state in rows.paused:
+        paused.add_metric([state.queue], 1)
+    yield paused
