@@ -195,6 +195,21 @@ class Operations:
     ) -> ActionResult:
         return self._guarded("jobs_operator_mark_stuck", "mark-stuck", seen, actor, reason, force)
 
+    def operator_cancel(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        """Cancel Pending, Stuck and Processing jobs (a held lease is revoked: its holder's next
+        fenced write is refused). ``force`` changes nothing: a live lease needs none."""
+        return self._guarded("jobs_operator_cancel", "cancel", seen, actor, reason, force)
+
+    def operator_delete(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        """Delete Completed, Failed, Cancelled and Stuck jobs (their attempts go, their audit
+        events stay, with a ``delete`` event). ``force`` changes nothing: never a Pending or
+        Processing job."""
+        return self._guarded("jobs_operator_delete", "delete", seen, actor, reason, force)
+
     def _guarded(
         self,
         query: str,
@@ -310,8 +325,7 @@ class Operations:
                 q.update(stuck=r["jobs"])
         for r in self.db.rows("status_finished_recent", {"queue": queue, "window": recent_window}):
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
-            key = "completed_recent" if r["status"] == "Completed" else "failed_recent"
-            q[key] = r["jobs"]
+            q[_RECENT_KEY[r["status"]]] = r["jobs"]
         estimate = {
             r["status"]: int(r["jobs"])
             for r in self.db.rows("status_finished_estimate", {"schema": self.db.schema})
@@ -349,11 +363,23 @@ class Operations:
         return int(row["jobs"]) if row else 0
 
 
+# The QueueCounts field of each finished status's recent count.
+_RECENT_KEY = {
+    "Completed": "completed_recent",
+    "Failed": "failed_recent",
+    "Cancelled": "cancelled_recent",
+}
+
 # The statuses each guarded action applies to.
 _ELIGIBLE = {
     "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
     "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
+    "cancel": {JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK},
+    "delete": {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.STUCK},
 }
+
+# The actions that leave a live lease alone unless forced (cancel revokes it as asked).
+_FORCED_OVER_LIVE = {"requeue", "mark-stuck"}
 
 
 def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any) -> Skipped:
@@ -374,7 +400,7 @@ def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: 
         return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
     if now.status not in _ELIGIBLE[action]:
         return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
-    if now.status == JobStatus.PROCESSING and not force:
+    if now.status == JobStatus.PROCESSING and not force and action in _FORCED_OVER_LIVE:
         age = (
             db_now - now.heartbeat_at
             if db_now is not None and now.heartbeat_at is not None

@@ -33,6 +33,7 @@ def totals(report: StatusReport) -> QueueCounts:
         stuck=sum(q.stuck for q in qs),
         completed_recent=sum(q.completed_recent for q in qs),
         failed_recent=sum(q.failed_recent for q in qs),
+        cancelled_recent=sum(q.cancelled_recent for q in qs),
         oldest_due_at=report.oldest_due_at,
     )
 
@@ -52,6 +53,7 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         queues.add_column(header, justify="right", min_width=min(len(header), 7))
     queues.add_column(f"done {window}", justify="right", min_width=4)
     queues.add_column(f"failed {window}", justify="right", min_width=6)
+    queues.add_column(f"cancelled {window}", justify="right", min_width=6)
 
     def row(q: QueueCounts, *, style: str = "") -> None:
         queues.add_row(
@@ -64,6 +66,7 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK]),
             num(q.completed_recent),
             num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
+            num(q.cancelled_recent),
             style=style,
         )
 
