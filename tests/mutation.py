@@ -432,12 +432,12 @@ MUTANTS += (
     *(
         _list(f"state-{s.lower()}", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
               f"%({s.lower()})s::boolean")
-        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed", "Cancelled")
     ),
     *(
         _list(f"state-{s.lower()}-off", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
               "FALSE")
-        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed", "Cancelled")
     ),
     _list("queue", "(%(queue)s::text IS NULL OR j.queue = %(queue)s::text)", "TRUE"),
     _list("owner", "(%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)", "TRUE"),

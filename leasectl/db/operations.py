@@ -283,9 +283,7 @@ class Operations:
     def get_job(self, job_id: int) -> Job:
         row = self.db.one("job_get", {"id": job_id})
         if row is None:
-            raise JobNotFound(
-                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
-            )
+            raise JobNotFound(self._not_found(job_id))
         return Job.from_row(row)
 
     def inspect(self, job_id: int, *, payload_chars: int | None = None) -> JobDetail:
@@ -293,9 +291,7 @@ class Operations:
         decoded): whole, or only its first ``payload_chars`` characters."""
         row = self.db.one("job_inspect", {"id": job_id, "payload_chars": payload_chars})
         if row is None:
-            raise JobNotFound(
-                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
-            )
+            raise JobNotFound(self._not_found(job_id))
         row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
         job = Job.from_row(row)
         attempts = tuple(
@@ -303,6 +299,21 @@ class Operations:
         )
         events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
         return JobDetail(job, attempts, events, self.db.server_info()["db_now"])
+
+    def _not_found(self, job_id: int) -> str:
+        """Why a job is not there: deleted (by whom, when, why: its audit events outlive it),
+        or never was."""
+        events = self.db.rows("job_events_list", {"id": job_id})
+        deleted = [e for e in events if e["action"] == "delete"]
+        if deleted:
+            e = deleted[-1]
+            at = e["at"].isoformat(timespec="seconds")
+            why = f" ({echo(e['reason'])})" if e["reason"] else ""
+            return (
+                f"job {job_id} was deleted by {echo(e['actor'])} at {at}{why}; its "
+                f"{len(events)} audit event(s) remain in job_events"
+            )
+        return f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
 
     def status(
         self,

@@ -53,7 +53,6 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         queues.add_column(header, justify="right", min_width=min(len(header), 7))
     queues.add_column(f"done {window}", justify="right", min_width=4)
     queues.add_column(f"failed {window}", justify="right", min_width=6)
-    queues.add_column(f"cancelled {window}", justify="right", min_width=6)
 
     def row(q: QueueCounts, *, style: str = "") -> None:
         queues.add_row(
@@ -66,7 +65,6 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK]),
             num(q.completed_recent),
             num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
-            num(q.cancelled_recent),
             style=style,
         )
 
@@ -89,9 +87,17 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         queues
         if report.queues
         else Text(f"no live jobs, and none finished in the last {window}", style="dim"),
-        estimate,
-        Text(),
     ]
+    # Cancelled by operators: a line of its own (a column more does not fit 80 columns).
+    cancelled = [q for q in report.queues if q.cancelled_recent]
+    if cancelled:
+        line = Text(f"cancelled by operators in the last {window}: ")
+        for i, q in enumerate(cancelled):
+            line.append(", " if i else "")
+            line.append_text(lit(q.queue))
+            line.append(f" {q.cancelled_recent:,}")
+        parts.append(line)
+    parts += [estimate, Text()]
     if report.paused:
         parts.append(paused_table(report.paused, now))
         parts.append(Text())

@@ -18,6 +18,10 @@ ALTER TYPE {schema}.attempt_outcome ADD VALUE IF NOT EXISTS 'cancelled';
 DROP INDEX {schema}.jobs_finished_idx;
 CREATE INDEX jobs_finished_idx ON {schema}.jobs (finished_at)
     WHERE status IN ('Completed', 'Failed', 'Cancelled');
+-- `list --state cancelled` (the console's find too), newest first: cancelled jobs are few among
+-- the finished ones, and the finished-history index would walk them all to find a page. This
+-- one holds only them (no other status change writes to it), in id order.
+CREATE INDEX jobs_cancelled_idx ON {schema}.jobs (id) WHERE status = 'Cancelled';
 
 -- Operator cancel, guarded by the state the operator saw (status, attempts, lease_owner), as
 -- migration 6's requeue. Pending and Stuck jobs are cancelled at once; a Processing job (a live
