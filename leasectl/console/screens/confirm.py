@@ -54,6 +54,8 @@ class ConfirmScreen(ModalScreen[str | None]):
         noun = "job" if n == 1 else "jobs"
         if self.action is Action.REQUEUE_EXPIRED:
             return f"Requeue all {n} expired {noun} in the current filter?"
+        if self.action is Action.DELETE:
+            return f"Delete {n} {noun} permanently?"
         return f"{self.action.verb} {n} {noun}?"
 
     def compose(self) -> ComposeResult:
@@ -70,8 +72,11 @@ class ConfirmScreen(ModalScreen[str | None]):
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
-                verb = "Mark stuck" if self.action is Action.MARK_STUCK else "Requeue"
-                yield Button(f"{verb} {len(self.jobs)}", variant="warning", id="confirm-ok")
+                label = f"{self.action.verb} {len(self.jobs)}"
+                if self.action is Action.DELETE:
+                    yield Button(label, variant="error", id="confirm-ok")
+                else:
+                    yield Button(label, variant="warning", id="confirm-ok")
                 yield Button("Cancel", id="confirm-cancel")
 
     def on_mount(self) -> None:
@@ -114,7 +119,9 @@ class ConfirmScreen(ModalScreen[str | None]):
                 blocked[reason] = blocked.get(reason, 0) + 1
         for reason, n in blocked.items():
             lines.append(f"{n} will be skipped as seen now: {reason}")
-        if self.action is not Action.MARK_STUCK:
+        if self.action is Action.DELETE:
+            lines.append("permanent: no undo; the jobs and their attempts are gone for good")
+        if self.action in (Action.REQUEUE, Action.REQUEUE_EXPIRED):
             alive = [
                 j
                 for j in self.jobs
