@@ -63,10 +63,14 @@ class ConfirmScreen(ModalScreen[str | None]):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             # The long part scrolls; the reason and the buttons stay in sight at any size.
             with VerticalScroll(id="confirm-body"):
+                warnings = self._warnings()
+                # A delete's warning (no undo) comes first, in sight at 80x24 too.
+                first = self.action is Action.DELETE
+                if warnings is not None and first:
+                    yield Static(warnings, id="confirm-warnings")
                 yield Static(self._jobs_text(), id="confirm-jobs")
                 yield Static(self._condition(), id="confirm-condition")
-                warnings = self._warnings()
-                if warnings is not None:
+                if warnings is not None and not first:
                     yield Static(warnings, id="confirm-warnings")
             yield Label("Reason (recorded in job_events with your name):")
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
@@ -77,7 +81,10 @@ class ConfirmScreen(ModalScreen[str | None]):
                     yield Button(label, variant="error", id="confirm-ok")
                 else:
                     yield Button(label, variant="warning", id="confirm-ok")
-                yield Button("Cancel", id="confirm-cancel")
+                # ("Cancel" beside "Cancel 1" would be a guess: this one only closes the dialog.)
+                yield Button(
+                    "Back" if self.action is Action.CANCEL else "Cancel", id="confirm-cancel"
+                )
 
     def on_mount(self) -> None:
         self.query_one("#reason", Input).focus()
