@@ -22,7 +22,10 @@ KEYS = (
     ("r", "requeue the selected jobs, else the highlighted one"),
     ("s", "mark stuck the selected jobs, else the highlighted one"),
     ("R", "requeue every expired lease in the current filter"),
-    ("c", "cancel the selected or highlighted jobs (a held lease is revoked); also in detail, find"),
+    (
+        "c",
+        "cancel the selected or highlighted jobs (a held lease is revoked); also in detail, find",
+    ),
     ("D", "delete the selected or highlighted finished or Stuck jobs, for good (own confirmation)"),
     (
         "P",
