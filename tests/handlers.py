@@ -66,3 +66,15 @@ def _parse_invoice(message: str) -> None:
 
 def _check_totals(message: str) -> None:
     raise ValueError(message)
+
+
+def succeed_once_cancelled(ctx: JobContext) -> None:
+    """Write ``started`` to the payload's ``dir``, wait (at most a minute) for ``ctx.cancelled``,
+    write ``cancelled`` (the monotonic time it saw it) and return normally: a success the
+    worker must not write, since the job was cancelled under it."""
+    out = Path(ctx.payload["dir"])
+    (out / "started").write_text(f"{time.monotonic()}")
+    if ctx.cancelled.wait(60):
+        tmp = out / "cancelled.tmp"
+        tmp.write_text(f"{time.monotonic()}")
+        tmp.replace(out / "cancelled")

@@ -363,6 +363,51 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Cancel and delete (migration 10): the guards on what the operator saw, and the statuses each
+# applies to. Neither has a live-lease guard (cancel revokes the lease it is asked to; delete
+# never touches a Processing job, whatever its lease).
+CANCEL_DELETE = "migrations/010_cancel_and_delete.sql"
+
+
+def _cancel_delete(
+    action: str, statement: str, statuses: str, tests: dict[str, str]
+) -> list[Mutant]:
+    return [
+        mutant(f"{action}-seen-status", CANCEL_DELETE, statement,
+               "WHERE j.status::text = s.status\n", "WHERE TRUE\n", fence(tests["status"])),
+        mutant(f"{action}-seen-attempts", CANCEL_DELETE, statement,
+               "AND j.attempts = s.attempts\n", "AND TRUE\n", fence(tests["attempts"])),
+        mutant(f"{action}-seen-owner", CANCEL_DELETE, statement,
+               "AND j.lease_owner IS NOT DISTINCT FROM s.lease_owner", "AND TRUE",
+               fence(tests["owner"])),
+        mutant(f"{action}-statuses", CANCEL_DELETE, statement,
+               f"AND j.status IN ({statuses})", "AND TRUE", fence(tests["statuses"])),
+        mutant(f"{action}-seen-id", CANCEL_DELETE, statement,
+               "JOIN seen AS s ON s.id = j.id", "JOIN seen AS s ON TRUE", fence(tests["id"])),
+        mutant(f"{action}-{'update' if action == 'cancel' else 'delete'}-id", CANCEL_DELETE,
+               statement, "WHERE j.id = t.id", "WHERE TRUE", fence(tests["id"])),
+    ]  # fmt: skip
+
+
+MUTANTS += (
+    *_cancel_delete("cancel", "jobs_operator_cancel", "'Pending', 'Processing', 'Stuck'", {
+        "status": "test_cancel_after_the_watcher_quarantined_the_job_is_skipped",
+        "attempts": "test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped[cancel]",
+        "owner": "test_an_action_on_another_owner_than_the_operator_saw_is_skipped[cancel]",
+        "statuses": "test_cancel_applies_only_to_pending_processing_and_stuck_jobs",
+        "id": "test_an_action_changes_only_the_job_the_operator_named[cancel]",
+    }),
+    *_cancel_delete("delete", "jobs_operator_delete",
+                    "'Completed', 'Failed', 'Cancelled', 'Stuck'", {
+        "status": "test_delete_after_an_operator_cancelled_the_stuck_job_is_skipped",
+        "attempts": "test_delete_of_a_later_attempt_than_the_operator_saw_is_skipped",
+        "owner": "test_delete_of_another_owner_than_the_operator_saw_is_skipped",
+        "statuses": "test_delete_never_removes_a_pending_or_processing_job",
+        "id": "test_delete_removes_only_the_job_the_operator_named",
+    }),
+)  # fmt: skip
+
+
 # `leasectl list`: each part of the filter, and the page's order and start, against the model of
 # the rows in test_list.py (each part alone and combined).
 LIST = "tests/integration/test_list.py::"
@@ -387,12 +432,12 @@ MUTANTS += (
     *(
         _list(f"state-{s.lower()}", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
               f"%({s.lower()})s::boolean")
-        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed", "Cancelled")
     ),
     *(
         _list(f"state-{s.lower()}-off", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
               "FALSE")
-        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed", "Cancelled")
     ),
     _list("queue", "(%(queue)s::text IS NULL OR j.queue = %(queue)s::text)", "TRUE"),
     _list("owner", "(%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)", "TRUE"),

@@ -1,5 +1,5 @@
 """Getting stuck jobs moving: the watcher (watch, requeue-stuck) and the guarded operator
-actions on named jobs (requeue, mark-stuck)."""
+actions on named jobs (requeue, mark-stuck, cancel, delete)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
 from leasectl.core import config
+from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.present.actions import (
     ACTION_PAST,
@@ -174,7 +175,12 @@ def _operator_action(
     ids = [config.parse_job_id(text) for text in id_texts]
     with _operations(ctx) as ops:
         seen = ops.seen_now(ids)
-        act = ops.operator_requeue if action == "requeue" else ops.operator_mark_stuck
+        act = {
+            "requeue": ops.operator_requeue,
+            "mark-stuck": ops.operator_mark_stuck,
+            "cancel": ops.operator_cancel,
+            "delete": ops.operator_delete,
+        }[action]
         result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
     if as_json:
         _emit_json(action_json(result))
@@ -220,3 +226,49 @@ def mark_stuck(
 ) -> None:
     """Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped)."""
     _operator_action(ctx, "mark-stuck", ids, force, reason, as_json)
+
+
+# The most an audit reason of cancel or delete may hold (as a pause's: migration 7's bound).
+MAX_REASON_CHARS = 1000
+
+
+def _audit_reason(text: str | None, *, required: str | None) -> str | None:
+    """``text`` stripped of nothing, bounded; a missing or blank one is refused when
+    ``required`` (what to say instead), else None."""
+    if text is None or not text.strip():
+        if required:
+            raise UsageError(f"--reason must not be empty: {required}")
+        return None
+    if len(text) > MAX_REASON_CHARS:
+        raise UsageError(
+            f"--reason: at most {MAX_REASON_CHARS} characters, got {len(text):,}: {echo(text)}"
+        )
+    return text
+
+
+def cancel(
+    ctx: typer.Context,
+    ids: IdsArg,
+    reason: Annotated[
+        str,
+        typer.Option(
+            help="Why (required; kept in job_events, shown by inspect).", show_default=False
+        ),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its handler sees
+    ctx.cancelled and its result is never written (guarded; exit 1 if any is skipped)."""
+    why = _audit_reason(reason, required="say why the jobs are cancelled")
+    _operator_action(ctx, "cancel", ids, False, why, as_json)
+
+
+def delete(
+    ctx: typer.Context,
+    ids: IdsArg,
+    reason: ReasonOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending or
+    Processing one; their audit events stay (guarded; exit 1 if any is skipped)."""
+    _operator_action(ctx, "delete", ids, False, _audit_reason(reason, required=None), as_json)

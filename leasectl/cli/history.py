@@ -22,8 +22,8 @@ def list_jobs(
             "--state",
             "-s",
             metavar="STATE",
-            help="Only jobs in this status: Pending, Processing, Stuck, Completed or Failed "
-            "(any case; repeat it or separate with commas).",
+            help="Only jobs in this status: Pending, Processing, Stuck, Completed, Failed or "
+            "Cancelled (any case; repeat it or separate with commas).",
             show_default=False,
             autocompletion=complete_state,
         ),
@@ -72,7 +72,7 @@ def list_jobs(
             "--since",
             metavar="DURATION",
             help="Only jobs created at most this long ago (finished, when every --state is "
-            "Completed or Failed), on the database clock.",
+            "Completed, Failed or Cancelled), on the database clock.",
             show_default=False,
         ),
     ] = None,

@@ -231,7 +231,7 @@ def prune(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete finished (Completed/Failed) jobs and their attempts in batches."""
+    """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
     cutoff = _duration(older_than, "--older-than")
     if queue is not None:
         queue = _queue_name(queue)

@@ -323,7 +323,7 @@ class ConsoleApp(App[None]):
             self.push_screen(HelpScreen())
 
     def open_detail(self, job_id: int) -> None:
-        self.push_screen(DetailScreen(job_id, self.source.inspect))
+        self.push_screen(DetailScreen(job_id, self.source.inspect, self.request_action))
 
     def open_filter(self) -> None:
         """The dialog lists every queue with live jobs and knows every owner, not only those
@@ -338,7 +338,7 @@ class ConsoleApp(App[None]):
 
     def open_find(self) -> None:
         self.push_screen(
-            FindScreen(self.source.find, self.open_detail, self.find_text),
+            FindScreen(self.source.find, self.open_detail, self.find_text, act=self.request_action),
             callback=self._find_closed,
         )
 
@@ -381,6 +381,14 @@ class ConsoleApp(App[None]):
             )
             yield SystemCommand(
                 "Mark stuck", "Quarantine the selected or highlighted jobs", main.action_mark_stuck
+            )
+            yield SystemCommand(
+                "Cancel", "Cancel the selected or highlighted jobs", main.action_cancel
+            )
+            yield SystemCommand(
+                "Delete",
+                "Delete the selected or highlighted finished or Stuck jobs, for good",
+                main.action_delete,
             )
             yield SystemCommand(
                 "Requeue all expired",
@@ -448,10 +456,12 @@ class ConsoleApp(App[None]):
     @work(thread=True, exclusive=True, exit_on_error=False, group="action")
     def _act(self, action: Action, seen: list[SeenState], reason: str) -> None:
         try:
-            if action is Action.MARK_STUCK:
-                result = self.source.mark_stuck(seen, reason)
-            else:
-                result = self.source.requeue(seen, reason)
+            act = {
+                Action.MARK_STUCK: self.source.mark_stuck,
+                Action.CANCEL: self.source.cancel,
+                Action.DELETE: self.source.delete,
+            }.get(action, self.source.requeue)
+            result = act(seen, reason)
         except LeasectlError as exc:
             self.post_message(ActionFailed(action, str(exc)))
         except Exception as exc:

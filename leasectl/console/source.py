@@ -60,6 +60,10 @@ class ConsoleSource(Protocol):
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
 
+    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
+
+    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
+
     def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
         """Pause ``queue`` (audited): its pause, and whether this call made it."""
         ...
@@ -156,6 +160,18 @@ class DatabaseSource:
         db, ops = self._operations()
         return self._call(
             ACTION_ROLE, db, lambda: ops.operator_mark_stuck(seen, actor=self.actor, reason=reason)
+        )
+
+    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.operator_cancel(seen, actor=self.actor, reason=reason)
+        )
+
+    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.operator_delete(seen, actor=self.actor, reason=reason)
         )
 
     def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
@@ -289,6 +305,12 @@ class StaticSource:
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
         return self._act("mark-stuck", seen, reason)
+
+    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        return self._act("cancel", seen, reason)
+
+    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        return self._act("delete", seen, reason)
 
     def _act(self, action: str, seen: Sequence[SeenState], reason: str) -> ActionResult:
         self.calls.append((action, tuple(seen), reason))

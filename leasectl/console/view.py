@@ -17,11 +17,12 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from leasectl.core import filters
-from leasectl.core.filters import JobFilter
+from leasectl.core.filters import JobFilter, ListedJob
 from leasectl.core.literal import echo, visible
 from leasectl.core.models import (
     ActionResult,
     Freshness,
+    Job,
     JobStatus,
     OwnerHealth,
     PanelJob,
@@ -370,19 +371,36 @@ class Action(enum.Enum):
     REQUEUE = "requeue"
     MARK_STUCK = "mark-stuck"
     REQUEUE_EXPIRED = "requeue-expired"
+    CANCEL = "cancel"
+    DELETE = "delete"
 
     @property
     def verb(self) -> str:
-        return "Mark stuck" if self is Action.MARK_STUCK else "Requeue"
+        return _VERBS.get(self, "Requeue")
 
     @property
     def past(self) -> str:
-        return "marked stuck" if self is Action.MARK_STUCK else "requeued"
+        return _PAST.get(self, "requeued")
+
+
+_VERBS = {Action.MARK_STUCK: "Mark stuck", Action.CANCEL: "Cancel", Action.DELETE: "Delete"}
+_PAST = {Action.MARK_STUCK: "marked stuck", Action.CANCEL: "cancelled", Action.DELETE: "deleted"}
 
 
 def condition_text(action: Action) -> str:
     """The exact condition the guarded statement checks, per job, when it runs."""
     same = "still has the status, attempt number and lease owner shown here (what you saw), and "
+    if action is Action.CANCEL:
+        return (
+            same + "is Pending, Stuck or Processing. A held lease is revoked, live or not: the "
+            "worker's next heartbeat is refused, its handler is told (ctx.cancelled) and its "
+            "result is never written."
+        )
+    if action is Action.DELETE:
+        return (
+            same + "is Completed, Failed, Cancelled or Stuck; never Pending or Processing. The "
+            "job and its attempts are deleted for good; its audit events stay."
+        )
     if action is Action.MARK_STUCK:
         return (
             same + "is Pending, or Processing with an expired lease (lease_until < now() on the "
@@ -396,6 +414,14 @@ def condition_text(action: Action) -> str:
 
 def eligible(action: Action, job: PanelJob, now: datetime) -> str | None:
     """Why the guard would skip this job as seen right now, or None when it would act."""
+    if action is Action.CANCEL:
+        if job.status in (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK):
+            return None
+        return f"{job.status} is finished already"
+    if action is Action.DELETE:
+        if job.status in (JobStatus.PENDING, JobStatus.PROCESSING):
+            return f"{job.status} cannot be deleted (cancel it first)"
+        return None
     if job.status == JobStatus.PROCESSING:
         if job.lease_until is not None and job.lease_until >= now:
             return "lease still live"
@@ -437,3 +463,24 @@ def result_text(action: Action, result: ActionResult, limit: int = 6) -> ResultT
     if total and not changed:
         severity = "error"
     return ResultText(title, "\n".join(lines) or "nothing to do", severity)
+
+
+def as_panel_job(job: Job | ListedJob) -> PanelJob:
+    """A job of the detail screen or of the find screen's page as a panel lists it: what an
+    action's confirmation shows and the state its guard checks (status, attempts, owner)."""
+    return PanelJob(
+        id=job.id,
+        queue=job.queue,
+        status=job.status,
+        priority=job.priority,
+        run_at=job.run_at,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        lease_owner=job.lease_owner,
+        lease_until=job.lease_until if isinstance(job, Job) else None,
+        heartbeat_at=job.heartbeat_at if isinstance(job, Job) else None,
+        last_error=job.last_error,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        finished_at=job.finished_at,
+    )

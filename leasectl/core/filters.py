@@ -18,7 +18,7 @@ from leasectl.core.models import STATUS_BY_VALUE, JobStatus
 
 # The statuses that set finished_at, and that the finished-history index covers: a filter of
 # only these times finished_at (indexed), any other filter created_at.
-FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED})
+FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000

@@ -104,6 +104,7 @@ class JobStatus(enum.StrEnum):
     COMPLETED = "Completed"
     FAILED = "Failed"
     STUCK = "Stuck"
+    CANCELLED = "Cancelled"  # by an operator: terminal, like Completed and Failed
 
 
 # The members by value: a dict lookup, cheaper than JobStatus(value), for code that turns many
@@ -334,7 +335,7 @@ class Skipped:
 
     id: int
     code: SkipCode
-    action: str = "requeue"  # "requeue" or "mark-stuck"
+    action: str = "requeue"  # "requeue", "mark-stuck", "cancel" or "delete"
     seen_status: JobStatus | None = None
     status: JobStatus | None = None  # now
     owner: str | None = None  # its lease owner now
@@ -427,6 +428,7 @@ class QueueCounts:
     stuck: int = 0
     completed_recent: int = 0
     failed_recent: int = 0
+    cancelled_recent: int = 0
     oldest_due_at: datetime | None = None
 
 

@@ -295,23 +295,39 @@ class Database:
             )
 
     def migrate(self) -> list[int]:
-        """Apply missing migrations in one transaction under an advisory lock; idempotent."""
+        """Apply missing migrations in one transaction under an advisory lock; idempotent.
+
+        Except where a migration adds enum values: a transaction cannot use a value it added
+        to an enum (PostgreSQL refuses it, even for a type it made), so the migrations before
+        that one and the new values commit first, and a second transaction runs the rest."""
         applied_now: list[int] = []
-        with self.connection() as conn, conn.transaction():
-            conn.execute(queries.get("schema_lock").render(self.schema), {"schema": self.schema})
-            conn.execute(queries.get("migrations_table_create").render(self.schema))
-            cur = conn.execute(queries.get("migrations_applied").render(self.schema))
-            done = {row[0] for row in cur.fetchall()}
-            for migration in queries.migrations():
-                if migration.version in done:
-                    continue
-                conn.execute(migration.render(self.schema))
-                conn.execute(
-                    queries.get("migration_record").render(self.schema),
-                    {"version": migration.version, "name": migration.name},
-                )
-                applied_now.append(migration.version)
-        return applied_now
+        values_committed: set[int] = set()
+        while True:
+            with self.connection() as conn, conn.transaction():
+                lock = queries.get("schema_lock").render(self.schema)
+                conn.execute(lock, {"schema": self.schema})
+                conn.execute(queries.get("migrations_table_create").render(self.schema))
+                cur = conn.execute(queries.get("migrations_applied").render(self.schema))
+                done = {row[0] for row in cur.fetchall()}
+                again = False
+                for migration in queries.migrations():
+                    if migration.version in done:
+                        continue
+                    values = migration.enum_values_for(self.schema)
+                    if values and migration.version not in values_committed:
+                        for statement in values:
+                            conn.execute(statement)
+                        values_committed.add(migration.version)
+                        again = True
+                        break
+                    conn.execute(migration.render(self.schema))
+                    conn.execute(
+                        queries.get("migration_record").render(self.schema),
+                        {"version": migration.version, "name": migration.name},
+                    )
+                    applied_now.append(migration.version)
+            if not again:
+                return applied_now
 
     def server_info(self) -> dict[str, Any]:
         row = self.one("server_info")

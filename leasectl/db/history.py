@@ -29,6 +29,7 @@ STATE_PARAMS = {
     JobStatus.STUCK: "stuck",
     JobStatus.COMPLETED: "completed",
     JobStatus.FAILED: "failed",
+    JobStatus.CANCELLED: "cancelled",
 }
 
 

@@ -195,6 +195,21 @@ class Operations:
     ) -> ActionResult:
         return self._guarded("jobs_operator_mark_stuck", "mark-stuck", seen, actor, reason, force)
 
+    def operator_cancel(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        """Cancel Pending, Stuck and Processing jobs (a held lease is revoked: its holder's next
+        fenced write is refused). ``force`` changes nothing: a live lease needs none."""
+        return self._guarded("jobs_operator_cancel", "cancel", seen, actor, reason, force)
+
+    def operator_delete(
+        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+    ) -> ActionResult:
+        """Delete Completed, Failed, Cancelled and Stuck jobs (their attempts go, their audit
+        events stay, with a ``delete`` event). ``force`` changes nothing: never a Pending or
+        Processing job."""
+        return self._guarded("jobs_operator_delete", "delete", seen, actor, reason, force)
+
     def _guarded(
         self,
         query: str,
@@ -268,9 +283,7 @@ class Operations:
     def get_job(self, job_id: int) -> Job:
         row = self.db.one("job_get", {"id": job_id})
         if row is None:
-            raise JobNotFound(
-                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
-            )
+            raise JobNotFound(self._not_found(job_id))
         return Job.from_row(row)
 
     def inspect(self, job_id: int, *, payload_chars: int | None = None) -> JobDetail:
@@ -278,9 +291,7 @@ class Operations:
         decoded): whole, or only its first ``payload_chars`` characters."""
         row = self.db.one("job_inspect", {"id": job_id, "payload_chars": payload_chars})
         if row is None:
-            raise JobNotFound(
-                f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
-            )
+            raise JobNotFound(self._not_found(job_id))
         row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
         job = Job.from_row(row)
         attempts = tuple(
@@ -288,6 +299,21 @@ class Operations:
         )
         events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
         return JobDetail(job, attempts, events, self.db.server_info()["db_now"])
+
+    def _not_found(self, job_id: int) -> str:
+        """Why a job is not there: deleted (by whom, when, why: its audit events outlive it),
+        or never was."""
+        events = self.db.rows("job_events_list", {"id": job_id})
+        deleted = [e for e in events if e["action"] == "delete"]
+        if deleted:
+            e = deleted[-1]
+            at = e["at"].isoformat(timespec="seconds")
+            why = f" ({echo(e['reason'])})" if e["reason"] else ""
+            return (
+                f"job {job_id} was deleted by {echo(e['actor'])} at {at}{why}; its "
+                f"{len(events)} audit event(s) remain in job_events"
+            )
+        return f"job {job_id} not found in {self.db.where} (schema {echo(self.db.schema)})"
 
     def status(
         self,
@@ -310,8 +336,7 @@ class Operations:
                 q.update(stuck=r["jobs"])
         for r in self.db.rows("status_finished_recent", {"queue": queue, "window": recent_window}):
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
-            key = "completed_recent" if r["status"] == "Completed" else "failed_recent"
-            q[key] = r["jobs"]
+            q[_RECENT_KEY[r["status"]]] = r["jobs"]
         estimate = {
             r["status"]: int(r["jobs"])
             for r in self.db.rows("status_finished_estimate", {"schema": self.db.schema})
@@ -349,11 +374,23 @@ class Operations:
         return int(row["jobs"]) if row else 0
 
 
+# The QueueCounts field of each finished status's recent count.
+_RECENT_KEY = {
+    "Completed": "completed_recent",
+    "Failed": "failed_recent",
+    "Cancelled": "cancelled_recent",
+}
+
 # The statuses each guarded action applies to.
 _ELIGIBLE = {
     "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
     "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
+    "cancel": {JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK},
+    "delete": {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.STUCK},
 }
+
+# The actions that leave a live lease alone unless forced (cancel revokes it as asked).
+_FORCED_OVER_LIVE = {"requeue", "mark-stuck"}
 
 
 def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any) -> Skipped:
@@ -374,7 +411,7 @@ def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: 
         return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
     if now.status not in _ELIGIBLE[action]:
         return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
-    if now.status == JobStatus.PROCESSING and not force:
+    if now.status == JobStatus.PROCESSING and not force and action in _FORCED_OVER_LIVE:
         age = (
             db_now - now.heartbeat_at
             if db_now is not None and now.heartbeat_at is not None

@@ -208,6 +208,13 @@ class WorkerStore:
         rows = self.db.rows("jobs_heartbeat", {**self._fence(leases), "ttl": ttl})
         return {r["id"]: r["lease_until"] for r in rows}
 
+    def cancelled(self, job_ids: Sequence[int]) -> set[int]:
+        """Which of ``job_ids`` an operator cancelled: read only when a heartbeat was refused
+        (never on the hot path), to say why in the worker's log."""
+        if not job_ids:
+            return set()
+        return {r["id"] for r in self.db.rows("jobs_cancelled_of", {"ids": list(job_ids)})}
+
     def complete(self, leases: Sequence[Lease]) -> set[int]:
         """Complete fenced leases; returns the ids accepted (the others were lost)."""
         if not leases:

@@ -92,7 +92,12 @@ def watcher_renderables(
     return parts
 
 
-ACTION_PAST = {"requeue": "requeued", "mark-stuck": "marked stuck"}
+ACTION_PAST = {
+    "requeue": "requeued",
+    "mark-stuck": "marked stuck",
+    "cancel": "cancelled",
+    "delete": "deleted",
+}
 
 
 def action_renderables(result: ActionResult) -> list[RenderableType]:

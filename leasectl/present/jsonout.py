@@ -155,6 +155,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "stuck": q.stuck,
         "completed_recent": q.completed_recent,
         "failed_recent": q.failed_recent,
+        "cancelled_recent": q.cancelled_recent,
     }
 
 

@@ -28,8 +28,7 @@ def skip_reason(skipped: Skipped) -> str:
                 f"(attempt {s.seen_attempts} -> {s.attempts})"
             )
         case SkipCode.NOT_ELIGIBLE:
-            done = "requeued" if s.action == "requeue" else "marked stuck"
-            return f"a {s.status} job cannot be {done}"
+            return _not_eligible(s)
         case SkipCode.LEASE_LIVE:
             lease = s.lease_until.isoformat() if s.lease_until else "?"
             if s.heartbeat_age is not None:
@@ -40,6 +39,19 @@ def skip_reason(skipped: Skipped) -> str:
             return f"lease live: held by {s.owner} until {lease}; use --force to override"
         case SkipCode.RACED:
             return "changed while the action ran"
+
+
+_DONE = {"requeue": "requeued", "mark-stuck": "marked stuck", "cancel": "cancelled"}
+
+
+def _not_eligible(s: Skipped) -> str:
+    if s.action == "cancel":
+        return f"already finished: a {s.status} job cannot be cancelled"
+    if s.action == "delete":
+        if s.status == JobStatus.PROCESSING:
+            return "a Processing job cannot be deleted (its lease may be live): cancel it first"
+        return f"a {s.status} job cannot be deleted: cancel it first"
+    return f"a {s.status} job cannot be {_DONE.get(s.action, s.action)}"
 
 
 def action_json(result: ActionResult) -> dict[str, Any]:

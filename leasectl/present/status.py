@@ -35,6 +35,7 @@ def totals(report: StatusReport) -> QueueCounts:
         stuck=sum(q.stuck for q in qs),
         completed_recent=sum(q.completed_recent for q in qs),
         failed_recent=sum(q.failed_recent for q in qs),
+        cancelled_recent=sum(q.cancelled_recent for q in qs),
         oldest_due_at=report.oldest_due_at,
     )
 
@@ -88,9 +89,17 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         queues
         if report.queues
         else Text(f"no live jobs, and none finished in the last {window}", style="dim"),
-        estimate,
-        Text(),
     ]
+    # Cancelled by operators: a line of its own (a column more does not fit 80 columns).
+    cancelled = [q for q in report.queues if q.cancelled_recent]
+    if cancelled:
+        line = Text(f"cancelled by operators in the last {window}: ")
+        for i, q in enumerate(cancelled):
+            line.append(", " if i else "")
+            line.append_text(lit(q.queue))
+            line.append(f" {q.cancelled_recent:,}")
+        parts.append(line)
+    parts += [estimate, Text()]
     if report.paused:
         parts.append(paused_table(report.paused, now))
         parts.append(Text())

@@ -21,6 +21,7 @@ STATUS_STYLE = {
     JobStatus.COMPLETED: "green",
     JobStatus.FAILED: "red",
     JobStatus.STUCK: "bold magenta",
+    JobStatus.CANCELLED: "dim",
 }
 
 FRESHNESS_STYLE = {
@@ -48,6 +49,7 @@ OUTCOME_STYLE = {
     "released": "yellow",
     "marked_stuck": "magenta",
     "requeued": "yellow",
+    "cancelled": "dim",
 }
 
 

@@ -26,7 +26,8 @@ def prune(
     keep_events: bool = True,
     dry_run: bool = False,
 ) -> PruneResult:
-    """Delete Completed/Failed jobs finished before ``older_than`` ago, one batch per statement.
+    """Delete Completed/Failed/Cancelled jobs finished before ``older_than`` ago, one batch per
+    statement.
 
     Each batch is its own short transaction, so row locks and WAL bursts stay small and
     workers keep running meanwhile. Audit events are kept unless ``keep_events`` is false.

@@ -625,11 +625,24 @@ class Worker:
                 if now >= ctx.deadline:
                     self._mark_lost(ctx, "could not heartbeat before the lease lapsed")
             return
+        refused = []
         for ctx in held:
             if ctx.job.id in renewed:
                 ctx.deadline = sent + self.config.lease_ttl.total_seconds()
             elif not ctx.finishing:
                 # (A job whose result was written meanwhile is not renewed either: not lost.)
+                refused.append(ctx)
+        if not refused:
+            return
+        # Cancelled by an operator, or taken over: one read, only when a heartbeat was refused.
+        try:
+            cancelled = self.store.cancelled([ctx.job.id for ctx in refused])
+        except ConnectionFailed:
+            cancelled = set()
+        for ctx in refused:
+            if ctx.job.id in cancelled:
+                self._mark_lost(ctx, "heartbeat rejected: the job was cancelled by an operator")
+            else:
                 self._mark_lost(ctx, "heartbeat rejected: the lease was taken over")
 
     def _deadline_loop(self) -> None:

@@ -103,9 +103,23 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     *durations("prune", "--older-than"),
     *[
         ([command, value], 2, ["invalid job id"])
-        for command in ("inspect", "requeue", "mark-stuck")
+        for command in ("inspect", "requeue", "mark-stuck", "delete")
         for value in (SQLI, LONG)
     ],
+    *[(["cancel", value, "--reason", "x"], 2, ["invalid job id"]) for value in (SQLI, LONG, "0")],
+    (["cancel", "@pending"], 2, ["Missing option '--reason'"]),
+    *[
+        (["cancel", "@pending", "--reason", value], 2, ["--reason must not be empty"])
+        for value in ("", " ", "\t")
+    ],
+    (["cancel", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
+    (["delete", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
+    (["cancel"], 2, ["Missing argument 'ID'"]),
+    (["delete"], 2, ["Missing argument 'ID'"]),
+    (["cancel", "@completed", "--reason", SQLI], 1, ["a Completed job cannot be cancelled"]),
+    (["delete", "@pending", "--reason", SQLI], 1, ["a Pending job cannot be deleted"]),
+    (["delete", "@expired", "--json"], 1, ["a Processing job cannot be deleted"]),
+    (["cancel", "999999", "--reason", "x"], 1, ["no such job"]),
     *[(["inspect", value], 2, ["invalid job id"]) for value in ("abc", "0", "9" * 30, "1.5", "")],
     (["inspect", "-1"], 2, ["No such option: -1"]),
     (["requeue", "@stuck", "x"], 2, ["invalid job id 'x'"]),
@@ -192,7 +206,7 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
             ("", "''"),
             ("failed,", "''"),
             (SQLI, "\"'"),
-            ("Cancelled", "'Cancelled'"),
+            ("Canceled", "'Canceled'"),
         )
     ],
     *[
@@ -293,7 +307,7 @@ def _sweep(
             )
         except AssertionError as exc:
             return f"{[a[:40] for a in args]}: {str(exc)[:600]}"
-        if args[0] in ("requeue", "mark-stuck") and code == 1:
+        if args[0] in ("requeue", "mark-stuck", "cancel", "delete") and code == 1:
             return None  # a skipped operator action also prints its table on stdout
         if proc.stdout:
             return f"{[a[:40] for a in args]}: printed {proc.stdout[:200]!r}"

@@ -461,6 +461,7 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
             "stuck": 0,
             "completed_recent": 0,
             "failed_recent": 0,
+            "cancelled_recent": 0,
         }
     ]
     assert re.match(r"\d{4}-\d\d-\d\dT.*[+-]\d\d:\d\d$", doc["db_now"])

@@ -465,6 +465,14 @@ def mark_stuck(store: Stores, seen: SeenState, force: bool = False) -> Any:
     return store.ops.operator_mark_stuck([seen], actor="op", reason=None, force=force)
 
 
+def cancel(store: Stores, seen: SeenState, force: bool = False) -> Any:
+    return store.ops.operator_cancel([seen], actor="op", reason=None, force=force)
+
+
+def delete(store: Stores, seen: SeenState, force: bool = False) -> Any:
+    return store.ops.operator_delete([seen], actor="op", reason=None, force=force)
+
+
 def lapsed(store: Stores, conn: psycopg.Connection[Any], owner: str = "w1") -> int:
     [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
     store.work.claim(Q, owner, TTL)
@@ -498,7 +506,9 @@ def test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped(
     assert state(store, job_id) == (JobStatus.PENDING, 1, "w1")
 
 
-@pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
+@pytest.mark.parametrize(
+    "action", [requeue, mark_stuck, cancel], ids=["requeue", "mark-stuck", "cancel"]
+)
 def test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped(
     store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
@@ -513,7 +523,9 @@ def test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped(
     assert state(store, job_id) == (JobStatus.PROCESSING, 2, "w1")
 
 
-@pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
+@pytest.mark.parametrize(
+    "action", [requeue, mark_stuck, cancel], ids=["requeue", "mark-stuck", "cancel"]
+)
 def test_an_action_on_another_owner_than_the_operator_saw_is_skipped(
     store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
@@ -523,7 +535,9 @@ def test_an_action_on_another_owner_than_the_operator_saw_is_skipped(
     assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
 
 
-@pytest.mark.parametrize("action", [requeue, mark_stuck], ids=["requeue", "mark-stuck"])
+@pytest.mark.parametrize(
+    "action", [requeue, mark_stuck, cancel], ids=["requeue", "mark-stuck", "cancel"]
+)
 def test_an_action_changes_only_the_job_the_operator_named(
     store: Stores, sql_conn: psycopg.Connection[Any], action: Action
 ) -> None:
@@ -604,6 +618,153 @@ def test_mark_stuck_applies_only_to_pending_and_processing_jobs(
     assert state(store, failed)[0] == JobStatus.FAILED
     [pending] = store.ops.enqueue([{}], queue=Q)
     assert mark_stuck(store, store.ops.get_job(pending).seen()).changed == (pending,)
+
+
+# -- cancel and delete (migration 10): guarded like requeue; cancel revokes a lease --------------
+
+
+def test_cancel_after_the_watcher_quarantined_the_job_is_skipped(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The operator saw an expired Processing job; the watcher marked it Stuck (same attempts,
+    same owner, and Stuck may be cancelled too): only the status differs from what was seen."""
+    job_id = lapsed(store, sql_conn)
+    seen = store.ops.get_job(job_id).seen()
+    assert watcher(store, mark=True).marked_stuck == 1
+    result = cancel(store, seen)
+    assert result.changed == () and [s.id for s in result.skipped] == [job_id]
+    assert state(store, job_id) == (JobStatus.STUCK, 1, "w1")
+
+
+def test_cancel_applies_only_to_pending_processing_and_stuck_jobs(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Finished jobs (Completed, Failed, Cancelled) are skipped, even with force; each of the
+    three others is cancelled, a live lease without force."""
+    stuck = stuck_with_a_lapsed_lease(store, sql_conn)
+    done, failed, cancelled, pending, live = store.ops.enqueue([{}] * 5, queue=Q)
+    store.work.complete([store.work.claim_by_id(done, "w1", TTL)])  # type: ignore[list-item]
+    lease = store.work.claim_by_id(failed, "w1", TTL)
+    assert lease is not None
+    store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False)
+    assert cancel(store, store.ops.get_job(cancelled).seen()).changed == (cancelled,)
+    for job_id in (done, failed, cancelled):
+        before = store.ops.get_job(job_id)
+        result = cancel(store, before.seen(), force=True)
+        assert result.changed == () and result.skipped[0].code == "not-eligible"
+        assert store.ops.get_job(job_id).updated_at == before.updated_at
+    store.work.claim_by_id(live, "w1", TTL)
+    for job_id in (pending, stuck, live):
+        assert cancel(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
+        assert store.ops.get_job(job_id).status == JobStatus.CANCELLED
+
+
+@pytest.mark.parametrize("call", FENCED_CALLS)
+def test_a_cancelled_lease_is_refused_to_its_holder(store: Stores, call: str) -> None:
+    """A live lease cancelled by an operator: same job, owner and attempt, only the status is
+    Cancelled. The holder's next fenced call is refused; the attempt stays `cancelled`."""
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    [lease] = store.work.claim(Q, "w1", TTL)
+    assert cancel(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
+    assert FENCED_CALLS[call](store, lease) is False
+    job = store.ops.inspect(job_id)
+    assert (job.job.status, job.job.attempts, job.job.lease_until) == (JobStatus.CANCELLED, 1, None)
+    assert [a.outcome for a in job.attempts] == ["cancelled"]
+
+
+def test_no_claim_takes_a_cancelled_job(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    """A cancelled lease (its lease_until in the past) is no takeover; a cancelled Pending job
+    is claimed neither by the queue's claim nor by id."""
+    pending, leased = store.ops.enqueue([{}, {}], queue=Q, max_attempts=3)
+    store.work.claim_by_id(leased, "w1", TTL)
+    for job_id in (pending, leased):
+        assert cancel(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
+    sql_conn.execute("UPDATE leasectl.jobs SET lease_until = now() - interval '1 second'")
+    assert store.work.claim(Q, "w2", TTL, limit=5) == []
+    assert store.work.claim_by_id(pending, "w2", TTL) is None
+    assert state(store, leased) == (JobStatus.CANCELLED, 1, "w1")
+
+
+def failed_job(store: Stores, owner: str = "w1") -> int:
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=3)
+    lease = store.work.claim_by_id(job_id, owner, TTL)
+    assert lease is not None
+    assert store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
+    return job_id
+
+
+def exists(conn: psycopg.Connection[Any], job_id: int) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM leasectl.jobs WHERE id = %s", (job_id,)).fetchone() is not None
+    )
+
+
+def test_delete_after_an_operator_cancelled_the_stuck_job_is_skipped(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The operator saw a Stuck job; another operator cancelled it (same attempts, same owner,
+    and Cancelled may be deleted too): only the status differs from what was seen."""
+    job_id = stuck_with_a_lapsed_lease(store, sql_conn)
+    seen = store.ops.get_job(job_id).seen()
+    assert cancel(store, seen).changed == (job_id,)
+    result = delete(store, seen)
+    assert result.changed == () and result.skipped[0].code == "moved"
+    assert state(store, job_id) == (JobStatus.CANCELLED, 1, "w-stuck")
+
+
+def test_delete_of_a_later_attempt_than_the_operator_saw_is_skipped(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Failed at attempt 1 when seen; requeued, run and Failed again by the same owner."""
+    job_id = failed_job(store)
+    seen = store.ops.get_job(job_id).seen()
+    assert requeue(store, seen).changed == (job_id,)
+    lease = store.work.claim_by_id(job_id, "w1", TTL)
+    assert lease is not None and lease.attempt == 2
+    store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False)
+    assert delete(store, seen).changed == ()
+    assert state(store, job_id) == (JobStatus.FAILED, 2, "w1") and exists(sql_conn, job_id)
+
+
+def test_delete_of_another_owner_than_the_operator_saw_is_skipped(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    job_id = failed_job(store)
+    seen = dataclasses.replace(store.ops.get_job(job_id).seen(), lease_owner="w2")
+    assert delete(store, seen).changed == ()
+    assert exists(sql_conn, job_id)
+
+
+def test_delete_removes_only_the_job_the_operator_named(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Two Failed jobs in the same state (status, attempts, owner): only the named one goes."""
+    named, other = failed_job(store), failed_job(store)
+    assert delete(store, store.ops.get_job(named).seen()).changed == (named,)
+    assert not exists(sql_conn, named) and exists(sql_conn, other)
+
+
+def test_delete_never_removes_a_pending_or_processing_job(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Not with force, not a lapsed lease: seen exactly as they are, they stay."""
+    stuck = stuck_with_a_lapsed_lease(store, sql_conn)
+    expired = lapsed(store, sql_conn)
+    [pending, live] = store.ops.enqueue([{}, {}], queue=Q)
+    store.work.claim_by_id(live, "w1", TTL)
+    for job_id in (pending, expired, live):
+        result = delete(store, store.ops.get_job(job_id).seen(), force=True)
+        assert result.changed == () and result.skipped[0].code == "not-eligible"
+        assert exists(sql_conn, job_id)
+    done = store.ops.enqueue([{}], queue=Q)[0]
+    store.work.complete([store.work.claim_by_id(done, "w1", TTL)])  # type: ignore[list-item]
+    gone = [done, failed_job(store), stuck]
+    [cancelled] = store.ops.enqueue([{}], queue=Q)
+    assert cancel(store, store.ops.get_job(cancelled).seen()).changed == (cancelled,)
+    gone.append(cancelled)
+    for job_id in gone:
+        assert delete(store, store.ops.get_job(job_id).seen()).changed == (job_id,)
+        assert not exists(sql_conn, job_id)
 
 
 # -- status --check and prune --queue, through the command line ---------------------------------

@@ -591,3 +591,50 @@ def test_pauses_show_hostile_queues_actors_and_reasons_as_text(db_dsn: str) -> N
     for value, proc in zip(fresh, not_paused, strict=True):
         checked(proc, 1, "resume of a queue not paused")
         assert proc.stderr == f"leasectl: queue {echo(value)} is not paused; nothing changed\n"
+
+
+def test_cancel_and_delete_show_hostile_actors_and_reasons_as_text(db_dsn: str) -> None:
+    """Cancel and delete with hostile reasons, as a hostile operator name ($USER, in the actor):
+    what they print, and `inspect` of a job deleted so ("deleted by ACTOR ... (REASON)"), stay
+    inert text; the reasons are kept exactly."""
+    fresh = [JOINED_TERMINAL, JOINED_UNICODE]
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "INSERT INTO leasectl.jobs (queue) SELECT %s FROM generate_series(1, 2) "
+                "RETURNING id",
+                [MARKUP[3]],
+            ).fetchall()
+        ]
+    ran = run_all(
+        [
+            *(["cancel", str(i), "--reason", value] for i, value in zip(ids, fresh, strict=True)),
+            *(["cancel", str(i), "--reason", value] for i, value in zip(ids, fresh, strict=True)),
+            *(
+                ["delete", str(i), "--reason", value, "--json"]
+                for i, value in zip(ids, fresh, strict=True)
+            ),
+            *(["inspect", str(i)] for i in ids),
+        ],
+        db_dsn,
+    )
+    cancelled, again, deleted, inspected = ran[0:2], ran[2:4], ran[4:6], ran[6:8]
+    for proc in cancelled:
+        checked(proc, 0, "cancel")
+    for proc in again:
+        checked(proc, 1, "cancel of a cancelled job")
+        assert "already finished" in proc.stderr
+    for proc in deleted:
+        checked(proc, 0, "delete --json")
+    for value, proc in zip(fresh, inspected, strict=True):
+        checked(proc, 1, "inspect of a deleted job")
+        assert "was deleted by" in proc.stderr and echo(value)[:40] in proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        reasons = conn.execute(
+            "SELECT action, reason FROM leasectl.job_events ORDER BY id"
+        ).fetchall()
+    assert reasons == [
+        *(("cancel", value) for value in fresh),
+        *(("delete", value) for value in fresh),
+    ]

@@ -43,10 +43,12 @@ class Row:
 
 # (queue, status, owner, error, payload, created ago, finished ago)
 SPECS: list[tuple[str, JobStatus, str | None, str | None, Any, timedelta, timedelta | None]] = []
-for n in range(60):
-    status = list(JobStatus)[n % 5]
+for n in range(72):
+    # The first 60 in the five older statuses; then 12 Cancelled, created and finished off the
+    # windows' edges (2, 9, 16 ... minutes ago, finished a minute later).
+    status = list(JobStatus)[n % 5] if n < 60 else JobStatus.CANCELLED
     finished = status in FINISHED
-    created = timedelta(minutes=7 * n)
+    created = timedelta(minutes=7 * n if n < 60 else 7 * (n - 60) + 2)
     SPECS.append(
         (
             ("payments", "emails", "100%_off")[n % 3],
@@ -62,7 +64,7 @@ for n in range(60):
             )[n % 6],
             {"tenant": n % 3, "tags": ["a", "b"][: n % 3], "nested": {"k": n % 2}},
             created,
-            created - timedelta(minutes=3 * (n % 2)) if finished else None,
+            (None if not finished else created - timedelta(minutes=3 * (n % 2) if n < 60 else 1)),
         )
     )
 
@@ -138,6 +140,8 @@ PARTS: dict[str, list[dict[str, Any]]] = {
         {"states": ["PROCESSING", "stuck"]},
         {"states": ["Completed"]},
         {"states": ["failed,completed"]},
+        {"states": ["cancelled"]},
+        {"states": ["failed", "Cancelled"]},
     ],
     "queue": [{"queue": "emails"}, {"queue": "100%_off"}, {"queue": "100%"}],
     "owner": [{"owner": "host-1:1:w"}, {"owner": "host-1"}],
@@ -391,8 +395,22 @@ def test_filters_an_index_serves_never_scan_the_history(sql_conn: psycopg.Connec
         "SELECT 'a', s::leasectl.job_status, 'w-1', now() + interval '1 minute' "
         "FROM unnest(ARRAY['Pending','Processing','Stuck']) AS s, generate_series(1, 300)"
     )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, lease_owner, finished_at) "
+        "SELECT 'b', 'Cancelled', 'w-2', now() - interval '1 day' * i / 40 "
+        "FROM generate_series(1, 40) AS i"
+    )
     sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
     served = {
+        "Cancelled, newest first": (parse_filter(states=["cancelled"]), "jobs_cancelled_idx"),
+        "Cancelled in a queue": (
+            parse_filter(states=["cancelled"], queue="b"),
+            "jobs_cancelled_idx",
+        ),
+        "Cancelled in the last hour": (
+            parse_filter(states=["cancelled"], since="1h"),
+            "jobs_",
+        ),
         "finished in the last hour": (
             parse_filter(states=["failed"], queue="a", since="1h"),
             "jobs_finished_idx",

@@ -4,7 +4,7 @@ A plain-Python model of every job (status, attempts, lease owner, whether its le
 its attempt outcomes and audit events) is driven by the same random sequence of operations as
 the store: enqueue, claim, claim-by-id, an owner re-taking its own lapsed job, heartbeat,
 complete, fail, release (with current and stale fencing tokens), watcher passes, guarded
-operator requeue / mark-stuck (on what the operator saw now or earlier), and the clock
+operator requeue / mark-stuck / cancel (on what the operator saw now or earlier), and the clock
 advancing. Time is moved only in the database, by putting ``lease_until`` or ``run_at`` into
 the past; nothing is mocked. After every step the database must equal the model.
 """
@@ -53,7 +53,7 @@ settings.register_profile(
 )
 MODEL_PROFILE = os.environ.get("LEASECTL_MODEL_PROFILE", "ci")
 
-PENDING, PROCESSING, COMPLETED, FAILED, STUCK = (s.value for s in JobStatus)
+PENDING, PROCESSING, COMPLETED, FAILED, STUCK, CANCELLED = (s.value for s in JobStatus)
 LONG = timedelta(hours=1)  # leases and delays never lapse by themselves during a test
 OWNERS = ("w1", "w2", "w3")
 WATCHER = "watcher@model"
@@ -344,6 +344,26 @@ class LeaseMachine(RuleBasedStateMachine):
             job.close_running("marked_stuck")
             job.status = STUCK
 
+    @rule(data=st.data(), stale=st.booleans())
+    def operator_cancel(self, data: st.DataObject, stale: bool) -> None:
+        """Cancel (migration 10): Pending, Stuck and Processing (a live lease too) on what the
+        operator saw; the lease's later fenced calls are refused (the rules above check it)."""
+        job = self.pick_job(data)
+        if job is None:
+            return
+        seen = job.seen()
+        if stale:
+            earlier = [s for s in self.seen_states.get(job.id, []) if s != seen]
+            wrong = SeenState(seen.id, seen.status, seen.attempts - 1, seen.lease_owner)
+            seen = data.draw(st.sampled_from([*earlier, wrong]), label="seen")
+        result = self.store.ops.operator_cancel([seen], actor=OPERATOR, reason="c")
+        ok = not stale and job.status in (PENDING, PROCESSING, STUCK)
+        assert result.changed == ((job.id,) if ok else ()), (job, result)
+        if ok:
+            job.events.append("cancel")
+            job.close_running("cancelled")
+            job.status, job.expired = CANCELLED, False
+
     @invariant()
     def remember_what_an_operator_saw(self) -> None:
         for job in self.jobs.values():
@@ -370,7 +390,9 @@ class LeaseMachine(RuleBasedStateMachine):
                 assert r[5] == job.expired, (r, job)
             if job.status == PENDING:
                 assert r[6] == job.due, (r, job)
-            assert r[8] == (job.status in (COMPLETED, FAILED)), (r, job)
+            assert r[8] == (job.status in (COMPLETED, FAILED, CANCELLED)), (r, job)
+            if job.status == CANCELLED:
+                assert not r[7], "a Cancelled job holds no lease"
         attempts: dict[int, list[tuple[str, str]]] = {}
         for job_id, outcome, owner in self.conn.execute(
             "SELECT job_id, outcome::text, lease_owner FROM leasectl.job_attempts "

@@ -325,6 +325,10 @@ FUNCTION_CALLS = [
     "SELECT * FROM leasectl.jobs_operator_mark_stuck("
     "'{1}', '{Pending}', '{0}', '{NULL}', true, 'x', NULL)",
     "SELECT * FROM leasectl.jobs_requeue_expired(500, NULL, false, 'x', NULL, true)",
+    "SELECT * FROM leasectl.jobs_operator_cancel("
+    "'{1}', '{Pending}', '{0}', '{NULL}', false, 'x', NULL)",
+    "SELECT * FROM leasectl.jobs_operator_delete("
+    "'{1}', '{Completed}', '{1}', '{owner-1}', false, 'x', NULL)",
 ]
 
 
@@ -350,6 +354,8 @@ def test_only_operators_may_run_the_audited_operations(granted: Roles, db_dsn: s
             )
         )
     assert public == [
+        ("jobs_operator_cancel", False),
+        ("jobs_operator_delete", False),
         ("jobs_operator_mark_stuck", False),
         ("jobs_operator_requeue", False),
         ("jobs_requeue_expired", False),
@@ -639,6 +645,7 @@ ADDED_BY_7 = (
     ", {schema}.queue_pause, {schema}.queue_resume",
 )
 ADDED_BY_8 = (", error_detail",)
+ADDED_BY_10 = (",\n    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete",)
 
 
 def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
@@ -678,7 +685,7 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 6)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_7 + ADDED_BY_8)
+                grant_as_before(conn, kind, name, ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -714,7 +721,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             assert ", error_detail)" in queries.get("grant_worker").text
-            grant_as_before(conn, "worker", name, ADDED_BY_8)
+            grant_as_before(conn, "worker", name, ADDED_BY_8 + ADDED_BY_10)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -741,7 +748,7 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_8)
+                grant_as_before(conn, kind, name, ADDED_BY_8 + ADDED_BY_10)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
             gone, other, again = store.ops.enqueue([{}, {}, {}], queue="q")
@@ -769,3 +776,75 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
         assert [a for (a,) in allowed] == [False, *(kind == "operator" for kind in KINDS)]
         for kind in ("viewer", "worker", "producer"):
             refused(roles, kind, empty_db_dsn, "requeue-stuck", "--owner", "w-gone")
+
+
+def test_operator_cancels_and_deletes_only_through_the_audited_functions(
+    granted: Roles, db_dsn: str
+) -> None:
+    """An operator role cancels and deletes through the commands (audit rows with its role)
+    but cannot make either change to the tables itself."""
+    s = seed_states_at(db_dsn)
+    dsn = granted.dsn("operator")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in (
+            "UPDATE leasectl.jobs SET status = 'Cancelled'",
+            f"DELETE FROM leasectl.jobs WHERE id = {s.completed}",
+            f"DELETE FROM leasectl.job_events WHERE job_id = {s.stuck}",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(statement)
+    proc = cli_env("cancel", str(s.pending), "--reason", "stop", dsn=dsn, env={"USER": "bob"})
+    assert proc.returncode == 0, proc.stderr
+    proc = cli_env("delete", str(s.completed), str(s.stuck), dsn=dsn, env={"USER": "bob"})
+    assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT job_id, action, db_role FROM leasectl.job_events "
+            "WHERE action IN ('cancel', 'delete') ORDER BY id"
+        ).fetchall()
+        left = conn.execute("SELECT id, status::text FROM leasectl.jobs ORDER BY id").fetchall()
+    operator = granted.names["operator"]
+    assert rows == [
+        (s.pending, "cancel", operator),
+        (s.completed, "delete", operator),
+        (s.stuck, "delete", operator),
+    ]
+    assert left == sorted([(s.expired, "Processing"), (s.pending, "Cancelled")])
+    for kind in ("viewer", "worker", "producer"):
+        refused(granted, kind, db_dsn, "cancel", str(s.expired), "--reason", "x")
+
+
+def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """Migration 10 adds the two functions: the roles that could run the operator's requeue
+    (operators granted by version 9) run them, with no `leasectl grant` re-run; the others and
+    PUBLIC do not. The enum values it adds are committed before it uses them (an upgrade)."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v9_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            migrate_to(conn, 9)
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_10)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            [job] = store.ops.enqueue([{}], queue="q")
+            assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
+        proc = cli("cancel", str(job), "--reason", "upgrade", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        proc = cli("delete", str(job), dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            allowed = conn.execute(
+                "SELECT f, has_function_privilege(r, ('leasectl.' || f)::regproc, 'EXECUTE') "
+                "FROM unnest(%s::text[]) AS r, "
+                "unnest(ARRAY['jobs_operator_cancel', 'jobs_operator_delete']) AS f",
+                [["public", *(names[kind] for kind in KINDS)]],
+            ).fetchall()
+            actions = conn.execute(
+                "SELECT action FROM leasectl.job_events WHERE job_id = %s ORDER BY id", (job,)
+            ).fetchall()
+        expected = [False, *(kind == "operator" for kind in KINDS)]
+        assert [a for f, a in allowed if f == "jobs_operator_cancel"] == expected
+        assert [a for f, a in allowed if f == "jobs_operator_delete"] == expected
+        assert actions == [("cancel",), ("delete",)]

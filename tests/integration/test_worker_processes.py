@@ -203,6 +203,58 @@ def test_zombie_worker_resumed_after_takeover_cannot_heartbeat_or_complete(
 
 
 @pytest.mark.slow
+def test_a_job_cancelled_under_a_running_worker_is_never_completed(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any], workers: Any, tmp_path: Path
+) -> None:
+    """A real worker holds a job (its handler waits on ctx.cancelled, then returns normally);
+    an operator cancels it from another connection. The worker's next heartbeat is refused
+    and its handler sees ctx.cancelled within a heartbeat interval; the success it then
+    returns is never written: the job stays Cancelled, its attempt `cancelled`."""
+    out = tmp_path / "job"
+    out.mkdir()
+    [job_id] = store.ops.enqueue([{"dir": str(out)}], queue="c")
+    worker = workers(
+        "c",
+        "tests.handlers:succeed_once_cancelled",
+        "holder",
+        "--lease-ttl",
+        "30s",
+        "--heartbeat-every",
+        "300ms",
+    )
+    wait_until(lambda: (out / "started").exists(), what="the handler to start")
+    seen = store.ops.get_job(job_id).seen()
+    assert (seen.status, seen.lease_owner) == (JobStatus.PROCESSING, "holder")
+    with Stores.connect(db_dsn, "leasectl") as operator:
+        result = operator.ops.operator_cancel([seen], actor="oncall", reason="bad deploy")
+    assert result.changed == (job_id,)
+    wait_until(
+        lambda: (out / "cancelled").exists(),
+        timeout=3,  # a heartbeat interval (300 ms), with room for a loaded machine
+        what="the handler to see ctx.cancelled",
+    )
+    wait_until(
+        lambda: "cancelled by an operator" in worker.text(),
+        what="the worker to log why it lost the job",
+    )
+    # The worker has done with the job (it logged the loss after the handler returned or the
+    # heartbeat was refused); nothing it wrote reached the job or its attempt.
+    assert jobs_state(sql_conn, [job_id])[0][1:4] == ("Cancelled", 1, "holder")
+    assert attempts(sql_conn, job_id) == [(1, "holder", "cancelled")]
+    completed = sql_conn.execute(
+        "SELECT count(*) FROM leasectl.jobs WHERE status = 'Completed'"
+    ).fetchone()
+    assert completed == (0,)
+    events = sql_conn.execute(
+        "SELECT action, actor, reason FROM leasectl.job_events WHERE job_id = %s", (job_id,)
+    ).fetchall()
+    assert events == [("cancel", "oncall", "bad deploy")]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
+    assert jobs_state(sql_conn, [job_id])[0][1] == "Cancelled"
+
+
+@pytest.mark.slow
 def test_sigterm_releases_unfinished_jobs_and_marks_the_worker_stopped(
     store: Stores, sql_conn: psycopg.Connection[Any], workers: Any
 ) -> None:

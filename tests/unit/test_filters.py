@@ -55,7 +55,7 @@ def test_times_are_finish_times_only_when_every_state_asked_for_is_finished() ->
         flt = parse_filter(states=states, since="1h")
         assert not flt.finished_only and flt.time_column == "created_at"
         assert list_params(flt, limit=1, after=None)["created_since"] == timedelta(hours=1)
-    assert {JobStatus.COMPLETED, JobStatus.FAILED} == FINISHED
+    assert {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED} == FINISHED
 
 
 @pytest.mark.parametrize(

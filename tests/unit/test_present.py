@@ -265,6 +265,7 @@ def test_status_json_keys_and_check() -> None:
         "stuck",
         "completed_recent",
         "failed_recent",
+        "cancelled_recent",
     }
     assert all(set(q) == queue_keys for q in doc["queues"])
     assert doc["queues"][0]["oldest_due_age_s"] == 95.0

@@ -54,6 +54,8 @@ class ConfirmScreen(ModalScreen[str | None]):
         noun = "job" if n == 1 else "jobs"
         if self.action is Action.REQUEUE_EXPIRED:
             return f"Requeue all {n} expired {noun} in the current filter?"
+        if self.action is Action.DELETE:
+            return f"Delete {n} {noun} permanently?"
         return f"{self.action.verb} {n} {noun}?"
 
     def compose(self) -> ComposeResult:
@@ -61,18 +63,28 @@ class ConfirmScreen(ModalScreen[str | None]):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             # The long part scrolls; the reason and the buttons stay in sight at any size.
             with VerticalScroll(id="confirm-body"):
+                warnings = self._warnings()
+                # A delete's warning (no undo) comes first, in sight at 80x24 too.
+                first = self.action is Action.DELETE
+                if warnings is not None and first:
+                    yield Static(warnings, id="confirm-warnings")
                 yield Static(self._jobs_text(), id="confirm-jobs")
                 yield Static(self._condition(), id="confirm-condition")
-                warnings = self._warnings()
-                if warnings is not None:
+                if warnings is not None and not first:
                     yield Static(warnings, id="confirm-warnings")
             yield Label("Reason (recorded in job_events with your name):")
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
-                verb = "Mark stuck" if self.action is Action.MARK_STUCK else "Requeue"
-                yield Button(f"{verb} {len(self.jobs)}", variant="warning", id="confirm-ok")
-                yield Button("Cancel", id="confirm-cancel")
+                label = f"{self.action.verb} {len(self.jobs)}"
+                if self.action is Action.DELETE:
+                    yield Button(label, variant="error", id="confirm-ok")
+                else:
+                    yield Button(label, variant="warning", id="confirm-ok")
+                # ("Cancel" beside "Cancel 1" would be a guess: this one only closes the dialog.)
+                yield Button(
+                    "Back" if self.action is Action.CANCEL else "Cancel", id="confirm-cancel"
+                )
 
     def on_mount(self) -> None:
         self.query_one("#reason", Input).focus()
@@ -114,7 +126,9 @@ class ConfirmScreen(ModalScreen[str | None]):
                 blocked[reason] = blocked.get(reason, 0) + 1
         for reason, n in blocked.items():
             lines.append(f"{n} will be skipped as seen now: {reason}")
-        if self.action is not Action.MARK_STUCK:
+        if self.action is Action.DELETE:
+            lines.append("permanent: no undo; the jobs and their attempts are gone for good")
+        if self.action in (Action.REQUEUE, Action.REQUEUE_EXPIRED):
             alive = [
                 j
                 for j in self.jobs

@@ -16,8 +16,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from leasectl.console.messages import DetailFailed, DetailLoaded
+from leasectl.console.view import Action, as_panel_job
 from leasectl.core.errors import LeasectlError
-from leasectl.core.models import JobDetail
+from leasectl.core.models import JobDetail, PanelJob
 from leasectl.present.detail import detail_renderables
 from leasectl.present.styles import status_text
 from leasectl.present.text import lit
@@ -32,13 +33,22 @@ class DetailScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("ctrl+r", "reload", "Reload"),
+        Binding("c", "act('cancel')", "Cancel job"),
+        Binding("D", "act('delete')", "Delete job"),
     ]
 
-    def __init__(self, job_id: int, load: Callable[[int], JobDetail]) -> None:
-        """``load`` reads the job (in a thread: it may block on the database)."""
+    def __init__(
+        self,
+        job_id: int,
+        load: Callable[[int], JobDetail],
+        act: Callable[[Action, list[PanelJob]], None] | None = None,
+    ) -> None:
+        """``load`` reads the job (in a thread: it may block on the database); ``act``
+        confirms and runs a guarded action on the job as this screen last loaded it."""
         super().__init__()
         self.job_id = job_id
         self.load = load
+        self.act = act
         self.detail: JobDetail | None = None
 
     def compose(self) -> ComposeResult:
@@ -55,6 +65,12 @@ class DetailScreen(Screen[None]):
 
     def action_reload(self) -> None:
         self._load(self.job_id)
+
+    def action_act(self, name: str) -> None:
+        """Cancel or delete the job as shown (guarded on that state); reloads after."""
+        if self.act is None or self.detail is None:
+            return
+        self.act(Action(name), [as_panel_job(self.detail.job)])
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _load(self, job_id: int) -> None:

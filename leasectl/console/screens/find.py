@@ -27,6 +27,7 @@ from leasectl.console.widgets.tables import FindTable, RowContext
 from leasectl.core.errors import LeasectlError, QueryTimeout
 from leasectl.core.filters import JobFilter, JobPage
 from leasectl.core.literal import visible
+from leasectl.core.models import PanelJob
 from leasectl.present.text import count_text, lit
 
 PAGE = 50
@@ -46,14 +47,23 @@ class FindScreen(Screen[str]):
         Binding("n", "next_page", "Next page"),
         Binding("p", "previous_page", "Previous page"),
         Binding("slash", "edit", "Edit filter"),
+        Binding("c", "act('cancel')", "Cancel job"),
+        Binding("D", "act('delete')", "Delete job"),
     ]
 
     def __init__(
-        self, search: Search, open_detail: Callable[[int], None], text: str = "", page: int = PAGE
+        self,
+        search: Search,
+        open_detail: Callable[[int], None],
+        text: str = "",
+        page: int = PAGE,
+        act: Callable[[view.Action, list[PanelJob]], None] | None = None,
     ) -> None:
+        """``act`` confirms and runs a guarded action on a found job as its page shows it."""
         super().__init__()
         self.search = search
         self.open_detail = open_detail
+        self.act = act
         self.text = text
         self.limit = page
         self.filter: JobFilter | None = None
@@ -157,9 +167,16 @@ class FindScreen(Screen[str]):
     # -- keys -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("next_page", "previous_page") and isinstance(self.focused, Input):
+        if action in ("next_page", "previous_page", "act") and isinstance(self.focused, Input):
             return False  # the keys type into the filter
         return True
+
+    def action_act(self, name: str) -> None:
+        """Cancel or delete the highlighted job as this page shows it (guarded on that state:
+        a job that moved since the page was read is skipped). Search again to see the change."""
+        job = self.query_one(FindTable).highlighted()
+        if self.act is not None and job is not None:
+            self.act(view.Action(name), [view.as_panel_job(job)])
 
     def action_next_page(self) -> None:
         if self.running or self.page is None or self.page.next_after is None:

@@ -23,6 +23,11 @@ KEYS = (
     ("s", "mark stuck the selected jobs, else the highlighted one"),
     ("R", "requeue every expired lease in the current filter"),
     (
+        "c",
+        "cancel the selected or highlighted jobs (a held lease is revoked); also in detail, find",
+    ),
+    ("D", "delete the selected or highlighted finished or Stuck jobs, for good (own confirmation)"),
+    (
         "P",
         "pause the highlighted job's queue (no worker claims its jobs; a reason is required), "
         "or resume it if it is paused (shown under the counts: ⏸ paused)",

@@ -30,7 +30,7 @@ from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
-ACTIONS = {"requeue", "mark_stuck", "requeue_expired", "toggle_pause"}
+ACTIONS = {"requeue", "mark_stuck", "requeue_expired", "toggle_pause", "cancel", "delete"}
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
 
 
@@ -54,6 +54,8 @@ ACTION_KEYS = {
     "s": "mark stuck",
     "R": "requeue all expired",
     "P": "pause or resume",
+    "c": "cancel",
+    "D": "delete",
 }
 
 
@@ -64,6 +66,8 @@ class MainScreen(Screen[None]):
         Binding("s", "mark_stuck", "Mark stuck"),
         Binding("R", "requeue_expired", "Requeue expired"),
         Binding("P", "toggle_pause", "Pause/resume queue", show=False),
+        Binding("c", "cancel", "Cancel job", show=False),
+        Binding("D", "delete", "Delete job", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -291,6 +295,12 @@ class MainScreen(Screen[None]):
 
     def action_mark_stuck(self) -> None:
         self.host.request_action(Action.MARK_STUCK, self.targets())
+
+    def action_cancel(self) -> None:
+        self.host.request_action(Action.CANCEL, self.targets())
+
+    def action_delete(self) -> None:
+        self.host.request_action(Action.DELETE, self.targets())
 
     def action_requeue_expired(self) -> None:
         self.host.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())

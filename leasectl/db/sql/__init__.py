@@ -38,6 +38,17 @@ class Migration:
     def render(self, schema: str) -> sql.Composed:
         return _render(self.text, schema)
 
+    def enum_values_for(self, schema: str) -> tuple[sql.Composed, ...]:
+        """Its ``ALTER TYPE {schema}.T ADD VALUE IF NOT EXISTS 'v';`` lines, each alone:
+        ``Database.migrate`` commits them before the migration runs on an existing schema, since
+        a transaction cannot use an enum value it added itself (migration 10)."""
+        return tuple(_render(line, schema) for line in _ENUM_VALUE.findall(self.text))
+
+
+_ENUM_VALUE = re.compile(
+    r"^ALTER TYPE \{schema\}\.[a-z_]+ ADD VALUE IF NOT EXISTS '[A-Za-z_]+';$", re.MULTILINE
+)
+
 
 @cache
 def _render(text: str, schema: str) -> sql.Composed:

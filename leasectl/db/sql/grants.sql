@@ -11,7 +11,8 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {sche
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events TO {role};
 
 -- name: grant_operator
--- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume).
+-- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
+-- cancel, delete).
 -- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
 -- functions that run with the owner's rights and write the audit row of every change; an
 -- operator changes no table itself.
@@ -25,7 +26,8 @@ REVOKE UPDATE ON {schema}.jobs FROM {role};
 REVOKE UPDATE ON {schema}.job_attempts FROM {role};
 REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
-    {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume TO {role};
+    {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
+    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.

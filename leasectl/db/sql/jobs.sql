@@ -199,6 +199,10 @@ WITH released AS (
 )
 SELECT id FROM released;
 
+-- name: jobs_cancelled_of
+-- Which of these jobs are Cancelled (a worker whose heartbeat was refused says why; rare).
+SELECT id FROM {schema}.jobs WHERE id = ANY(%(ids)s::bigint[]) AND status = 'Cancelled';
+
 -- name: job_get
 -- One job by id.
 SELECT * FROM {schema}.jobs WHERE id = %(id)s;

@@ -10,6 +10,20 @@ SELECT id FROM {schema}.jobs_operator_requeue(
     %(force)s::boolean, %(actor)s::text, %(reason)s::text
 );
 
+-- name: jobs_operator_cancel
+-- Operator cancel (-> Cancelled) of Pending, Stuck or Processing jobs (the lease revoked), guarded like requeue (migration 10).
+SELECT id FROM {schema}.jobs_operator_cancel(
+    %(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::integer[], %(owners)s::text[],
+    %(force)s::boolean, %(actor)s::text, %(reason)s::text
+);
+
+-- name: jobs_operator_delete
+-- Operator delete of Completed, Failed, Cancelled or Stuck jobs (events kept), guarded like requeue (migration 10).
+SELECT id FROM {schema}.jobs_operator_delete(
+    %(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::integer[], %(owners)s::text[],
+    %(force)s::boolean, %(actor)s::text, %(reason)s::text
+);
+
 -- name: jobs_operator_mark_stuck
 -- Operator quarantine (-> Stuck) of Pending or expired Processing jobs, guarded like requeue.
 SELECT id FROM {schema}.jobs_operator_mark_stuck(

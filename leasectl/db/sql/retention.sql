@@ -1,8 +1,8 @@
 -- name: jobs_prune
--- Delete one batch of finished jobs older than the cutoff, oldest first (their attempts go too).
+-- Delete one batch of finished (Completed, Failed, Cancelled) jobs older than the cutoff, oldest first (their attempts go too).
 WITH doomed AS (
     SELECT id FROM {schema}.jobs
-    WHERE status IN ('Completed', 'Failed') AND finished_at < now() - %(older_than)s
+    WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at < now() - %(older_than)s
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     ORDER BY finished_at
     LIMIT %(batch)s
@@ -19,5 +19,5 @@ SELECT (SELECT count(*) FROM deleted) AS jobs, (SELECT count(*) FROM events) AS 
 -- name: jobs_prune_count
 -- How many finished jobs a prune would delete (for --dry-run; reads the finished_at index).
 SELECT count(*) AS jobs FROM {schema}.jobs
-WHERE status IN ('Completed', 'Failed') AND finished_at < now() - %(older_than)s
+WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at < now() - %(older_than)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text);

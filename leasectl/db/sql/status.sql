@@ -19,10 +19,10 @@ FROM {schema}.jobs WHERE status = 'Stuck'
 GROUP BY queue;
 
 -- name: status_finished_recent
--- Exact Completed/Failed counts per queue over a recent window, from the finished_at index.
+-- Exact Completed/Failed/Cancelled counts per queue over a recent window, from the finished_at index.
 SELECT queue, status::text AS status, count(*) AS jobs
 FROM {schema}.jobs
-WHERE status IN ('Completed', 'Failed') AND finished_at >= now() - %(window)s
+WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at >= now() - %(window)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY queue, status;
 
