@@ -27,7 +27,7 @@ WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at >= now() - 
 GROUP BY queue, status;
 
 -- name: status_finished_estimate
--- Estimated all-time Completed/Failed totals from planner statistics (exact would scan history).
+-- Estimated all-time Completed/Failed/Cancelled totals from planner statistics (exact would scan history).
 SELECT v.status, round(c.reltuples * v.freq)::bigint AS jobs
 FROM pg_catalog.pg_class AS c
 JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
@@ -36,7 +36,7 @@ JOIN pg_catalog.pg_stats AS s
 CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs)
      AS v(status, freq)
 WHERE n.nspname = %(schema)s AND c.relname = 'jobs' AND c.reltuples > 0
-  AND v.status IN ('Completed', 'Failed');
+  AND v.status IN ('Completed', 'Failed', 'Cancelled');
 
 -- name: status_owners
 -- One row per lease owner or recently seen worker: leases held, freshness inputs, nearest expiry.
