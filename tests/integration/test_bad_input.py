@@ -214,6 +214,37 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["list", "--error", ""], 2, ["--error must not be empty"]),
     (["list", "--queue", ""], 2, ["--queue must not be empty"]),
     (["list", "-q", "8" * 8000], 2, ["--queue: a queue name has at most 200 characters"]),
+    # The guarded actions on a filter (cli/bulk.py): ids or a filter, never neither nor both.
+    *[
+        (args, 2, fragments)
+        for command in ("requeue", "mark-stuck")
+        for args, fragments in (
+            ([command], ["give job ids, or a filter", "--all"]),
+            ([command, "--dry-run"], ["give job ids, or a filter"]),
+            ([command, "--reason", SQLI], ["give job ids, or a filter"]),
+            ([command, "@stuck", "--queue", "q"], ["give job ids or a filter, not both"]),
+            ([command, "@stuck", "--all"], ["give job ids or a filter, not both"]),
+            ([command, "@stuck", "--dry-run"], ["--dry-run: only with a filter"]),
+            ([command, "@stuck", "--after", "5"], ["--after: only with a filter"]),
+            ([command, "--all", "--queue", "q"], ["--all is for no filter at all"]),
+            ([command, "--state", SQLI], ["invalid --state"]),
+            ([command, "--state", "completed"], [f"{command} never applies to a Completed job"]),
+            ([command, "-q", ""], ["--queue must not be empty"]),
+            ([command, "-q", "8" * 8000], ["--queue: a queue name has at most 200 characters"]),
+            ([command, "--owner", ""], ["--owner must not be empty"]),
+            ([command, "--error", ""], ["--error must not be empty"]),
+            ([command, "--payload", SQLI], ["--payload: invalid JSON payload"]),
+            ([command, "--since", "1h", "--until", "2h"], ["the window is empty"]),
+            ([command, "--since", SQLI], ["invalid --since"]),
+            ([command, "--all", "--after", "x"], ["invalid --after 'x'"]),
+            ([command, "--all", "--after", SQLI], ["invalid --after"]),
+            ([command, "--all", "--batch-size", "0"], ["'--batch-size'"]),
+            ([command, "--all", "--batch-size", "10001"], ["'--batch-size'"]),
+            ([command, "--all", "--timeout", "11m"], ["'--timeout'", "at most 10m"]),
+        )
+    ],
+    (["requeue", "--state", "pending", "-q", "q", "--dry-run"], 2, ["requeue never applies"]),
+    (["mark-stuck", "--state", "stuck,failed"], 2, ["never applies to a Failed or Stuck job"]),
 ]
 
 
