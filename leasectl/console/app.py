@@ -338,7 +338,13 @@ class ConsoleApp(App[None]):
 
     def open_find(self) -> None:
         self.push_screen(
-            FindScreen(self.source.find, self.open_detail, self.find_text),
+            FindScreen(
+                self.source.find,
+                self.open_detail,
+                self.find_text,
+                bulk=self.source,
+                read_only=lambda: self.read_only,
+            ),
             callback=self._find_closed,
         )
 
