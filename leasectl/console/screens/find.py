@@ -130,6 +130,9 @@ class FindScreen(Screen[str]):
     def on_mount(self) -> None:
         self.query_one("#find-input", Input).focus()
 
+    def on_unmount(self) -> None:
+        self.bulk_stop.set()  # the console quits: a run stops after the batch in flight
+
     # -- searching --------------------------------------------------------------------------
 
     @on(Input.Submitted, "#find-input")
