@@ -18,7 +18,6 @@ from leasectl.console import view
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.bulk import DEFAULT_BATCH, BulkPlan
 from leasectl.core.filters import JobFilter
-from leasectl.present.actions import ACTION_PAST
 from leasectl.present.text import lit
 
 LISTED = 5
@@ -72,7 +71,7 @@ class BulkConfirmScreen(ModalScreen[str | None]):
         text.append_text(lit(view.cut(view.find_text(self.filter), 300)))
         if self.plan is not None and self.plan.filter.states != self.filter.states:
             states = ",".join(s.value for s in sorted(self.plan.filter.states))
-            text.append(f"\n{ACTION_PAST[self.action]} applies to state:{states} only", "dim")
+            text.append(f"\n{self.action} applies to state:{states} only", "dim")
         return text
 
     def _count_text(self) -> Text:
