@@ -146,7 +146,7 @@ TimeoutOpt = Annotated[
 ]
 IdsArg = Annotated[
     list[str] | None,
-    typer.Argument(metavar="[ID]...", help="Job ids (or give a filter).", show_default=False),
+    typer.Argument(metavar="ID", help="Job ids (or give a filter).", show_default=False),
 ]
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Also override a live lease (the holder loses the job).")
