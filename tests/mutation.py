@@ -456,6 +456,51 @@ MUTANTS += (
     _list("finished-until",
           "(%(finished_until)s::interval IS NULL\n       OR j.finished_at < now() - "
           "%(finished_until)s::interval)", "TRUE", LIST_TIMES),
+    # The id window a bulk action reads a page in (runtime/bulk.py).
+    _list("floor", "(%(floor)s::bigint IS NULL OR j.id >= %(floor)s::bigint)", "TRUE",
+          "tests/integration/test_bulk.py::"
+          "test_pages_are_read_in_windows_of_ids_and_after_bounds_the_run"),
+)  # fmt: skip
+
+# The count of a bulk action's dry run and confirmation repeats jobs_list's predicates: each
+# one deleted is caught by the test that keeps the two the same (and the count's own tests).
+COUNT_SAME = "tests/unit/test_bulk.py::test_the_count_filters_exactly_as_the_listing"
+COUNT_TESTS = (
+    COUNT_SAME,
+    "tests/integration/test_bulk.py::test_count_is_exact_or_says_it_was_capped",
+)
+
+
+def _count(name: str, text: str, replacement: str) -> Mutant:
+    return mutant(f"count-{name}", "history.sql", "jobs_count", text, replacement, COUNT_TESTS)
+
+
+MUTANTS += (
+    _count("after", "(%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)", "TRUE"),
+    _count("floor", "(%(floor)s::bigint IS NULL OR j.id >= %(floor)s::bigint)", "TRUE"),
+    _count("any-state", "%(any_state)s::boolean\n", "FALSE\n"),
+    *(
+        _count(f"state-{s.lower()}", f"(%({s.lower()})s::boolean AND j.status = '{s}')",
+               f"%({s.lower()})s::boolean")
+        for s in ("Pending", "Processing", "Stuck", "Completed", "Failed", "Cancelled")
+    ),
+    _count("queue", "(%(queue)s::text IS NULL OR j.queue = %(queue)s::text)", "TRUE"),
+    _count("owner", "(%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)", "TRUE"),
+    _count("error", "(%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)", "TRUE"),
+    _count("payload", "(%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)", "TRUE"),
+    _count("created-since",
+           "(%(created_since)s::interval IS NULL OR j.created_at >= now() - "
+           "%(created_since)s::interval)", "TRUE"),
+    _count("created-until",
+           "(%(created_until)s::interval IS NULL OR j.created_at < now() - "
+           "%(created_until)s::interval)", "TRUE"),
+    _count("finished-since",
+           "(%(finished_since)s::interval IS NULL\n           OR j.finished_at >= now() - "
+           "%(finished_since)s::interval)", "TRUE"),
+    _count("finished-until",
+           "(%(finished_until)s::interval IS NULL\n           OR j.finished_at < now() - "
+           "%(finished_until)s::interval)", "TRUE"),
+    _count("cap", "LIMIT %(cap)s::bigint", "LIMIT NULL"),
 )  # fmt: skip
 
 

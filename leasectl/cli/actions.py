@@ -1,18 +1,18 @@
 """Getting stuck jobs moving: the watcher (watch, requeue-stuck) and the guarded operator
-actions on named jobs (requeue, mark-stuck, cancel, delete)."""
+actions on ids or on a filter (requeue, mark-stuck, cancel, delete; made by cli/bulk.py)."""
 
 from __future__ import annotations
 
 import enum
 import logging
 import signal
-from collections.abc import Sequence
 from datetime import timedelta
 from types import FrameType
 from typing import Annotated
 
 import typer
 
+from leasectl.cli.bulk import guarded_command
 from leasectl.cli.root import (
     JsonOpt,
     QueueOpt,
@@ -22,18 +22,15 @@ from leasectl.cli.root import (
     _queue_name,
     _show,
 )
-from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
+from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.present.actions import (
-    ACTION_PAST,
     LISTED_JOBS,
-    action_renderables,
     watcher_renderables,
 )
 from leasectl.present.jsonout import watcher_json
-from leasectl.present.skips import action_json, skip_reason
 from leasectl.runtime.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
 
 log = logging.getLogger("leasectl.cli")
@@ -164,68 +161,15 @@ def requeue_stuck(
     _show(watcher_renderables(result, db_now, mode.value, owner=owner))
 
 
-def _operator_action(
-    ctx: typer.Context,
-    action: str,
-    id_texts: Sequence[str],
-    force: bool,
-    reason: str | None,
-    as_json: bool,
-) -> None:
-    ids = [config.parse_job_id(text) for text in id_texts]
-    with _operations(ctx) as ops:
-        seen = ops.seen_now(ids)
-        act = {
-            "requeue": ops.operator_requeue,
-            "mark-stuck": ops.operator_mark_stuck,
-            "cancel": ops.operator_cancel,
-            "delete": ops.operator_delete,
-        }[action]
-        result = act(seen, actor=config.operator_actor(), reason=reason, force=force)
-    if as_json:
-        _emit_json(action_json(result))
-    else:
-        _show(action_renderables(result))
-    if result.skipped:
-        verb = ACTION_PAST[action]
-        _warn(
-            f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
-            f"not {verb}: "
-            + "; ".join(f"{s.id}: {skip_reason(s)}" for s in result.skipped[:3])
-            + (f"; and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else "")
-        )
-        raise typer.Exit(1)
-
-
-IdsArg = Annotated[list[str], typer.Argument(metavar="ID", help="Job ids.", show_default=False)]
-ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Also override a live lease (the holder loses the job).")
-]
-ReasonOpt = Annotated[
-    str | None, typer.Option(help="Audit reason, kept in job_events.", show_default=False)
-]
-
-
-def requeue(
-    ctx: typer.Context,
-    ids: IdsArg,
-    force: ForceOpt = False,
-    reason: ReasonOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any is skipped)."""
-    _operator_action(ctx, "requeue", ids, force, reason, as_json)
-
-
-def mark_stuck(
-    ctx: typer.Context,
-    ids: IdsArg,
-    force: ForceOpt = False,
-    reason: ReasonOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped)."""
-    _operator_action(ctx, "mark-stuck", ids, force, reason, as_json)
+# On ids or on a filter: cli/bulk.py (an action of runtime.bulk.ACTIONS joins with one line).
+requeue = guarded_command(
+    "requeue",
+    "Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any is skipped).",
+)
+mark_stuck = guarded_command(
+    "mark-stuck",
+    "Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped).",
+)
 
 
 # The most an audit reason of cancel or delete may hold (as a pause's: migration 7's bound).
@@ -233,8 +177,8 @@ MAX_REASON_CHARS = 1000
 
 
 def _audit_reason(text: str | None, *, required: str | None) -> str | None:
-    """``text`` stripped of nothing, bounded; a missing or blank one is refused when
-    ``required`` (what to say instead), else None."""
+    """``text`` bounded; a missing or blank one is refused when ``required`` (what to say
+    instead), else None."""
     if text is None or not text.strip():
         if required:
             raise UsageError(f"--reason must not be empty: {required}")
@@ -246,29 +190,18 @@ def _audit_reason(text: str | None, *, required: str | None) -> str | None:
     return text
 
 
-def cancel(
-    ctx: typer.Context,
-    ids: IdsArg,
-    reason: Annotated[
-        str,
-        typer.Option(
-            help="Why (required; kept in job_events, shown by inspect).", show_default=False
-        ),
-    ],
-    as_json: JsonOpt = False,
-) -> None:
-    """Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its handler sees
-    ctx.cancelled and its result is never written (guarded; exit 1 if any is skipped)."""
-    why = _audit_reason(reason, required="say why the jobs are cancelled")
-    _operator_action(ctx, "cancel", ids, False, why, as_json)
-
-
-def delete(
-    ctx: typer.Context,
-    ids: IdsArg,
-    reason: ReasonOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending or
-    Processing one; their audit events stay (guarded; exit 1 if any is skipped)."""
-    _operator_action(ctx, "delete", ids, False, _audit_reason(reason, required=None), as_json)
+cancel = guarded_command(
+    "cancel",
+    "Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its handler sees "
+    "ctx.cancelled and its result is never written (guarded; --reason required; exit 1 if any "
+    "is skipped).",
+    reason_rule=lambda text: _audit_reason(text, required="say why the jobs are cancelled"),
+    forceable=False,
+)
+delete = guarded_command(
+    "delete",
+    "Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending or Processing "
+    "one; their audit events stay (guarded; exit 1 if any is skipped).",
+    reason_rule=lambda text: _audit_reason(text, required=None),
+    forceable=False,
+)

@@ -338,7 +338,14 @@ class ConsoleApp(App[None]):
 
     def open_find(self) -> None:
         self.push_screen(
-            FindScreen(self.source.find, self.open_detail, self.find_text, act=self.request_action),
+            FindScreen(
+                self.source.find,
+                self.open_detail,
+                self.find_text,
+                act=self.request_action,
+                bulk=self.source,
+                read_only=lambda: self.read_only,
+            ),
             callback=self._find_closed,
         )
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from leasectl.console.view import Action, ConsoleFilter
-from leasectl.core.filters import JobPage
+from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
+from leasectl.core.filters import JobFilter, JobPage
 from leasectl.core.models import ActionResult, JobDetail, PausedQueue, Snapshot
 
 
@@ -93,3 +94,31 @@ class FindLoaded(Message):
 class FindFailed(Message):
     error: str
     search: int
+
+
+@dataclass
+class BulkCounted(Message):
+    """The count of an "act on all matching" (``plan`` None: counting ran out of time, said
+    in ``error``), for its confirmation."""
+
+    action: str
+    filter: JobFilter
+    plan: BulkPlan | None
+    error: str | None = None
+
+
+@dataclass
+class BulkProgressed(Message):
+    action: str
+    progress: BulkProgress
+
+
+@dataclass
+class BulkFinished(Message):
+    result: BulkResult
+
+
+@dataclass
+class BulkFailed(Message):
+    action: str
+    error: str

@@ -17,6 +17,15 @@ from typing import Protocol, TypeVar
 
 from leasectl.console.panels import Panels
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.bulk import (
+    DEFAULT_BATCH,
+    SAMPLE,
+    BulkPlan,
+    BulkProgress,
+    BulkResult,
+    audit_reason,
+    narrow,
+)
 from leasectl.core.config import operator_actor
 from leasectl.core.errors import ConnectionFailed, JobNotFound
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter, JobPage, ListedJob
@@ -33,6 +42,7 @@ from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
 from leasectl.db.history import History
 from leasectl.db.operations import Operations
+from leasectl.runtime import bulk
 
 T = TypeVar("T")
 
@@ -63,6 +73,21 @@ class ConsoleSource(Protocol):
     def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
 
     def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
+
+    def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
+        """How many jobs ``action`` on ``flt`` would read (counting stops at ``cap``)."""
+        ...
+
+    def bulk_run(
+        self,
+        action: str,
+        flt: JobFilter,
+        reason: str,
+        stop: threading.Event,
+        progress: Callable[[BulkProgress], None],
+    ) -> BulkResult:
+        """``action`` on every job ``flt`` matches, in batches, until done or ``stop`` is set."""
+        ...
 
     def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
         """Pause ``queue`` (audited): its pause, and whether this call made it."""
@@ -174,6 +199,44 @@ class DatabaseSource:
             ACTION_ROLE, db, lambda: ops.operator_delete(seen, actor=self.actor, reason=reason)
         )
 
+    def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
+        """Counted as `--dry-run` counts, but stopping at ``cap`` and under the find screen's
+        statement timeout: the confirmation says "at least" rather than wait for a scan."""
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE,
+            db,
+            lambda: bulk.plan(
+                ops, bulk.action(action), flt, timeout=self.find_timeout, cap=cap, sample=SAMPLE
+            ),
+        )
+
+    def bulk_run(
+        self,
+        action: str,
+        flt: JobFilter,
+        reason: str,
+        stop: threading.Event,
+        progress: Callable[[BulkProgress], None],
+    ) -> BulkResult:
+        """The CLI's run (runtime.bulk.run, its default batch), on the actions' database."""
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE,
+            db,
+            lambda: bulk.run(
+                ops,
+                bulk.action(action),
+                flt,
+                actor=self.actor,
+                reason=reason,
+                batch_size=DEFAULT_BATCH,
+                timeout=self.find_timeout,
+                stop=stop,
+                progress=progress,
+            ),
+        )
+
     def pause(self, queue: str, reason: str) -> tuple[PausedQueue, bool]:
         db, ops = self._operations()
         return self._call(
@@ -270,6 +333,11 @@ class StaticSource:
     found: tuple[ListedJob, ...] = ()
     find_error: Exception | None = None
     calls: list[tuple[str, tuple[SeenState, ...], str]] = field(default_factory=list)
+    # A bulk run's batch; the batch before which it holds until ``release`` (-1: never).
+    bulk_batch: int = 50
+    hold_batch: int = -1
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
     def snapshot(self, flt: ConsoleFilter, limit: int) -> Snapshot:
         return replace(self.data, queue=flt.queue, owner=flt.owner, job_id=flt.job_id)
@@ -298,6 +366,60 @@ class StaticSource:
             limit=limit,
             after=after,
             db_now=self.data.db_now,
+        )
+
+    def _matching(self, action: str, flt: JobFilter) -> list[ListedJob]:
+        narrowed = narrow(flt, action, bulk.action(action).eligible)
+        return list(self.find(narrowed, None, len(self.found) + 1).jobs)
+
+    def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
+        if self.find_error is not None:
+            raise self.find_error
+        jobs = self._matching(action, flt)
+        narrowed = narrow(flt, action, bulk.action(action).eligible)
+        sample = self.find(narrowed, None, SAMPLE)
+        return BulkPlan(action, narrowed, min(len(jobs), cap), len(jobs) >= cap, sample)
+
+    def bulk_run(
+        self,
+        action: str,
+        flt: JobFilter,
+        reason: str,
+        stop: threading.Event,
+        progress: Callable[[BulkProgress], None],
+    ) -> BulkResult:
+        """In batches of ``bulk_batch``, each reported, stopping when ``stop`` is set (or
+        before the batch ``hold_batch``, until ``release`` is set: a test's run in flight)."""
+        jobs = self._matching(action, flt)
+        done: list[ListedJob] = []
+        batches = 0
+        complete = True
+        for start in range(0, len(jobs), self.bulk_batch):
+            if batches == self.hold_batch:
+                self.holding.set()
+                self.release.wait(10)
+            if stop.is_set():
+                complete = False
+                break
+            batch = jobs[start : start + self.bulk_batch]
+            self._act(action, [SeenState(j.id, j.status, j.attempts, j.lease_owner) for j in batch],
+                      reason)  # fmt: skip
+            done.extend(batch)
+            batches += 1
+            skipped = sum(1 for j in done if j.id in self.skip)
+            progress(BulkProgress(batches, len(done), len(done) - skipped, skipped, done[-1].id))
+        return BulkResult(
+            action=action,
+            filter=narrow(flt, action, bulk.action(action).eligible),
+            reason=audit_reason(flt, reason),
+            matched=len(done),
+            changed=sum(1 for j in done if j.id not in self.skip),
+            skipped=tuple(self.skip[j.id] for j in done if j.id in self.skip),
+            batches=batches,
+            resume_after=done[-1].id if done else None,
+            complete=complete,
+            batch_seconds=(),
+            elapsed_s=0.0,
         )
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:

@@ -59,12 +59,15 @@ def _window_first(flt: JobFilter) -> bool:
     return flt.since - flt.until < flt.until
 
 
-def list_params(flt: JobFilter, *, limit: int, after: int | None) -> dict[str, Any]:
+def list_params(
+    flt: JobFilter, *, limit: int, after: int | None, floor: int | None = None
+) -> dict[str, Any]:
     """jobs_list's parameters for a filter and a page (``limit`` + 1 rows are asked for: the
-    extra one says whether there is a next page)."""
+    extra one says whether there is a next page); ``floor``: only ids from this one up."""
     finished = flt.finished_only
     params: dict[str, Any] = {
         "after": after,
+        "floor": floor,
         "any_state": not flt.states,
         **{name: status in flt.states for status, name in STATE_PARAMS.items()},
         "queue": flt.queue,
@@ -89,11 +92,18 @@ class History:
         self.db = db
 
     def list_jobs(
-        self, flt: JobFilter, *, limit: int, after: int | None, timeout: timedelta
+        self,
+        flt: JobFilter,
+        *,
+        limit: int,
+        after: int | None,
+        timeout: timedelta,
+        floor: int | None = None,
     ) -> JobPage:
-        """The page of jobs ``flt`` matches with ids below ``after``; a QueryTimeout when it
-        takes longer than ``timeout``."""
-        params = list_params(flt, limit=limit, after=after)
+        """The page of jobs ``flt`` matches with ids below ``after`` (and from ``floor`` up,
+        when given: a range of the primary key, which bounds what the read may scan); a
+        QueryTimeout when it takes longer than ``timeout``."""
+        params = list_params(flt, limit=limit, after=after, floor=floor)
         settings = queries.get("history_settings").render(self.db.schema)
         statement = queries.get("jobs_list").render(self.db.schema)
         timeout_ms = max(1, int(timeout.total_seconds() * 1000))
@@ -117,3 +127,35 @@ class History:
             after=after,
             db_now=db_now,
         )
+
+    def count_jobs(
+        self,
+        flt: JobFilter,
+        *,
+        timeout: timedelta,
+        after: int | None = None,
+        cap: int | None = None,
+    ) -> tuple[int, bool]:
+        """How many jobs ``flt`` matches (with ids below ``after``): (count, capped), capped
+        when counting stopped at ``cap`` (there are at least that many); a QueryTimeout when
+        it takes longer than ``timeout`` (a filter no index serves scans the table)."""
+        params = {**list_params(flt, limit=0, after=after), "cap": cap}
+        settings = queries.get("history_settings").render(self.db.schema)
+        statement = queries.get("jobs_count").render(self.db.schema)
+        timeout_ms = max(1, int(timeout.total_seconds() * 1000))
+        with (
+            self.db.connection(timeout=scan_timeout_message(timeout)) as conn,
+            conn.transaction(),
+        ):
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(settings, {"timeout_ms": timeout_ms})
+            row = cur.execute(statement, params, prepare=False).fetchone()
+        count = int(row["jobs"]) if row else 0
+        return count, cap is not None and count >= cap
+
+    def id_range(self) -> tuple[int, int] | None:
+        """The lowest and the highest job id; None when there are no jobs."""
+        row = self.db.one("jobs_id_range")
+        if row is None or row["low"] is None:
+            return None
+        return int(row["low"]), int(row["high"])

@@ -60,8 +60,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "leasectl_jobs_finished_estimate": (
         "gauge",
         ("status",),
-        "Finished jobs (Completed, Failed, Cancelled) in the table, all queues: the planner's estimate "
-        "from table statistics, never an exact count.",
+        "Finished jobs (Completed, Failed, Cancelled) in the table, all queues: the planner's "
+        "estimate from table statistics, never an exact count.",
     ),
     "leasectl_oldest_due_job_age_seconds": (
         "gauge",

@@ -107,15 +107,15 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
         for value in (SQLI, LONG)
     ],
     *[(["cancel", value, "--reason", "x"], 2, ["invalid job id"]) for value in (SQLI, LONG, "0")],
-    (["cancel", "@pending"], 2, ["Missing option '--reason'"]),
+    (["cancel", "@pending"], 2, ["--reason must not be empty"]),
     *[
         (["cancel", "@pending", "--reason", value], 2, ["--reason must not be empty"])
         for value in ("", " ", "\t")
     ],
     (["cancel", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
     (["delete", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
-    (["cancel"], 2, ["Missing argument 'ID'"]),
-    (["delete"], 2, ["Missing argument 'ID'"]),
+    (["cancel", "--reason", "r"], 2, ["give job ids, or a filter"]),
+    (["delete"], 2, ["give job ids, or a filter"]),
     (["cancel", "@completed", "--reason", SQLI], 1, ["a Completed job cannot be cancelled"]),
     (["delete", "@pending", "--reason", SQLI], 1, ["a Pending job cannot be deleted"]),
     (["delete", "@expired", "--json"], 1, ["a Processing job cannot be deleted"]),
@@ -247,6 +247,56 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
         for option in ("--max-expired", "--max-stuck")
         for value in ("-1", "x", "1.5", SQLI)
     ],
+    # The guarded actions on a filter (cli/bulk.py): ids or a filter, never neither nor both.
+    *[
+        (args, 2, fragments)
+        for command in ("requeue", "mark-stuck")
+        for args, fragments in (
+            ([command], ["give job ids, or a filter", "--all"]),
+            ([command, "--dry-run"], ["give job ids, or a filter"]),
+            ([command, "--reason", SQLI], ["give job ids, or a filter"]),
+            ([command, "@stuck", "--queue", "q"], ["give job ids or a filter, not both"]),
+            ([command, "@stuck", "--all"], ["give job ids or a filter, not both"]),
+            ([command, "@stuck", "--dry-run"], ["--dry-run: only with a filter"]),
+            ([command, "@stuck", "--after", "5"], ["--after: only with a filter"]),
+            ([command, "--all", "--queue", "q"], ["--all is for no filter at all"]),
+            ([command, "--state", SQLI], ["invalid --state"]),
+            ([command, "--state", "completed"], [f"{command} never applies to a Completed job"]),
+            ([command, "-q", ""], ["--queue must not be empty"]),
+            ([command, "-q", "8" * 8000], ["--queue: a queue name has at most 200 characters"]),
+            ([command, "--owner", ""], ["--owner must not be empty"]),
+            ([command, "--error", ""], ["--error must not be empty"]),
+            ([command, "--payload", SQLI], ["--payload: invalid JSON payload"]),
+            ([command, "--since", "1h", "--until", "2h"], ["the window is empty"]),
+            ([command, "--since", SQLI], ["invalid --since"]),
+            ([command, "--all", "--after", "x"], ["invalid --after 'x'"]),
+            ([command, "--all", "--after", SQLI], ["invalid --after"]),
+            ([command, "--all", "--batch-size", "0"], ["'--batch-size'"]),
+            ([command, "--all", "--batch-size", "10001"], ["'--batch-size'"]),
+            ([command, "--all", "--timeout", "11m"], ["'--timeout'", "at most 10m"]),
+        )
+    ],
+    (["requeue", "--state", "pending", "-q", "q", "--dry-run"], 2, ["requeue never applies"]),
+    (["mark-stuck", "--state", "stuck,failed"], 2, ["never applies to a Failed or Stuck job"]),
+    # cancel and delete take the same forms (cancel always with its reason)
+    *[
+        ([command, *args, "--reason", "r"], 2, fragments)
+        for command in ("cancel", "delete")
+        for args, fragments in (
+            ([], ["give job ids, or a filter", "--all"]),
+            (["@stuck", "--queue", "q"], ["give job ids or a filter, not both"]),
+            (["@stuck", "--dry-run"], ["--dry-run: only with a filter"]),
+            (["--all", "--queue", "q"], ["--all is for no filter at all"]),
+            (["--state", SQLI], ["invalid --state"]),
+            (["--payload", SQLI], ["--payload: invalid JSON payload"]),
+            (["--all", "--batch-size", "0"], ["'--batch-size'"]),
+            (["--all", "--force"], [f"--force does not apply to {command}"]),
+        )
+    ],
+    (["cancel", "--state", "completed", "--reason", "r"], 2, ["cancel never applies"]),
+    (["delete", "--state", "pending"], 2, ["delete never applies to a Pending job"]),
+    (["cancel", "--all"], 2, ["--reason must not be empty"]),
+    (["cancel", "--all", "--reason", " "], 2, ["--reason must not be empty"]),
 ]
 
 

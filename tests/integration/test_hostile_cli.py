@@ -408,6 +408,36 @@ def test_list_shows_every_field_and_filter_as_text(hostile: Hostile) -> None:
         shown(proc.stdout, value, f"list {option} filter line")
 
 
+def test_an_action_on_a_filter_shows_the_filter_and_its_sample_as_text(hostile: Hostile) -> None:
+    """A dry run by each hostile owner and queue: the filter line and the sample show them as
+    text; the JSON has them exactly."""
+    filtered = [(option, value) for value in NAMES for option in ("--queue", "--owner")]
+    procs = run_all(
+        [
+            *(["requeue", option, value, "--dry-run"] for option, value in filtered),
+            *(["mark-stuck", option, value, "--dry-run", "--json"] for option, value in filtered),
+        ],
+        hostile.dsn,
+    )
+    for (option, value), proc in zip(filtered, procs[: len(filtered)], strict=True):
+        if option == "--queue" and not value.strip():
+            checked(proc, 2, f"requeue {option}")
+            continue
+        checked(proc, 0, f"requeue {option} --dry-run")
+        assert "dry run: 2 job(s) would be requeued" in proc.stdout, proc.stdout[:500]
+        filter_line = next(line for line in proc.stdout.splitlines() if line.startswith("filter:"))
+        assert f"{option} " in filter_line
+        shown(proc.stdout, value, f"requeue {option} filter line")
+    for (option, value), proc in zip(filtered, procs[len(filtered) :], strict=True):
+        if option == "--queue" and not value.strip():
+            checked(proc, 2, f"mark-stuck {option}")
+            continue
+        checked(proc, 0, f"mark-stuck {option} --dry-run --json")
+        doc = json.loads(proc.stdout)
+        assert doc["filter"][option] == value and doc["matched"] == 2
+        assert {j["id"] for j in doc["sample"]} == {hostile.expired[value], hostile.live[value]}
+
+
 # -- errors that quote what was typed ------------------------------------------------------------
 
 TYPED = [JOINED_TERMINAL, JOINED_UNICODE, JOINED_MARKUP, LONG, SHORT]
@@ -433,6 +463,10 @@ def _error_cases(value: str) -> list[tuple[list[str], int, str | None]]:
         (["list", "--since", value], 2, echo(value)),
         (["list", "--after", value], 2, echo(value)),
         (["list", "--payload", value], 2, None),
+        (["requeue", "--state", value], 2, None),
+        (["mark-stuck", "--since", value], 2, echo(value)),
+        (["requeue", "--all", "--after", value], 2, echo(value)),
+        (["requeue", "--payload", value, "--dry-run"], 2, None),
     ]
 
 

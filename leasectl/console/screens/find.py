@@ -4,13 +4,19 @@ same read (History.list_jobs, under the same statement timeout), a page at a tim
 The search runs in a worker thread and reports with a message; the screen never waits on the
 database. `esc` while a search runs cancels it (its answer, when it comes, is dropped; the
 statement timeout ends the statement), else closes the screen.
+
+`R` / `S` act on every job the filter of the results shown matches (requeue, mark stuck): a
+worker thread counts them (bounded: ``BULK_COUNT_CAP``, the statement timeout), a confirmation
+shows the count and the filter and asks a reason, and another worker runs the action in
+batches (``runtime.bulk``), reporting progress; `esc` stops it after the batch in flight.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 from rich.text import Text
 from textual import on, work
@@ -21,18 +27,46 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from leasectl.console import view
-from leasectl.console.messages import FindFailed, FindLoaded
+from leasectl.console.messages import (
+    BulkCounted,
+    BulkFailed,
+    BulkFinished,
+    BulkProgressed,
+    FindFailed,
+    FindLoaded,
+)
+from leasectl.console.screens.bulk import BulkConfirmScreen
 from leasectl.console.widgets import LiteralInput
 from leasectl.console.widgets.tables import FindTable, RowContext
+from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
 from leasectl.core.errors import LeasectlError, QueryTimeout
 from leasectl.core.filters import JobFilter, JobPage
 from leasectl.core.literal import visible
 from leasectl.core.models import PanelJob
+from leasectl.present.actions import ACTION_PAST
+from leasectl.present.skips import skip_reason
 from leasectl.present.text import count_text, lit
 
 PAGE = 50
+# The confirmation's count stops here ("at least N"): a count of millions scans too long.
+BULK_COUNT_CAP = 100_000
 
 Search = Callable[[JobFilter, int | None, int], JobPage]
+
+
+class BulkSource(Protocol):
+    """What "act on all matching" needs of the console's source."""
+
+    def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan: ...
+
+    def bulk_run(
+        self,
+        action: str,
+        flt: JobFilter,
+        reason: str,
+        stop: threading.Event,
+        progress: Callable[[BulkProgress], None],
+    ) -> BulkResult: ...
 
 
 def timeout_text() -> str:
@@ -49,6 +83,9 @@ class FindScreen(Screen[str]):
         Binding("slash", "edit", "Edit filter"),
         Binding("c", "act('cancel')", "Cancel job"),
         Binding("D", "act('delete')", "Delete job"),
+        Binding("R", "bulk('requeue')", "Requeue all matching"),
+        Binding("S", "bulk('mark-stuck')", "Mark all matching stuck"),
+        Binding("C", "bulk('cancel')", "Cancel all matching"),
     ]
 
     def __init__(
@@ -58,10 +95,20 @@ class FindScreen(Screen[str]):
         text: str = "",
         page: int = PAGE,
         act: Callable[[view.Action, list[PanelJob]], None] | None = None,
+        *,
+        bulk: BulkSource | None = None,
+        read_only: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``act`` confirms and runs a guarded action on a found job as its page shows it."""
         super().__init__()
         self.search = search
+        self.bulk = bulk
+        self.read_only = read_only
+        # The action on all matching that runs (its name), and how to stop it.
+        self.bulk_running: str | None = None
+        self.bulk_counting = False
+        self.bulk_stop = threading.Event()
+        self.bulk_result: BulkResult | None = None
         self.open_detail = open_detail
         self.act = act
         self.text = text
@@ -83,11 +130,15 @@ class FindScreen(Screen[str]):
             yield Static("", id="find-error")
             yield Static(Text(view.FIND_HINT, style="dim"), id="find-hint")
         yield Static("", id="find-status")
+        yield Static("", id="find-bulk")
         yield FindTable(id="find-results")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#find-input", Input).focus()
+
+    def on_unmount(self) -> None:
+        self.bulk_stop.set()  # the console quits: a run stops after the batch in flight
 
     # -- searching --------------------------------------------------------------------------
 
@@ -167,7 +218,9 @@ class FindScreen(Screen[str]):
     # -- keys -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("next_page", "previous_page", "act") and isinstance(self.focused, Input):
+        if action in ("next_page", "previous_page", "act", "bulk") and isinstance(
+            self.focused, Input
+        ):
             return False  # the keys type into the filter
         return True
 
@@ -193,6 +246,11 @@ class FindScreen(Screen[str]):
         self.query_one("#find-input", Input).focus()
 
     def action_back(self) -> None:
+        if self.bulk_running is not None:
+            if not self.bulk_stop.is_set():
+                self.bulk_stop.set()
+                self._bulk_line(Text(" stopping after the batch in flight…", style="yellow"))
+            return
         if self.running:
             self.running = False  # its answer, when it comes, is dropped
             self._status(Text("search cancelled", style="yellow"))
@@ -205,6 +263,125 @@ class FindScreen(Screen[str]):
         if job is not None:
             self.open_detail(job.id)
 
+    # -- act on all matching ----------------------------------------------------------------
+
+    def action_bulk(self, action: str) -> None:
+        verb = ACTION_PAST[action]
+        refused = self.read_only()
+        if self.bulk is None or refused is not None:
+            self.notify(f"Refused: the console is read-only ({refused}).", severity="warning")
+            return
+        if self.bulk_running is not None or self.bulk_counting:
+            self.notify("An action on all matching runs already: esc stops it.")
+            return
+        if self.filter is None:
+            self._show_error("search first: the jobs the results' filter matches are the ones")
+            return
+        if not self.filter.parts():
+            self._show_error(
+                f"give a filter first: all matching never means every job (not {verb})"
+            )
+            return
+        self.bulk_counting = True
+        self._show_error(None)
+        self._status(Text(f"counting the jobs to be {verb}…", style="dim"))
+        self._count(action, self.filter)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="bulk-count")
+    def _count(self, action: str, flt: JobFilter) -> None:
+        assert self.bulk is not None
+        try:
+            plan = self.bulk.bulk_plan(action, flt, BULK_COUNT_CAP)
+        except QueryTimeout:
+            self.post_message(BulkCounted(action, flt, None, timeout_text()))
+        except LeasectlError as exc:
+            self.post_message(BulkFailed(action, str(exc)))
+        except Exception as exc:
+            self.post_message(BulkFailed(action, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(BulkCounted(action, flt, plan))
+
+    def on_bulk_counted(self, message: BulkCounted) -> None:
+        self.bulk_counting = False
+        if message.plan is not None and message.plan.count == 0:
+            verb = ACTION_PAST[message.action]
+            self._status(Text(f"no job matching the filter can be {verb}", style="yellow"))
+            return
+        self._status(self._page_text(self.page) if self.page is not None else Text(""))
+
+        def confirmed(reason: str | None) -> None:
+            if reason is not None:
+                self._start_bulk(message.action, message.filter, reason)
+
+        self.app.push_screen(
+            BulkConfirmScreen(message.action, message.filter, message.plan, message.error),
+            callback=confirmed,
+        )
+
+    def _start_bulk(self, action: str, flt: JobFilter, reason: str) -> None:
+        self.bulk_running = action
+        self.bulk_stop = threading.Event()
+        self._bulk_line(Text(f" {ACTION_PAST[action]}: starting… (esc stops)", style="dim"))
+        self._run_bulk(action, flt, reason, self.bulk_stop)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="bulk")
+    def _run_bulk(self, action: str, flt: JobFilter, reason: str, stop: threading.Event) -> None:
+        assert self.bulk is not None
+
+        def progress(p: BulkProgress) -> None:
+            self.post_message(BulkProgressed(action, p))
+
+        try:
+            result = self.bulk.bulk_run(action, flt, reason, stop, progress)
+        except LeasectlError as exc:
+            self.post_message(BulkFailed(action, str(exc)))
+        except Exception as exc:
+            self.post_message(BulkFailed(action, f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(BulkFinished(result))
+
+    def on_bulk_progressed(self, message: BulkProgressed) -> None:
+        if self.bulk_running is None:
+            return
+        p = message.progress
+        text = Text(
+            f" {ACTION_PAST[message.action]} {p.changed:,}, skipped {p.skipped:,} of "
+            f"{p.matched:,} read, batch {p.batches}"
+        )
+        text.append(
+            "   stopping after this batch…" if self.bulk_stop.is_set() else "   esc stops",
+            style="yellow" if self.bulk_stop.is_set() else "dim",
+        )
+        self._bulk_line(text)
+
+    def on_bulk_finished(self, message: BulkFinished) -> None:
+        self.bulk_running = None
+        self.bulk_result = result = message.result
+        verb = ACTION_PAST[result.action]
+        line = (
+            f"{verb} {result.changed:,}, skipped {len(result.skipped):,} of "
+            f"{result.matched:,} matching"
+        )
+        if not result.complete:
+            line += "; stopped (the batches done stay done; the rest still match)"
+        text = Text(
+            " " + line, style="green" if result.complete and not result.skipped else "yellow"
+        )
+        if result.skipped:
+            first = result.skipped[0]
+            text.append(f"   #{first.id}: ", style="dim")
+            text.append_text(lit(view.cut(skip_reason(first), 80), "dim"))
+        self._bulk_line(text)
+        self.notify(line, severity="information" if result.complete else "warning")
+        if self.filter is not None:
+            self._start(self.filter, [None])  # the page as it is now
+
+    def on_bulk_failed(self, message: BulkFailed) -> None:
+        self.bulk_counting = False
+        self.bulk_running = None
+        self._show_error(message.error)
+        self._status(self._page_text(self.page) if self.page is not None else Text(""))
+
     # -- lines ------------------------------------------------------------------------------
 
     def _show_error(self, error: str | None) -> None:
@@ -213,6 +390,11 @@ class FindScreen(Screen[str]):
         # One line: a database error may hold newlines (escaped, as every untrusted text).
         line = lit(visible(error), "red", no_wrap=True, overflow="ellipsis") if error else ""
         widget.update(line)
+
+    def _bulk_line(self, text: Text) -> None:
+        widget = self.query_one("#find-bulk", Static)
+        widget.add_class("-shown")
+        widget.update(text)
 
     def _status(self, text: Text) -> None:
         self.query_one("#find-status", Static).update(text)

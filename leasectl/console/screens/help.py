@@ -39,6 +39,11 @@ KEYS = (
         "find jobs with leasectl list's filter (state: queue: owner: error: payload: since: "
         "until:), newest first; n / p next and previous page, enter detail, esc cancel / back",
     ),
+    (
+        "R S (in find)",
+        "requeue / mark stuck every job the find filter matches: the count and the filter "
+        "confirmed with a reason, then in batches (esc stops after the batch in flight)",
+    ),
     ("ctrl+r", "refresh now"),
     (": or ctrl+p", "command palette"),
     ("?", "this help"),

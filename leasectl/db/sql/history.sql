@@ -18,7 +18,7 @@ SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mo
        now() AS db_now;
 
 -- name: jobs_list
--- A page of jobs matching the filter, id < %(after)s, newest first, at most %(limit)s rows; texts cut to %(text_chars)s.
+-- A page of jobs matching the filter, %(floor)s <= id < %(after)s, newest first, at most %(limit)s rows; texts cut to %(text_chars)s.
 SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.max_attempts, j.lease_owner,
        left(j.last_error, %(text_chars)s::integer) AS last_error,
        char_length(j.last_error) AS last_error_chars,
@@ -27,6 +27,7 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.max_attempts, j.lease_
 FROM {schema}.jobs AS j
 CROSS JOIN LATERAL (SELECT j.payload::text AS text) AS p
 WHERE (%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)
+  AND (%(floor)s::bigint IS NULL OR j.id >= %(floor)s::bigint)
   AND (%(any_state)s::boolean
        OR (%(pending)s::boolean AND j.status = 'Pending')
        OR (%(processing)s::boolean AND j.status = 'Processing')
@@ -46,3 +47,35 @@ WHERE (%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)
        OR j.finished_at < now() - %(finished_until)s::interval)
 ORDER BY CASE WHEN %(window_first)s::boolean THEN j.id + 0 ELSE j.id END DESC
 LIMIT %(limit)s::integer
+
+-- name: jobs_count
+-- How many jobs match the filter of jobs_list (the same predicates), counting at most %(cap)s (NULL: all).
+SELECT count(*) AS jobs
+FROM (
+    SELECT 1
+    FROM {schema}.jobs AS j
+    WHERE (%(after)s::bigint IS NULL OR j.id < %(after)s::bigint)
+      AND (%(floor)s::bigint IS NULL OR j.id >= %(floor)s::bigint)
+      AND (%(any_state)s::boolean
+           OR (%(pending)s::boolean AND j.status = 'Pending')
+           OR (%(processing)s::boolean AND j.status = 'Processing')
+           OR (%(stuck)s::boolean AND j.status = 'Stuck')
+           OR (%(completed)s::boolean AND j.status = 'Completed')
+           OR (%(failed)s::boolean AND j.status = 'Failed')
+           OR (%(cancelled)s::boolean AND j.status = 'Cancelled'))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
+      AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)
+      AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+      AND (%(created_since)s::interval IS NULL OR j.created_at >= now() - %(created_since)s::interval)
+      AND (%(created_until)s::interval IS NULL OR j.created_at < now() - %(created_until)s::interval)
+      AND (%(finished_since)s::interval IS NULL
+           OR j.finished_at >= now() - %(finished_since)s::interval)
+      AND (%(finished_until)s::interval IS NULL
+           OR j.finished_at < now() - %(finished_until)s::interval)
+    LIMIT %(cap)s::bigint
+) AS matching;
+
+-- name: jobs_id_range
+-- The lowest and the highest job id (NULLs: no jobs), read from the primary key's ends.
+SELECT min(id) AS low, max(id) AS high FROM {schema}.jobs;
