@@ -298,3 +298,36 @@ def test_a_stop_event_set_from_another_thread_ends_the_run_between_batches(
     with psycopg.connect(store.db.dsn) as conn:
         left = conn.execute("SELECT count(*) FROM leasectl.jobs WHERE status = 'Failed'")
         assert left.fetchone() == (14,)
+
+
+def test_cancel_and_delete_by_filter_act_on_exactly_their_states_audited(
+    db_dsn: str, sql_conn: psycopg.Connection
+) -> None:
+    pending = _insert(sql_conn, 5, status="Pending", error=None)
+    stuck = _insert(sql_conn, 2, status="Stuck")
+    other_queue = _insert(sql_conn, 3, queue="emails", status="Pending", error=None)
+    failed = _insert(sql_conn, 4)
+    proc = cli(
+        "cancel", "--queue", "payments", "--batch-size", "2", "--reason", "INC-9", "--json",
+        dsn=db_dsn,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    # Failed jobs are finished: the filter is narrowed to what cancel applies to.
+    assert (doc["matched"], doc["changed"], doc["skipped"]) == (7, 7, [])
+    assert _statuses(sql_conn, pending + stuck) == {"Cancelled"}
+    assert _statuses(sql_conn, other_queue) == {"Pending"}
+    assert _statuses(sql_conn, failed) == {"Failed"}
+    cancels = [e for e in _events(sql_conn) if e[1] == "cancel"]
+    assert sorted(e[0] for e in cancels) == sorted(pending + stuck)
+    assert all(e[2].startswith("INC-9") and "by filter: --queue payments" in e[2] for e in cancels)
+
+    proc = cli("delete", "--state", "cancelled,failed", "-q", "payments", "--json", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["changed"] == 11
+    left = {r[0] for r in sql_conn.execute("SELECT id FROM leasectl.jobs")}
+    assert left == set(other_queue)
+    deletes = {e[0] for e in _events(sql_conn) if e[1] == "delete"}
+    assert deletes == set(pending + stuck + failed)
+    # The cancel events outlive the jobs they name.
+    assert {e[0] for e in _events(sql_conn) if e[1] == "cancel"} == set(pending + stuck)
