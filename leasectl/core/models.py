@@ -304,6 +304,7 @@ class JobDetail:
     attempts: tuple[Attempt, ...]
     events: tuple[Event, ...]
     db_now: datetime
+    queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
 
 
 @dataclass(frozen=True)

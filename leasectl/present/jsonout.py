@@ -137,6 +137,7 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "attempts": [attempt_json(a) for a in detail.attempts],
         "events": [event_json(e) for e in detail.events],
         "db_now": jsonable(detail.db_now),
+        "queue_paused": paused_queue_json(detail.queue_paused) if detail.queue_paused else None,
     }
 
 

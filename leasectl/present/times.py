@@ -90,11 +90,16 @@ def countdown(now: datetime, until: datetime | None) -> str:
     return format_duration(left)
 
 
-def due_text(now: datetime, run_at: datetime) -> str:
-    """``ready`` for a claimable job, ``in 42s`` for a delayed retry."""
+PAUSED_MARK = "⏸"
+
+
+def due_text(now: datetime, run_at: datetime, *, paused: bool = False) -> str:
+    """``ready`` for a claimable job, ``in 42s`` for a delayed retry; a job of a paused queue
+    is not claimable, due or not: ``⏸ paused``, or ``⏸ in 42s``."""
     if run_at > now:
-        return "in " + format_duration(run_at - now)
-    return "ready"
+        due = "in " + format_duration(run_at - now)
+        return f"{PAUSED_MARK} {due}" if paused else due
+    return f"{PAUSED_MARK} paused" if paused else "ready"
 
 
 def waiting_text(now: datetime, run_at: datetime) -> str:

@@ -41,6 +41,7 @@ from leasectl.present.styles import (
     FRESHNESS_MARK,
     FRESHNESS_STYLE,
     LEASE_STYLE,
+    PAUSED_STYLE,
     RISK_STYLE,
     STATUS_STYLE,
     LeaseState,
@@ -61,6 +62,7 @@ class RowContext:
     selected: frozenset[int]
     owners: dict[str, OwnerHealth]
     risk_window: timedelta
+    paused: frozenset[str] = frozenset()  # the queues the snapshot saw paused
 
 
 Column = tuple[str, str, int | None]  # key, label, width (None: fit the content)
@@ -486,13 +488,15 @@ class PendingTable(JobTable):
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         delayed = item.run_at > ctx.now
         dim = "dim" if delayed else ""
+        paused = item.queue in ctx.paused
+        due_style = PAUSED_STYLE if paused else "cyan" if delayed else "dim"
         return (
             self.id_cell(item, ctx, dim),
             lit(item.queue, dim, no_wrap=True, overflow="ellipsis"),
             Text(str(item.priority), style=dim, justify="right"),
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
-            Text(due_text(ctx.now, item.run_at), style="cyan" if delayed else "dim"),
+            Text(due_text(ctx.now, item.run_at, paused=paused), style=due_style),
         )
 
 
