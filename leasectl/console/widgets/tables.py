@@ -33,7 +33,6 @@ from textual.widgets import DataTable
 from leasectl.console import view
 from leasectl.console.view import Verdict
 from leasectl.console.widgets import same_cells, same_text
-from leasectl.core.config import format_duration
 from leasectl.core.filters import ListedJob
 from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.styles import (
@@ -47,7 +46,7 @@ from leasectl.present.styles import (
     LeaseState,
 )
 from leasectl.present.text import lit
-from leasectl.present.times import age, countdown, due_text, waiting_text
+from leasectl.present.times import age, countdown, due_text, lease_intervals, waiting_text
 
 Row = TypeVar("Row")
 
@@ -604,11 +603,7 @@ class OwnersTable(PanelTable[OwnerHealth]):
             next_text = Text(
                 countdown(ctx.now, nxt), style=EXPIRED_STYLE if lapsed else "", justify="right"
             )
-        intervals = (
-            f"{format_duration(item.heartbeat_every)}/{format_duration(item.lease_ttl)}"
-            if item.heartbeat_every is not None and item.lease_ttl is not None
-            else "-"
-        )
+        intervals = lease_intervals(item.heartbeat_every, item.lease_ttl)
         owner = lit(item.owner, no_wrap=True, overflow="ellipsis")
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
