@@ -1,4 +1,4 @@
-"""Issue 21's leftovers in the console, from fixed data: the footer at 80 columns, left and right
+"""The console's loose ends, from fixed data: the footer at 80 columns, left and right
 widgets that never run into each other at any width, and the phrases it shares with `leasectl
 status` (an owner's intervals, a job due since '-infinity')."""
 

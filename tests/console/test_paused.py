@@ -248,7 +248,7 @@ def run_at_cells(app: ConsoleApp) -> dict[str, list[str]]:
 def test_pending_rows_of_a_paused_queue_say_paused_not_ready(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    """Issue 21: a paused queue's due jobs said "ready" (no worker would claim them); its
+    """A paused queue's due jobs said "ready" (no worker would claim them); its
     delayed retry keeps its countdown, marked paused; another queue's jobs stay ready."""
     seed_console(store, sql_conn)
     store.ops.pause("payments", actor="alice", reason="card processor down")
