@@ -275,7 +275,7 @@ class Attempt:
     ended_at: datetime | None
     outcome: str
     error: str | None
-    # The handler's traceback of a failed attempt (bounded: see the worker's DETAIL_LIMIT);
+    # The handler's traceback of a failed attempt (bounded: see core/tracebacks.DETAIL_LIMIT);
     # None for other outcomes, a job that failed without running, rows from before migration 8.
     error_detail: str | None = None
 
