@@ -7,7 +7,8 @@ The state: three payment workers (one fresh, one late, one silent), a mail worke
 report worker; jobs at risk and expired; quarantined Stuck jobs; retries waiting with run_at in
 the future; a backlog; and 30 minutes of completions that slow down at the end. It writes
 ``console-main.svg`` (160x48), ``console-narrow.svg`` (80x24), ``console-detail.svg``,
-``console-confirm.svg``, ``console-failed.svg`` and ``console-find.svg`` (120x36). With
+``console-confirm.svg``, ``console-failed.svg`` and ``console-find.svg`` (120x36); for
+``console-paused.svg`` (160x48) it pauses the payments queue, and resumes it after. With
 ``--live N`` it then keeps the healthy workers heartbeating for N seconds, so that `leasectl tui`
 can be watched against the same state.
 
@@ -43,6 +44,8 @@ W2 = "pay-worker-2:4188:d4e5f6"  # late: its last heartbeat was 20 s ago
 W3 = "pay-worker-3:5012:0f9e8d"  # silent: gone for two minutes, leases expired
 M1 = "mail-worker-1:777:aa11bb"  # fresh, another queue
 R1 = "report-worker:901:cc22dd"  # stopped cleanly, left a Stuck job behind
+PAUSED_BY = "operator:alice@ops-1"
+PAUSED_WHY = "card processor outage, INC-4471: no charges until their all-clear"
 
 
 def seed(dsn: str, schema: str, *, reset: bool) -> dict[str, list[Lease]]:
@@ -71,7 +74,12 @@ def _prepare(conn: psycopg.Connection, schema: str, *, reset: bool) -> None:
         sys.exit(f"schema {schema!r} already has {jobs[0]} jobs; pass --reset to empty it")
     if reset:
         conn.execute(
-            _t(conn, schema, "TRUNCATE {s}.jobs, {s}.job_attempts, {s}.job_events, {s}.workers")
+            _t(
+                conn,
+                schema,
+                "TRUNCATE {s}.jobs, {s}.job_attempts, {s}.job_events, {s}.workers, "
+                "{s}.queue_state, {s}.queue_events",
+            )
         )
 
 
@@ -278,6 +286,18 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
             source.close()
 
     await take("console-main", (160, 48), [])
+    # An operator paused payments while the card processor is down: the summary says who and
+    # why; the end of the Pending panel shows its jobs paused (its retries' countdowns too),
+    # the other queues' ready.
+    ops = Operations(Database.connect(dsn, schema, max_size=1))
+    try:
+        ops.pause("payments", actor=PAUSED_BY, reason=PAUSED_WHY)
+        try:
+            await take("console-paused", (160, 48), ["1", "ctrl+end"])
+        finally:
+            ops.resume("payments", actor=PAUSED_BY, reason="screenshot taken")
+    finally:
+        ops.db.close()
     await take("console-narrow", (80, 24), ["3"])
     await take("console-detail", (160, 48), ["3", "owner-alive", "enter"])
     await take("console-confirm", (160, 48), ["R"])

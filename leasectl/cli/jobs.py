@@ -106,13 +106,19 @@ def enqueue(
         typer.Option(min=1, max=config.MAX_ATTEMPTS, help="Leases before the job is Failed."),
     ] = 5,
     count: Annotated[
-        int, typer.Option(min=1, max=1_000_000, help="Enqueue N copies in one statement.")
+        int,
+        typer.Option(
+            min=1,
+            max=1_000_000,
+            help="Enqueue N copies in one statement (all or none; at most 64 MiB of payloads).",
+        ),
     ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Add jobs to a queue."""
     queue = _queue_name(queue)
     body = config.parse_payload(_payload_text(payload))
+    config.check_enqueue_size(len(body.encode("utf-8")), count)
     wait = _duration(delay, "--delay", allow_zero=True)
     with _operations(ctx) as ops:
         ids = ops.enqueue_json(

@@ -175,6 +175,7 @@ class ConsoleApp(App[None]):
             selected=frozenset(self.selected),
             owners=view.owners_by_id(self.snapshot),
             risk_window=self.snapshot.risk_window,
+            paused=view.paused_queues(self.snapshot),
         )
 
     def status(self) -> Status:

@@ -114,6 +114,12 @@ def owners_by_id(snapshot: Snapshot) -> dict[str, OwnerHealth]:
     return {o.owner: o for o in snapshot.owners}
 
 
+def paused_queues(snapshot: Snapshot) -> frozenset[str]:
+    """The queues whose Pending jobs no worker claims: those the refresh read paused (all of
+    them up to console_paused's limit of 100, far beyond what a fleet pauses at once)."""
+    return frozenset(p.queue for p in snapshot.paused)
+
+
 def short_owner(owner: str | None, width: int = 22) -> str:
     """An owner id cut to ``width``, escaped first (an escape is wider than the character)."""
     if owner is None:

@@ -21,6 +21,10 @@ DEFAULT_SCHEMA = "leasectl"
 MAX_QUEUE_CHARS = 200  # far below the btree entry size of the indexes that lead with queue
 MAX_ATTEMPTS = 1000
 MAX_PAYLOAD_BYTES = 16 * 1024 * 1024  # of JSON text, UTF-8
+# All the payloads one enqueue sends (--count copies of one): one statement, all or nothing, so
+# all of it is in memory at once on both sides (about 2.4 times its size in the client), and
+# past 1 GiB PostgreSQL refuses the array outright. BENCHMARKS.md, "enqueue --count".
+MAX_ENQUEUE_BYTES = 64 * 1024 * 1024
 # Nesting of arrays and objects: Python's JSON decoder recurses once per level and gives up
 # near 1,000 (the recursion limit), less in a deep call stack; handlers that walk a payload
 # recursively need room too.
@@ -111,6 +115,17 @@ def payload_depth(value: Any, limit: int = MAX_PAYLOAD_DEPTH) -> int:
         children = node.values() if isinstance(node, dict) else node
         stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return deepest
+
+
+def check_enqueue_size(payload_bytes: int, count: int) -> None:
+    """One enqueue of ``count`` copies of a payload sends at most MAX_ENQUEUE_BYTES in all."""
+    total = payload_bytes * count
+    if total > MAX_ENQUEUE_BYTES:
+        raise UsageError(
+            f"--count {count:,} copies of a {payload_bytes:,}-byte payload are {total:,} bytes; "
+            f"one enqueue sends at most {MAX_ENQUEUE_BYTES:,} (64 MiB) in one statement: "
+            "lower --count, or enqueue in several runs"
+        )
 
 
 def parse_payload(text: str) -> str:

@@ -14,6 +14,15 @@ from typing import Any, Self, TypeVar
 # such values in jobs (migration 5); other tables, and rows written before, may still hold them.
 TIMESTAMP_MAX = datetime.max.replace(tzinfo=UTC)
 TIMESTAMP_MIN = datetime.min.replace(tzinfo=UTC)
+# The earliest run_at the schema allows (migration 5): what it made of a '-infinity', and what a
+# producer that means "as early as can be" writes now. A job due since then has waited forever:
+# an age counted from it (~740,000 days) is no figure for a person or a program.
+RUN_AT_FLOOR = datetime(1, 1, 2, tzinfo=UTC)
+
+
+def since_forever(value: datetime) -> bool:
+    """Whether a due time is '-infinity', or the floor that stands for it."""
+    return value <= RUN_AT_FLOOR
 
 
 def infinity_label(value: datetime) -> str | None:
@@ -267,7 +276,7 @@ class Attempt:
     ended_at: datetime | None
     outcome: str
     error: str | None
-    # The handler's traceback of a failed attempt (bounded: see the worker's DETAIL_LIMIT);
+    # The handler's traceback of a failed attempt (bounded: see core/tracebacks.DETAIL_LIMIT);
     # None for other outcomes, a job that failed without running, rows from before migration 8.
     error_detail: str | None = None
 
@@ -305,6 +314,7 @@ class JobDetail:
     attempts: tuple[Attempt, ...]
     events: tuple[Event, ...]
     db_now: datetime
+    queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
 
 
 @dataclass(frozen=True)

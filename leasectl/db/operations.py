@@ -298,7 +298,9 @@ class Operations:
             Attempt.from_row(r) for r in self.db.rows("job_attempts_list", {"id": job_id})
         )
         events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
-        return JobDetail(job, attempts, events, self.db.server_info()["db_now"])
+        paused = self.paused([job.queue])
+        db_now = self.db.server_info()["db_now"]
+        return JobDetail(job, attempts, events, db_now, paused[0] if paused else None)
 
     def _not_found(self, job_id: int) -> str:
         """Why a job is not there: deleted (by whom, when, why: its audit events outlive it),

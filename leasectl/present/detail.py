@@ -18,9 +18,9 @@ from leasectl.core.config import format_duration
 from leasectl.core.literal import shorten
 from leasectl.core.models import Attempt, Event, Job, JobDetail, JobStatus, PayloadText
 from leasectl.present.jsonout import dumps, terminal_safe_json
-from leasectl.present.styles import OUTCOME_STYLE, status_text
+from leasectl.present.styles import OUTCOME_STYLE, PAUSED_STYLE, status_text
 from leasectl.present.text import lit, table
-from leasectl.present.times import ago, clock, lease_left, timestamp
+from leasectl.present.times import PAUSED_MARK, ago, clock, lease_left, timestamp
 
 # `inspect` shows this much of a payload; --json prints all of it.
 PAYLOAD_SHOWN = 4096
@@ -79,7 +79,13 @@ def fields_panel(detail: JobDetail) -> RenderableType:
         fields.add_row(name, value if isinstance(value, Text) else Text(value))
 
     add("status", status_text(job.status))
-    add("queue", lit(job.queue))
+    queue = lit(job.queue)
+    if (pause := detail.queue_paused) is not None:
+        queue.append(f"  {PAUSED_MARK} paused since {timestamp(pause.paused_at)} by ", PAUSED_STYLE)
+        queue.append_text(lit(pause.paused_by, PAUSED_STYLE))
+        queue.append(": ", PAUSED_STYLE)
+        queue.append_text(lit(pause.reason, PAUSED_STYLE))
+    add("queue", queue)
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
     owner = lit(job.lease_owner or "-")
@@ -101,7 +107,10 @@ def fields_panel(detail: JobDetail) -> RenderableType:
     add("heartbeat", heartbeat)
     run_at = timestamp(job.run_at)
     if job.status == JobStatus.PENDING:
-        run_at += f"  ({'due' if job.run_at <= now else 'due ' + ago(now, job.run_at)})"
+        due = "due" if job.run_at <= now else "due " + ago(now, job.run_at)
+        if detail.queue_paused is not None:
+            due += ", but its queue is paused: no worker claims it until `leasectl resume`"
+        run_at += f"  ({due})"
     add("run at", run_at)
     add("last error", lit(job.last_error, "red", multiline=True) if job.last_error else "-")
     add("created", timestamp(job.created_at))

@@ -31,6 +31,7 @@ from leasectl.core.models import (
     infinity_label,
 )
 from leasectl.present.status import finished_estimate, totals
+from leasectl.present.times import due_age_s
 
 
 class RawJson(str):
@@ -110,10 +111,6 @@ def terminal_safe_json(text: str) -> str:
     return _BEYOND_ASCII.sub(_json_escape, text)
 
 
-def _age_s(db_now: datetime, then: datetime | None) -> float | None:
-    return None if then is None else (db_now - then).total_seconds()
-
-
 # -- inspect ------------------------------------------------------------------------------------
 
 
@@ -138,6 +135,7 @@ def detail_json(detail: JobDetail) -> dict[str, Any]:
         "attempts": [attempt_json(a) for a in detail.attempts],
         "events": [event_json(e) for e in detail.events],
         "db_now": jsonable(detail.db_now),
+        "queue_paused": paused_queue_json(detail.queue_paused) if detail.queue_paused else None,
     }
 
 
@@ -149,7 +147,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "pending": q.pending,
         "due": q.due,
         "oldest_due_at": jsonable(q.oldest_due_at),
-        "oldest_due_age_s": _age_s(db_now, q.oldest_due_at),
+        "oldest_due_age_s": due_age_s(db_now, q.oldest_due_at),
         "processing": q.processing,
         "expired": q.expired,
         "stuck": q.stuck,

@@ -21,7 +21,14 @@ from leasectl.core.models import (
 )
 from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
 from leasectl.present.text import lit, num, table
-from leasectl.present.times import ago, expiry, interval, short_window, timestamp
+from leasectl.present.times import (
+    ago,
+    expiry,
+    lease_intervals,
+    oldest_due,
+    short_window,
+    timestamp,
+)
 
 
 def totals(report: StatusReport) -> QueueCounts:
@@ -61,7 +68,7 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             lit(q.queue, style),
             num(q.pending),
             num(q.due),
-            Text(format_duration(now - q.oldest_due_at) if q.oldest_due_at else "-"),
+            Text(oldest_due(now, q.oldest_due_at)),
             num(q.processing),
             num(q.expired, alert=EXPIRED_STYLE),
             num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK]),
@@ -135,7 +142,7 @@ def owners_table(owners: Sequence[OwnerHealth], db_now: datetime) -> RenderableT
             num(o.expired, alert=EXPIRED_STYLE),
             Text(ago(db_now, o.last_sign_of_life)),
             expiry(db_now, o.next_expiry_at) if o.held else Text("-", style="dim"),
-            Text(f"{interval(o.heartbeat_every)}/{interval(o.lease_ttl)}"),
+            Text(lease_intervals(o.heartbeat_every, o.lease_ttl)),
         )
     return listing
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from rich.text import Text
 
 from leasectl.core.config import format_duration
-from leasectl.core.models import infinity_label
+from leasectl.core.models import infinity_label, since_forever
 from leasectl.present.styles import LEASE_STYLE, LeaseState
 
 # -- moments ----------------------------------------------------------------------------------
@@ -90,18 +90,43 @@ def countdown(now: datetime, until: datetime | None) -> str:
     return format_duration(left)
 
 
-def due_text(now: datetime, run_at: datetime) -> str:
-    """``ready`` for a claimable job, ``in 42s`` for a delayed retry."""
+PAUSED_MARK = "⏸"
+
+
+def due_text(now: datetime, run_at: datetime, *, paused: bool = False) -> str:
+    """``ready`` for a claimable job, ``in 42s`` for a delayed retry; a job of a paused queue
+    is not claimable, due or not: ``⏸ paused``, or ``⏸ in 42s``."""
     if run_at > now:
-        return "in " + format_duration(run_at - now)
-    return "ready"
+        due = "in " + format_duration(run_at - now)
+        return f"{PAUSED_MARK} {due}" if paused else due
+    return f"{PAUSED_MARK} paused" if paused else "ready"
 
 
 def waiting_text(now: datetime, run_at: datetime) -> str:
     """How long a claimable job has been waiting (since run_at); blank for a delayed retry."""
     if run_at > now:
         return ""
-    return format_duration(now - run_at)
+    return oldest_due(now, run_at)
+
+
+FOREVER = "forever"
+
+
+def oldest_due(now: datetime, due_at: datetime | None) -> str:
+    """How long the oldest due job has waited: ``4m12s``; ``forever`` when it is due since
+    '-infinity' (or the schema's earliest run_at, which stands for it); ``-`` for none."""
+    if due_at is None:
+        return "-"
+    if since_forever(due_at):
+        return FOREVER
+    return format_duration(now - due_at)
+
+
+def due_age_s(now: datetime, due_at: datetime | None) -> float | None:
+    """The same in seconds, for JSON: None for none, and for forever (no number says it)."""
+    if due_at is None or since_forever(due_at):
+        return None
+    return (now - due_at).total_seconds()
 
 
 def lease_left(db_now: datetime, until: datetime | None) -> Text:
@@ -139,3 +164,10 @@ def short_window(value: timedelta) -> str:
 def interval(value: timedelta | None) -> str:
     """A configured interval in its round form, ``?`` when unknown."""
     return short_window(value) if value is not None else "?"
+
+
+def lease_intervals(heartbeat_every: timedelta | None, lease_ttl: timedelta | None) -> str:
+    """An owner's heartbeat interval and lease TTL, ``10s/1m``; ``-`` when neither is known."""
+    if heartbeat_every is None and lease_ttl is None:
+        return "-"
+    return f"{interval(heartbeat_every)}/{interval(lease_ttl)}"

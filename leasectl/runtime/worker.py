@@ -32,6 +32,7 @@ from leasectl.core.config import check_queue_length, default_worker_id
 from leasectl.core.errors import ConnectionFailed, LeasectlError, UsageError
 from leasectl.core.literal import echo, shorten
 from leasectl.core.models import ClaimKey, Job, Lease
+from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.connection import Database
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 
@@ -697,41 +698,13 @@ class Worker:
 
 def _error_text(error: BaseException) -> str:
     if isinstance(error, UnusableJob):
-        return _no_nul(str(error))[:4000]
+        return no_nul(str(error))[:4000]
     lines = traceback.format_exception_only(type(error), error)
-    return _no_nul("".join(lines).strip())[:4000]
-
-
-# A failed attempt keeps this much of the handler's traceback (job_attempts.error_detail);
-# a longer one keeps its first DETAIL_HEAD characters (the handler's outer frames) and its end
-# (the innermost frames and the exception), with a line saying what was cut in between.
-DETAIL_LIMIT = 16_384
-DETAIL_HEAD = 4_096
+    return no_nul("".join(lines).strip())[:4000]
 
 
 def traceback_text(error: BaseException) -> str | None:
     """The handler's traceback as ``job_fail`` stores it; None when no handler ran."""
     if isinstance(error, UnusableJob):
         return None
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    return cut_middle(_no_nul(text.rstrip("\n")), DETAIL_LIMIT, head=DETAIL_HEAD)
-
-
-def cut_middle(text: str, limit: int, *, head: int) -> str:
-    """The first ``head`` and the last ``limit - head`` characters of ``text``, with a line
-    between them that says what was cut (about 110 characters; migration 8's CHECK leaves 256
-    above 16,384)."""
-    if len(text) <= limit:
-        return text
-    tail = limit - head
-    cut = len(text) - limit
-    note = (
-        f"\n… ({cut:,} characters cut here: the traceback keeps its first {head:,} and its "
-        f"last {tail:,} of {len(text):,})\n"
-    )
-    return text[:head] + note + text[-tail:]
-
-
-def _no_nul(text: str) -> str:
-    """PostgreSQL's text holds no NUL: a handler's message with one would fail the write."""
-    return text.replace("\x00", "\\x00")
+    return bounded_traceback(error)

@@ -17,6 +17,7 @@ from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.confirm import QueueConfirmScreen
 from leasectl.console.source import StaticSource
 from leasectl.console.widgets.bars import paused_text
+from leasectl.console.widgets.tables import PendingTable
 from leasectl.core.literal import visible
 from leasectl.core.models import PausedQueue
 from tests.console.sample import sample_snapshot
@@ -232,3 +233,33 @@ def test_queue_confirmation_fits_80x24() -> None:
                     assert widget.region.height > 0 and whole.contains_region(widget.region)
 
         asyncio.run(run())
+
+
+def run_at_cells(app: ConsoleApp) -> dict[str, list[str]]:
+    """The Pending panel's RUN AT cells, by queue."""
+    table = app.main.query_one("#pending", PendingTable)
+    column = table.shown_columns.index("run_at")
+    cells: dict[str, list[str]] = {}
+    for row, job in enumerate(table.items):
+        cells.setdefault(job.queue, []).append(table.cells_at(row)[column].plain)
+    return cells
+
+
+def test_pending_rows_of_a_paused_queue_say_paused_not_ready(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A paused queue's due jobs said "ready" (no worker would claim them); its
+    delayed retry keeps its countdown, marked paused; another queue's jobs stay ready."""
+    seed_console(store, sql_conn)
+    store.ops.pause("payments", actor="alice", reason="card processor down")
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        await wait_until_pilot(pilot, lambda: "payments" in run_at_cells(app), "the rows")
+        cells = run_at_cells(app)
+        assert cells["emails"] == ["ready"]
+        due = [c for c in cells["payments"] if "in " not in c]
+        delayed = [c for c in cells["payments"] if "in " in c]
+        assert due and set(due) == {"⏸ paused"}
+        assert len(delayed) == 1 and re.fullmatch(r"⏸ in [45]m\d\ds", delayed[0])
+
+    drive(db_dsn, scenario)

@@ -316,6 +316,12 @@ REJECTED_BOUNDS: list[tuple[list[str], int, list[str]]] = [
         )
     ],
     (["enqueue", "-q", "q", "--max-attempts", "1001"], 2, ["'--max-attempts'", "1000"]),
+    # All the copies of one enqueue: at most 64 MiB (one statement, all of it in memory).
+    (
+        ["enqueue", "-q", "q", "--payload", '"' + "x" * 100_000 + '"', "--count", "700"],
+        2,
+        ["--count 700 copies of a 100,002-byte payload are 70,001,400 bytes", "at most 67,108,864"],
+    ),
     *[
         ([*command, "8" * 8000, *rest], 2, [f"{option}: a queue name has at most 200 characters"])
         for command, option, rest in (
@@ -621,10 +627,14 @@ def test_a_payload_over_the_limit_is_refused_before_anything_is_written(
     assert_one_line_error(by_stdin, 2, "payload too large")
     bad_utf8 = cli_stdin(b'"\xff"', "enqueue", "-q", "q", "--payload", "-", dsn=db_dsn)
     assert_one_line_error(bad_utf8, 2, "invalid JSON payload: not valid UTF-8")
-    assert snapshot(db_dsn) == before
     # Just under the limit, over what a command-line argument may hold: from a file.
     fits = b'"' + b"x" * (16 * 1024 * 1024 - 2) + b'"'
     (tmp_path / "fits.json").write_bytes(fits)
+    # Five copies of it are 80 MiB: over what one enqueue sends, refused before it is sent.
+    five = cli("enqueue", "-q", "q", "--payload", f"@{tmp_path / 'fits.json'}", "--count", "5",
+               dsn=db_dsn)  # fmt: skip
+    assert_one_line_error(five, 2, "--count 5 copies of a 16,777,216-byte payload", "64 MiB")
+    assert snapshot(db_dsn) == before
     ok = cli("enqueue", "-q", "q", "--payload", f"@{tmp_path / 'fits.json'}", dsn=db_dsn)
     assert ok.returncode == 0, ok.stderr[:500]
     assert rows(db_dsn, "SELECT octet_length(payload::text) FROM leasectl.jobs") == [(len(fits),)]

@@ -165,8 +165,33 @@ def test_status_and_its_check_report_beside_infinite_values(
     doc = json.loads(check.stdout)
     assert doc["check"] == {"expired": 1, "stuck": 0, "ok": False}
     assert doc["totals"]["oldest_due_at"] == "-infinity"
+    # Due since -infinity: waiting "forever", and no number of seconds (it was 6.4e10).
+    assert doc["totals"]["oldest_due_age_s"] is None
+    assert [q["oldest_due_age_s"] for q in doc["queues"] if q["queue"] == "q"] == [None]
+    [row] = [line for line in plain.stdout.splitlines() if line.startswith("q ")]
+    assert row.split()[3] == "forever"
     [owner] = doc["owners"]
     assert (owner["started_at"], owner["last_seen_at"]) == ("-infinity", "infinity")
+
+
+def test_status_says_a_job_due_since_the_earliest_run_at_waited_forever(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The schema's earliest run_at (what migration 5 made of '-infinity', and still allowed)
+    is due since forever, in words and in JSON; a job due a minute ago is not."""
+    _insert(sql_conn, "(queue, run_at) VALUES ('old', '0001-01-02 00:00+00')")
+    _insert(sql_conn, "(queue, run_at) VALUES ('new', now() - interval '1 minute')")
+    plain = cli("status", dsn=db_dsn)
+    assert plain.returncode == 0, plain.stderr
+    rows = [line.split() for line in plain.stdout.splitlines()]
+    oldest = {row[0]: row[3] for row in rows if row and row[0] in ("old", "new", "total")}
+    assert oldest["old"] == "forever" and oldest["total"] == "forever"
+    assert oldest["new"].startswith("1m")
+    doc = json.loads(cli("status", "--json", dsn=db_dsn).stdout)
+    queues = {q["queue"]: q for q in doc["queues"]}
+    assert queues["old"]["oldest_due_at"] == "0001-01-02T00:00:00+00:00"
+    assert queues["old"]["oldest_due_age_s"] is None and doc["totals"]["oldest_due_age_s"] is None
+    assert 60 <= queues["new"]["oldest_due_age_s"] < 600
 
 
 def test_inspect_shows_infinite_values_and_a_poison_payload(

@@ -625,7 +625,8 @@ def test_inspect(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> No
     proc = cli("inspect", str(seeded.expired), "--json", dsn=db_dsn)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert list(doc) == ["job", "attempts", "events", "db_now"]
+    assert list(doc) == ["job", "attempts", "events", "db_now", "queue_paused"]
+    assert doc["queue_paused"] is None
     assert doc["job"]["id"] == seeded.expired and doc["job"]["status"] == "Pending"
     assert doc["job"]["payload"] == {"n": 1}
     assert [(a["attempt"], a["outcome"], a["lease_owner"]) for a in doc["attempts"]] == [

@@ -583,15 +583,37 @@ def test_commands_that_write_show_what_they_wrote_as_text(db_dsn: str, tmp_path:
 
 
 def test_pauses_show_hostile_queues_actors_and_reasons_as_text(db_dsn: str) -> None:
-    """Paused queues as an owner's SQL could write them (queue, actor, reason), in `status`;
-    and `pause`/`resume` of hostile queues with hostile reasons, in what they print."""
+    """Paused queues as an owner's SQL could write them (queue, actor, reason), in `status` and
+    in `inspect` of their jobs; and `pause`/`resume` of hostile queues with hostile reasons, in
+    what they print."""
+    jobs: list[int] = []
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         for value in NAMES:
             conn.execute(
                 "INSERT INTO leasectl.queue_state (queue, paused_by, reason) VALUES (%s, %s, %s)",
                 [value, value, value],
             )
+            row = conn.execute(
+                "INSERT INTO leasectl.jobs (queue) VALUES (%s) RETURNING id", [value]
+            ).fetchone()
+            assert row is not None
+            jobs.append(row[0])
     fresh = [JOINED_TERMINAL, JOINED_UNICODE]
+    inspected = run_all(
+        [
+            *(["inspect", str(job_id)] for job_id in jobs),
+            *(["inspect", str(j), "--json"] for j in jobs),
+        ],
+        db_dsn,
+    )
+    for value, proc in zip(NAMES, inspected[: len(jobs)], strict=True):
+        checked(proc, 0, "inspect of a paused queue's job")
+        assert "but its queue is paused" in proc.stdout
+        shown(proc.stdout, value, "paused by, reason")
+    for value, proc in zip(NAMES, inspected[len(jobs) :], strict=True):
+        checked(proc, 0, "inspect --json of a paused queue's job")
+        pause = json.loads(proc.stdout)["queue_paused"]
+        assert (pause["queue"], pause["paused_by"], pause["reason"]) == (value, value, value)
     human, as_json, *written = run_all(
         [
             ["status"],

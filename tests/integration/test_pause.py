@@ -6,8 +6,10 @@ flight finish normally; a resume is announced, so the drain goes on at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,3 +190,23 @@ def test_a_resume_is_announced_idle_workers_claim_at_once_not_at_their_next_poll
     assert time.monotonic() - started < 10
     wait_until(lambda: "was resumed" in caplog.text, what="the worker to log the resume")
     assert caplog.text.count("is paused") == 1, caplog.text
+
+
+def test_inspect_says_a_due_job_of_a_paused_queue_waits_for_the_resume(
+    db_dsn: str, store: Stores
+) -> None:
+    [job_id] = store.ops.enqueue([{"n": 1}], queue="payments")
+    [other] = store.ops.enqueue([{"n": 2}], queue="emails")
+    store.ops.pause("payments", actor="alice", reason="card processor down")
+    human = leasectl(db_dsn, "inspect", str(job_id))
+    assert human.returncode == 0, human.stderr
+    text = " ".join(re.sub("[│╭╮╰╯─]", " ", human.stdout).split())  # the panel's lines wrap
+    assert "payments ⏸ paused since " in text and "by alice: card processor down" in text
+    assert "(due, but its queue is paused: no worker claims it until" in text
+    doc = json.loads(leasectl(db_dsn, "inspect", str(job_id), "--json").stdout)
+    assert doc["queue_paused"]["queue"] == "payments"
+    assert doc["queue_paused"]["paused_by"] == "alice"
+    running = leasectl(db_dsn, "inspect", str(other))
+    assert "(due)" in running.stdout and "paused" not in running.stdout
+    other_doc = json.loads(leasectl(db_dsn, "inspect", str(other), "--json").stdout)
+    assert other_doc["queue_paused"] is None

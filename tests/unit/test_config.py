@@ -159,6 +159,16 @@ def test_payload_size_limit() -> None:
         config.parse_payload(fits + " ")
 
 
+def test_one_enqueue_sends_at_most_64_mib_of_payloads() -> None:
+    """--count N copies of a payload: N times its size in one statement, bounded in all."""
+    config.check_enqueue_size(config.MAX_PAYLOAD_BYTES, 4)  # four of the largest: 64 MiB
+    config.check_enqueue_size(2, 1_000_000)  # a million '{}'
+    with pytest.raises(UsageError, match=r"^--count 5 copies of a 16,777,216-byte payload are "):
+        config.check_enqueue_size(config.MAX_PAYLOAD_BYTES, 5)
+    with pytest.raises(UsageError, match=r"at most 67,108,864 \(64 MiB\)"):
+        config.check_enqueue_size(config.MAX_ENQUEUE_BYTES // 2 + 1, 2)
+
+
 def test_payload_depth_counts_arrays_and_objects() -> None:
     assert config.payload_depth(1) == 0
     assert config.payload_depth([]) == 1

@@ -226,7 +226,7 @@ def test_jsonable_types() -> None:
 
 def test_detail_json_has_all_columns() -> None:
     doc = json.loads(dumps(detail_json(make_detail())))
-    assert set(doc) == {"job", "attempts", "events", "db_now"}
+    assert set(doc) == {"job", "attempts", "events", "db_now", "queue_paused"}
     assert set(doc["job"]) == {
         "id",
         "queue",

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from leasectl.core import health
 from leasectl.core.backoff import retry_delay
 from leasectl.core.models import Freshness
+from leasectl.core.tracebacks import DETAIL_HEAD, DETAIL_LIMIT, cut_middle
 from leasectl.db import sql as queries
-from leasectl.runtime.worker import DETAIL_HEAD, DETAIL_LIMIT, cut_middle
 
 
 @given(st.integers(min_value=1, max_value=200), st.integers(min_value=0, max_value=2**32))

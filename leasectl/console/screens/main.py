@@ -65,7 +65,7 @@ class MainScreen(Screen[None]):
         Binding("r", "requeue", "Requeue"),
         Binding("s", "mark_stuck", "Mark stuck"),
         Binding("R", "requeue_expired", "Requeue expired"),
-        Binding("P", "toggle_pause", "Pause/resume queue", show=False),
+        Binding("P", "toggle_pause", "Pause/resume"),
         Binding("c", "cancel", "Cancel job", show=False),
         Binding("D", "delete", "Delete job", show=False),
         Binding("space", "toggle_select", "Select", show=False),
@@ -79,6 +79,9 @@ class MainScreen(Screen[None]):
         Binding("4", "panel(3)", "Owners", show=False),
         Binding("5", "panel(4)", "Failed", show=False),
         Binding("f", "find", "Find"),
+        # Quit as everywhere, but not in this screen's footer: it holds the keys an operator
+        # acts with within 80 columns (see compose).
+        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def __init__(self, host: MainHost) -> None:
@@ -100,7 +103,10 @@ class MainScreen(Screen[None]):
             yield from self._panel("stuck", StuckTable(id="stuck"))
             yield from self._panel("owners", OwnersTable(id="owners"))
             yield from self._panel("failed", FailedTable(id="failed"))
-        yield Footer()
+        # Compact (one space between keys, Textual's own style), the footer holds the keys an
+        # operator acts with, find and help within 80 columns; q (quit, as everywhere), the
+        # panel keys and the rest are in help (?) and the command palette.
+        yield Footer(compact=True)
 
     @staticmethod
     def _panel(name: str, table: Widget) -> ComposeResult:

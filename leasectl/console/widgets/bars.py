@@ -17,7 +17,7 @@ from leasectl.core.config import format_duration
 from leasectl.core.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
-from leasectl.present.times import local_clock, seconds_age
+from leasectl.present.times import local_clock, oldest_due, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
 # The summary's paused line: at most this many queues named, each name and reason cut.
@@ -155,7 +155,7 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         (count_text(c.pending), "bold"),
         (f" ({count_text(c.due)} due", "dim"),
         (", oldest ", "dim"),
-        (format_duration(now - c.oldest_due_at) if c.oldest_due_at else "-", "bold"),
+        (oldest_due(now, c.oldest_due_at), "bold"),
         (")", "dim"),
     )
     processing = Text.assemble(("Processing ", "dim"), (count_text(c.processing), "bold"))

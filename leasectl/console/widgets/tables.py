@@ -33,7 +33,6 @@ from textual.widgets import DataTable
 from leasectl.console import view
 from leasectl.console.view import Verdict
 from leasectl.console.widgets import same_cells, same_text
-from leasectl.core.config import format_duration
 from leasectl.core.filters import ListedJob
 from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.styles import (
@@ -41,12 +40,13 @@ from leasectl.present.styles import (
     FRESHNESS_MARK,
     FRESHNESS_STYLE,
     LEASE_STYLE,
+    PAUSED_STYLE,
     RISK_STYLE,
     STATUS_STYLE,
     LeaseState,
 )
 from leasectl.present.text import lit
-from leasectl.present.times import age, countdown, due_text, waiting_text
+from leasectl.present.times import age, countdown, due_text, lease_intervals, waiting_text
 
 Row = TypeVar("Row")
 
@@ -61,6 +61,7 @@ class RowContext:
     selected: frozenset[int]
     owners: dict[str, OwnerHealth]
     risk_window: timedelta
+    paused: frozenset[str] = frozenset()  # the queues the snapshot saw paused
 
 
 Column = tuple[str, str, int | None]  # key, label, width (None: fit the content)
@@ -486,13 +487,15 @@ class PendingTable(JobTable):
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         delayed = item.run_at > ctx.now
         dim = "dim" if delayed else ""
+        paused = item.queue in ctx.paused
+        due_style = PAUSED_STYLE if paused else "cyan" if delayed else "dim"
         return (
             self.id_cell(item, ctx, dim),
             lit(item.queue, dim, no_wrap=True, overflow="ellipsis"),
             Text(str(item.priority), style=dim, justify="right"),
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
-            Text(due_text(ctx.now, item.run_at), style="cyan" if delayed else "dim"),
+            Text(due_text(ctx.now, item.run_at, paused=paused), style=due_style),
         )
 
 
@@ -600,11 +603,7 @@ class OwnersTable(PanelTable[OwnerHealth]):
             next_text = Text(
                 countdown(ctx.now, nxt), style=EXPIRED_STYLE if lapsed else "", justify="right"
             )
-        intervals = (
-            f"{format_duration(item.heartbeat_every)}/{format_duration(item.lease_ttl)}"
-            if item.heartbeat_every is not None and item.lease_ttl is not None
-            else "-"
-        )
+        intervals = lease_intervals(item.heartbeat_every, item.lease_ttl)
         owner = lit(item.owner, no_wrap=True, overflow="ellipsis")
         host = f"{item.hostname}:{item.pid}" if item.hostname else ""
         if host and not item.owner.startswith(host):
