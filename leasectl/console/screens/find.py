@@ -77,15 +77,17 @@ class FindScreen(Screen[str]):
     """Dismisses with the filter text last typed (the next `f` starts from it)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Cancel / back"),
-        Binding("n", "next_page", "Next page"),
-        Binding("p", "previous_page", "Previous page"),
-        Binding("slash", "edit", "Edit filter"),
-        Binding("c", "act('cancel')", "Cancel job"),
-        Binding("D", "act('delete')", "Delete job"),
-        Binding("R", "bulk('requeue')", "Requeue all matching"),
-        Binding("S", "bulk('mark-stuck')", "Mark all matching stuck"),
-        Binding("C", "bulk('cancel')", "Cancel all matching"),
+        # The footer (compact) fits 80 columns: n and p are said on the page's own line, and
+        # "all" is every job the filter matches (help says so).
+        Binding("escape", "back", "Back"),
+        Binding("n", "next_page", "Next page", show=False),
+        Binding("p", "previous_page", "Previous page", show=False),
+        Binding("slash", "edit", "Filter"),
+        Binding("c", "act('cancel')", "Cancel"),
+        Binding("D", "act('delete')", "Delete"),
+        Binding("R", "bulk('requeue')", "Requeue all"),
+        Binding("S", "bulk('mark-stuck')", "Stuck all"),
+        Binding("C", "bulk('cancel')", "Cancel all"),
     ]
 
     def __init__(
@@ -132,7 +134,7 @@ class FindScreen(Screen[str]):
         yield Static("", id="find-status")
         yield Static("", id="find-bulk")
         yield FindTable(id="find-results")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#find-input", Input).focus()

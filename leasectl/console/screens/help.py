@@ -40,8 +40,8 @@ KEYS = (
         "until:), newest first; n / p next and previous page, enter detail, esc cancel / back",
     ),
     (
-        "R S (in find)",
-        "requeue / mark stuck every job the find filter matches: the count and the filter "
+        "R S C (in find)",
+        "requeue / mark stuck / cancel every job the find filter matches: the count and the filter "
         "confirmed with a reason, then in batches (esc stops after the batch in flight)",
     ),
     ("ctrl+r", "refresh now"),
