@@ -88,6 +88,7 @@ class FindScreen(Screen[str]):
         Binding("R", "bulk('requeue')", "Requeue all"),
         Binding("S", "bulk('mark-stuck')", "Stuck all"),
         Binding("C", "bulk('cancel')", "Cancel all"),
+        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def __init__(
