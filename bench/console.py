@@ -70,6 +70,8 @@ def query_times(dsn: str, runs: int) -> dict[str, float]:
         "schema": "leasectl",
         "window": timedelta(hours=1),
         "failed_scan": 5000,
+        "budget": 6000,
+        "group_limit": 1000,
     }
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -156,6 +156,10 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "completed_recent": q.completed_recent,
         "failed_recent": q.failed_recent,
         "cancelled_recent": q.cancelled_recent,
+        # True: the count of that key is a lower bound (counted up to a cap).
+        "pending_capped": q.pending_capped,
+        "due_capped": q.due_capped,
+        "stuck_capped": q.stuck_capped,
     }
 
 
@@ -164,6 +168,7 @@ def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[s
     doc: dict[str, Any] = {
         "expired": report.expired,
         "stuck": report.stuck,
+        "stuck_capped": report.stuck_capped,
         "ok": report.expired == 0 and report.stuck == 0,
     }
     if limits is not None:
@@ -179,6 +184,7 @@ def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[s
                 "queue": v.queue,
                 "measure": v.measure.value,
                 "value": jsonable(v.value),
+                "capped": v.capped,
                 "limit": jsonable(v.limit),
             }
             for v in found
@@ -224,6 +230,7 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         "owners": [owner_json(o) for o in report.owners],
         "paused": [paused_queue_json(p) for p in report.paused],
         "check": check_json(report, limits),
+        "truncated": report.truncated,
     }
 
 
