@@ -8,8 +8,11 @@ import json
 from typing import Any
 
 import psycopg
+from rich.console import Console
 
 from leasectl.core.counts import COUNT_BUDGET
+from leasectl.present.jsonout import status_json
+from leasectl.present.status import status_renderables
 from tests.integration.test_cli import cli
 from tests.stores import Stores
 
@@ -132,3 +135,33 @@ def test_max_stuck_is_decided_by_a_count_taken_past_it(
     assert code == 3
     (v,) = doc["check"]["violations"]
     assert (v["value"], v["capped"]) == (BIG_STUCK, False)
+
+
+def test_a_queue_with_nothing_due_has_no_oldest_due(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The oldest due is a group's head only when that head is due."""
+    seed_backlog(sql_conn)
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, priority, run_at) VALUES "
+        "('later', 0, now() + interval '1 hour'), ('later', 3, now() + interval '2 hours')"
+    )
+    _, doc, _ = status_doc(db_dsn, "--queue", "later")
+    (later,) = doc["queues"]
+    assert (later["pending"], later["due"], later["oldest_due_at"]) == (2, 0, None)
+
+
+def test_more_groups_than_status_reads_is_said(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Past group_limit (queue, priority) groups some queues are not listed: the report says
+    so, in text and JSON, rather than leave them out silently."""
+    seed_backlog(sql_conn)
+    assert store.ops.status().truncated is False
+    report = store.ops.status(group_limit=1)
+    assert report.truncated is True
+    assert status_json(report)["truncated"] is True
+    console = Console(width=200, record=True)
+    for part in status_renderables(report):
+        console.print(part)
+    assert "not every queue is listed; pass --queue" in console.export_text()
