@@ -1,4 +1,4 @@
-"""Console refresh and `leasectl status` against a growing Pending backlog (issue #22).
+"""Console refresh and `leasectl status` against a growing Pending backlog.
 
 One scratch database, grown in steps to each size of Pending jobs (``--sizes``, due now, over
 three queues and three priorities, beside 2,000 Processing leases and 500 expired ones, as

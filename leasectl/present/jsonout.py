@@ -168,7 +168,6 @@ def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[s
     doc: dict[str, Any] = {
         "expired": report.expired,
         "stuck": report.stuck,
-        "stuck_capped": report.stuck_capped,
         "ok": report.expired == 0 and report.stuck == 0,
     }
     if limits is not None:

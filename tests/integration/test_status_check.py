@@ -84,7 +84,6 @@ def test_thresholds_in_json(db_dsn: str, store: Stores, sql_conn: psycopg.Connec
     assert check == {
         "expired": 3,
         "stuck": 1,
-        "stuck_capped": False,
         "ok": False,
         "thresholds": {"max_expired": 1, "max_stuck": 1, "max_oldest_due_s": None},
         "violations": [

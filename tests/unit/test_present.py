@@ -293,7 +293,7 @@ def test_status_json_keys_and_check() -> None:
         "queues",
     }
     assert owner["heartbeat_every_s"] == 10.0 and owner["freshness"] == "fresh"
-    assert doc["check"] == {"expired": 1, "stuck": 2, "stuck_capped": False, "ok": False}
+    assert doc["check"] == {"expired": 1, "stuck": 2, "ok": False}
     assert doc["truncated"] is False
 
 
@@ -301,7 +301,7 @@ def test_status_json_without_statistics() -> None:
     report = StatusReport(db_now=NOW, queues=(), owners=())
     doc = status_json(report)
     assert doc["finished_estimate"] == {"completed": None, "failed": None}
-    assert doc["check"] == {"expired": 0, "stuck": 0, "stuck_capped": False, "ok": True}
+    assert doc["check"] == {"expired": 0, "stuck": 0, "ok": True}
     assert doc["totals"]["oldest_due_at"] is None
 
 
