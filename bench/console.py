@@ -7,6 +7,9 @@ is the console app's own ``MainScreen.refresh_view(full=True)`` plus one idle cy
 160x50 Textual app fed that snapshot, when the console package is importable: "render" when the
 poll brings the same rows again (the panels update only changed cells), "rows changed" when
 every panel's rows changed (alternating with the rows reversed: every visible cell changes).
+
+The same refresh against a growing Pending backlog (10k / 1M / 10M), with `leasectl status`,
+before and after a change: ``bench/backlog.py``.
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ def query_times(dsn: str, runs: int) -> dict[str, float]:
         "schema": "leasectl",
         "window": timedelta(hours=1),
         "failed_scan": 5000,
+        "budget": 6000,
+        "group_limit": 1000,
     }
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:

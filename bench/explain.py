@@ -104,7 +104,13 @@ PARAMS: dict[str, dict[str, Any]] = {
     "jobs_operator_requeue": OPERATOR,
     "jobs_operator_mark_stuck": OPERATOR,
     "jobs_expired_list": {"limit": 500, "queue": None, "owner": None},
-    "status_live_counts": {"queue": None},
+    "status_live_counts": {
+        "queue": None,
+        "budget": 6000,
+        "floor": 100,
+        "stuck_floor": 100,
+        "group_limit": 1000,
+    },
     "status_finished_recent": {"queue": None, "window": timedelta(hours=1)},
     "status_owners": {"window": timedelta(hours=1), "limit": 200},
 }

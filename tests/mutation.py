@@ -541,6 +541,63 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Bounded live counts: the console's refresh (console_counts) and `leasectl status`
+# (status_live_counts), against the backlog tests and the plans that stop at their caps.
+BACKLOG = "tests/integration/test_backlog_counts.py::"
+BACKLOG_PLANS = "tests/integration/test_backlog_plans.py::"
+BACKLOG_CONSOLE = (
+    "tests/console/test_backlog.py::test_a_backlog_shows_as_a_lower_bound_and_a_small_queue_exactly"
+)
+STATUS_BOUNDED = BACKLOG + "test_status_shows_a_big_queue_as_a_lower_bound_and_a_small_one_exactly"
+COUNTS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[console_counts]"
+STATUS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[status_live_counts]"
+TRUNCATED = (
+    BACKLOG_PLANS
+    + "test_past_the_group_limit_the_due_count_and_the_oldest_come_from_the_whole_index"
+)
+
+MUTANTS += (
+    mutant("console-counts-due-range", "console.sql", "console_counts",
+           "AND run_at <= now()\n          ) AS d", "AND TRUE\n          ) AS d",
+           (BACKLOG_CONSOLE,)),
+    mutant("console-counts-due-cap", "console.sql", "console_counts",
+           "WHERE g.n <= %(group_limit)s\n          LIMIT %(budget)s::bigint + 1) AS x",
+           "WHERE g.n <= %(group_limit)s\n          ) AS x", (COUNTS_PLAN,)),
+    mutant("console-counts-pending-cap", "console.sql", "console_counts",
+           "LIMIT %(budget)s::bigint + 1) AS x) AS pending", ") AS x) AS pending",
+           (COUNTS_PLAN,)),
+    mutant("console-counts-stuck-cap", "console.sql", "console_counts",
+           "queue = %(queue)s::text)\n          LIMIT %(budget)s::bigint + 1) AS x\n) AS s",
+           "queue = %(queue)s::text)\n          ) AS x\n) AS s", (COUNTS_PLAN,)),
+    mutant("console-counts-truncated", "console.sql", "console_counts",
+           "coalesce((SELECT max(n) FROM grp) > %(group_limit)s, false) AS truncated",
+           "false AS truncated", (TRUNCATED,)),
+    mutant("status-counts-due-range", "status.sql", "status_live_counts",
+           "AND run_at <= now()\n          ) AS r", "AND TRUE\n          ) AS r",
+           (STATUS_BOUNDED,)),
+    mutant("status-counts-due-queue", "status.sql", "status_live_counts",
+           "WHERE g.queue = q.queue AND g.n", "WHERE g.n", (STATUS_BOUNDED,)),
+    mutant("status-counts-due-cap", "status.sql", "status_live_counts",
+           "AND g.n <= %(group_limit)s\n          LIMIT b.cap + 1) AS x",
+           "AND g.n <= %(group_limit)s\n          ) AS x", (STATUS_PLAN,)),
+    mutant("status-counts-pending-cap", "status.sql", "status_live_counts",
+           "queue = q.queue\n          LIMIT b.cap + 1) AS x", "queue = q.queue\n          ) AS x",
+           (STATUS_PLAN,)),
+    mutant("status-counts-stuck-cap", "status.sql", "status_live_counts",
+           "queue = s.queue\n          LIMIT b.cap + 1) AS x", "queue = s.queue\n          ) AS x",
+           (STATUS_PLAN,)),
+    mutant("status-counts-stuck-floor", "status.sql", "status_live_counts",
+           "greatest(%(stuck_floor)s::bigint", "greatest(%(floor)s::bigint",
+           (BACKLOG + "test_max_stuck_is_decided_by_a_count_taken_past_it",)),
+    mutant("status-counts-oldest-due", "status.sql", "status_live_counts",
+           "CASE WHEN q.oldest <= now()", "CASE WHEN TRUE",
+           (BACKLOG + "test_a_queue_with_nothing_due_has_no_oldest_due",)),
+    mutant("status-counts-truncated", "status.sql", "status_live_counts",
+           "(SELECT max(n) FROM grp) > %(group_limit)s AS truncated", "false AS truncated",
+           (BACKLOG + "test_more_groups_than_status_reads_is_said",)),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

@@ -31,7 +31,7 @@ from leasectl.db.sql import migrations
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
 from leasectl.present.status import status_renderables, violation_line
-from leasectl.present.text import format_ids
+from leasectl.present.text import count_text, format_ids
 from leasectl.runtime import retention
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -198,7 +198,8 @@ def status(
             ),
         )
     with _operations(ctx) as ops:
-        report = ops.status(queue)
+        # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
+        report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
     if as_json:
         _emit_json(status_json(report, limits))
     else:
@@ -212,7 +213,8 @@ def status(
         return
     if check and (report.expired or report.stuck):
         _warn(
-            f"check failed: {report.expired} expired lease(s), {report.stuck} Stuck job(s)"
+            f"check failed: {report.expired} expired lease(s), "
+            f"{count_text(report.stuck, report.stuck_capped)} Stuck job(s)"
             + (f" in queue {echo(queue)}" if queue else "")
         )
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from leasectl.core.counts import BoundedCount
 from leasectl.core.models import (
     ConsoleCounts,
     OwnerHealth,
@@ -77,11 +78,16 @@ class Panels:
                 stuck=len(rows.stuck),
             )
         elif rows.matched is not None:
+            cap = int(rows.matched["cap"])
+            pending_count = BoundedCount.read(int(rows.matched["pending"]), cap)
+            stuck_count = BoundedCount.read(int(rows.matched["stuck"]), cap)
             matched = ConsoleCounts(
-                pending=rows.matched["pending"],
+                pending=pending_count.value,
+                pending_capped=pending_count.capped,
                 processing=rows.matched["processing"],
                 expired=rows.matched["expired"],
-                stuck=rows.matched["stuck"],
+                stuck=stuck_count.value,
+                stuck_capped=stuck_count.capped,
             )
         else:
             matched = None
@@ -114,15 +120,23 @@ class Panels:
 
 
 def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> ConsoleCounts:
-    """console_counts' row as counts; finished history only as the planner's estimates."""
+    """console_counts' row as counts (Pending, due and Stuck bounded by the row's cap);
+    finished history only as the planner's estimates."""
+    cap = int(row["cap"])
+    pending, due, stuck = (
+        BoundedCount.read(int(row[key]), cap) for key in ("pending", "due", "stuck")
+    )
     return ConsoleCounts(
-        pending=row["pending"],
-        due=row["due"],
+        pending=pending.value,
+        pending_capped=pending.capped,
+        due=due.value,
+        due_capped=due.capped,
         oldest_due_at=row["oldest_due_at"],
         processing=row["processing"],
         at_risk=row["at_risk"],
         expired=row["expired"],
-        stuck=row["stuck"],
+        stuck=stuck.value,
+        stuck_capped=stuck.capped,
         completed_estimate=estimates[0],
         failed_estimate=estimates[1],
     )

@@ -32,6 +32,7 @@ class Violation:
     measure: Measure
     value: int | timedelta
     limit: int | timedelta
+    capped: bool = False  # ``value`` is a lower bound (a count stopped at its cap)
 
 
 def violations(report: StatusReport, limits: Thresholds) -> list[Violation]:
@@ -40,8 +41,12 @@ def violations(report: StatusReport, limits: Thresholds) -> list[Violation]:
     for q in report.queues:
         if q.expired > limits.max_expired:
             found.append(Violation(q.queue, Measure.EXPIRED, q.expired, limits.max_expired))
-        if q.stuck > limits.max_stuck:
-            found.append(Violation(q.queue, Measure.STUCK, q.stuck, limits.max_stuck))
+        # A capped count is a lower bound: there are more than ``q.stuck``, so at least as
+        # many as the limit is already past it (status counts Stuck up to the limit + 1).
+        if q.stuck > limits.max_stuck or (q.stuck_capped and q.stuck >= limits.max_stuck):
+            found.append(
+                Violation(q.queue, Measure.STUCK, q.stuck, limits.max_stuck, q.stuck_capped)
+            )
         if limits.max_oldest_due is not None and q.oldest_due_at is not None:
             waited = report.db_now - q.oldest_due_at
             if waited > limits.max_oldest_due:

@@ -440,6 +440,10 @@ class QueueCounts:
     failed_recent: int = 0
     cancelled_recent: int = 0
     oldest_due_at: datetime | None = None
+    # True: the count above is a lower bound (counted up to a cap, core/counts.py).
+    pending_capped: bool = False
+    due_capped: bool = False
+    stuck_capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -484,6 +488,8 @@ class StatusReport:
     finished_estimate: dict[str, int] = field(default_factory=dict)
     recent_window: timedelta = timedelta(hours=1)
     paused: tuple[PausedQueue, ...] = ()
+    # True: more (queue, priority) groups of Pending jobs than status reads; queues are missing.
+    truncated: bool = False
 
     @property
     def expired(self) -> int:
@@ -492,6 +498,11 @@ class StatusReport:
     @property
     def stuck(self) -> int:
         return sum(q.stuck for q in self.queues)
+
+    @property
+    def stuck_capped(self) -> bool:
+        """True: ``stuck`` is a lower bound (some queue's count stopped at its cap)."""
+        return any(q.stuck_capped for q in self.queues)
 
     @property
     def oldest_due_at(self) -> datetime | None:
@@ -544,7 +555,9 @@ class PanelJob(_JobRow):
 
 @dataclass(frozen=True)
 class ConsoleCounts:
-    """Exact counts of the live states; finished history only as planner estimates."""
+    """Counts of the live states: Processing and expired leases exact, Pending, due and Stuck
+    counted up to a cap (``*_capped``: the count is a lower bound, core/counts.py); finished
+    history only as planner estimates."""
 
     pending: int = 0
     due: int = 0
@@ -555,6 +568,9 @@ class ConsoleCounts:
     stuck: int = 0
     completed_estimate: int | None = None
     failed_estimate: int | None = None
+    pending_capped: bool = False
+    due_capped: bool = False
+    stuck_capped: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from leasectl.core.counts import COUNT_BUDGET
 from leasectl.core.models import OwnerHealth, PanelJob, PausedQueue
 from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
@@ -68,6 +69,8 @@ class ConsoleReads:
         queue_limit: int = 200,
         failed_scan: int = 5000,
         paused_limit: int = 100,
+        count_budget: int = COUNT_BUDGET,
+        group_limit: int = 1000,
     ) -> ConsoleRows:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
         every count, every panel row, the owners and the database clock describe the same
@@ -75,7 +78,10 @@ class ConsoleReads:
         estimated. ``since``: where the throughput count starts (None: the whole window).
         ``queue_limit``: at most this many names of queues with live jobs. ``failed_scan``:
         the Failed panel looks for Failed jobs among this many of the last finished.
-        ``paused_limit``: at most this many of the paused queues (all are counted)."""
+        ``paused_limit``: at most this many of the paused queues (all are counted).
+        ``count_budget``: Pending, due and Stuck counts stop past this many (a row's "cap"),
+        read through ``BoundedCount``; ``group_limit``: the (queue, priority) groups of Pending
+        jobs the due count and the oldest due are read from (past it, the whole index)."""
         schema = self.db.schema
         params: dict[str, Any] = {
             "queue": queue,
@@ -93,6 +99,8 @@ class ConsoleReads:
             ],
             "failed_scan": failed_scan,
             "schema": schema,
+            "budget": count_budget,
+            "group_limit": group_limit,
         }
         owner_params = {"window": owner_window, "limit": owner_limit}
         panels = ("console_pending", "console_processing", "console_stuck", "console_failed")

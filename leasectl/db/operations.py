@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from leasectl.core import health
 from leasectl.core.config import check_queue_length
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.errors import JobNotFound
 from leasectl.core.literal import echo
 from leasectl.core.models import (
@@ -34,6 +36,7 @@ from leasectl.core.models import (
     Skipped,
     StatusReport,
 )
+from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 
 
@@ -324,32 +327,83 @@ class Operations:
         recent_window: timedelta = timedelta(hours=1),
         owner_window: timedelta = timedelta(hours=1),
         owner_limit: int = 200,
+        stuck_floor: int = 0,
+        group_limit: int = 1000,
     ) -> StatusReport:
-        db_now = self.db.server_info()["db_now"]
+        """Counts per queue at one instant. Pending, due and Stuck counts are bounded
+        (``core/counts.py``): exact up to their cap, else the cap and ``*_capped``. The Stuck
+        cap is at least ``stuck_floor`` (status --check's --max-stuck, so that the check is
+        decided by the count). At most ``group_limit`` (queue, priority) groups of Pending jobs
+        are read (``truncated``: there were more)."""
+        params = {
+            "queue": queue,
+            "budget": COUNT_BUDGET,
+            "floor": COUNT_FLOOR,
+            "stuck_floor": max(COUNT_FLOOR, stuck_floor),
+            "group_limit": group_limit,
+        }
+        reads: list[tuple[str, dict[str, Any]]] = [
+            ("console_snapshot_begin", {}),
+            (
+                "console_settings",
+                {
+                    "setting_names": list(queries.CONSOLE_SETTINGS),
+                    "setting_values": list(queries.CONSOLE_SETTINGS.values()),
+                },
+            ),
+            ("server_info", {}),
+            ("status_live_counts", params),
+            ("status_finished_recent", {"queue": queue, "window": recent_window}),
+            ("status_finished_estimate", {"schema": self.db.schema}),
+            ("status_owners", {"window": owner_window, "limit": owner_limit}),
+            ("queues_paused", {"queues": [queue] if queue is not None else None}),
+        ]
+        # One read-only REPEATABLE READ transaction with the console's settings (generic plans,
+        # index paths only, no JIT, no parallel workers: each statement is a few index probes),
+        # sent in one round trip: every count describes the same instant.
+        with self.db.connection() as conn:
+            with conn.pipeline(), conn.transaction():
+                cursors = []
+                for name, args in reads:
+                    cur = conn.cursor(row_factory=dict_row)
+                    cur.execute(queries.get(name).render(self.db.schema), args)
+                    cursors.append(cur)
+            info, live, recent, estimated, owner_rows, paused_rows = (
+                cur.fetchall() for cur in cursors[2:]
+            )
+        db_now = info[0]["db_now"]
         counts: dict[str, dict[str, Any]] = {}
-        for r in self.db.rows("status_live_counts", {"queue": queue}):
+        truncated = False
+        for r in live:
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
             status = r["status"]
             if status == "Pending":
-                q.update(pending=r["jobs"], due=r["due"], oldest_due_at=r["oldest_due_at"])
+                jobs = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                due = BoundedCount.read(int(r["due"]), int(r["cap"]))
+                q.update(
+                    pending=jobs.value,
+                    pending_capped=jobs.capped,
+                    due=due.value,
+                    due_capped=due.capped,
+                    oldest_due_at=r["oldest_due_at"],
+                )
+                truncated = truncated or bool(r["truncated"])
             elif status == "Processing":
                 q.update(processing=r["jobs"], expired=r["expired"])
             else:
-                q.update(stuck=r["jobs"])
-        for r in self.db.rows("status_finished_recent", {"queue": queue, "window": recent_window}):
+                stuck = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                q.update(stuck=stuck.value, stuck_capped=stuck.capped)
+        for r in recent:
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
             q[_RECENT_KEY[r["status"]]] = r["jobs"]
-        estimate = {
-            r["status"]: int(r["jobs"])
-            for r in self.db.rows("status_finished_estimate", {"schema": self.db.schema})
-        }
         return StatusReport(
             db_now=db_now,
             queues=tuple(QueueCounts(**counts[name]) for name in sorted(counts)),
-            owners=tuple(self.owners(window=owner_window, limit=owner_limit, db_now=db_now)),
-            finished_estimate=estimate,
+            owners=tuple(owner_health(owner_rows, db_now)),
+            finished_estimate={r["status"]: int(r["jobs"]) for r in estimated},
             recent_window=recent_window,
-            paused=tuple(self.paused([queue] if queue is not None else None)),
+            paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            truncated=truncated,
         )
 
     def owners(

@@ -154,6 +154,10 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "completed_recent": q.completed_recent,
         "failed_recent": q.failed_recent,
         "cancelled_recent": q.cancelled_recent,
+        # True: the count of that key is a lower bound (counted up to a cap).
+        "pending_capped": q.pending_capped,
+        "due_capped": q.due_capped,
+        "stuck_capped": q.stuck_capped,
     }
 
 
@@ -177,6 +181,7 @@ def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[s
                 "queue": v.queue,
                 "measure": v.measure.value,
                 "value": jsonable(v.value),
+                "capped": v.capped,
                 "limit": jsonable(v.limit),
             }
             for v in found
@@ -222,6 +227,7 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         "owners": [owner_json(o) for o in report.owners],
         "paused": [paused_queue_json(p) for p in report.paused],
         "check": check_json(report, limits),
+        "truncated": report.truncated,
     }
 
 

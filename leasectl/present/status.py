@@ -20,7 +20,7 @@ from leasectl.core.models import (
     finished_estimates,
 )
 from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
-from leasectl.present.text import lit, num, table
+from leasectl.present.text import count_text, lit, num, table
 from leasectl.present.times import (
     ago,
     expiry,
@@ -44,6 +44,10 @@ def totals(report: StatusReport) -> QueueCounts:
         failed_recent=sum(q.failed_recent for q in qs),
         cancelled_recent=sum(q.cancelled_recent for q in qs),
         oldest_due_at=report.oldest_due_at,
+        # A sum with one lower bound in it is a lower bound.
+        pending_capped=any(q.pending_capped for q in qs),
+        due_capped=any(q.due_capped for q in qs),
+        stuck_capped=any(q.stuck_capped for q in qs),
     )
 
 
@@ -66,12 +70,12 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
     def row(q: QueueCounts, *, style: str = "") -> None:
         queues.add_row(
             lit(q.queue, style),
-            num(q.pending),
-            num(q.due),
+            num(q.pending, capped=q.pending_capped),
+            num(q.due, capped=q.due_capped),
             Text(oldest_due(now, q.oldest_due_at)),
             num(q.processing),
             num(q.expired, alert=EXPIRED_STYLE),
-            num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK]),
+            num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK], capped=q.stuck_capped),
             num(q.completed_recent),
             num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
             style=style,
@@ -106,7 +110,23 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             line.append_text(lit(q.queue))
             line.append(f" {q.cancelled_recent:,}")
         parts.append(line)
-    parts += [estimate, Text()]
+    parts += [estimate]
+    if any(q.pending_capped or q.due_capped or q.stuck_capped for q in report.queues):
+        parts.append(
+            Text(
+                "N+: at least N, counted up to a cap so that status stays fast on a backlog",
+                style="dim",
+            )
+        )
+    if report.truncated:
+        parts.append(
+            Text(
+                "more queues and priorities of Pending jobs than status reads: "
+                "not every queue is listed; pass --queue",
+                style=EXPIRED_STYLE,
+            )
+        )
+    parts.append(Text())
     if report.paused:
         parts.append(paused_table(report.paused, now))
         parts.append(Text())
@@ -115,7 +135,8 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         parts.append(Text())
         parts.append(
             Text(
-                f"attention: {report.expired} expired lease(s), {report.stuck} Stuck job(s); "
+                f"attention: {report.expired} expired lease(s), "
+                f"{count_text(report.stuck, report.stuck_capped)} Stuck job(s); "
                 "see `leasectl requeue-stuck --dry-run`",
                 style=EXPIRED_STYLE,
             )
@@ -203,4 +224,5 @@ def violation_line(v: Violation) -> str:
         )
     what = "expired lease(s)" if v.measure is Measure.EXPIRED else "Stuck job(s)"
     option = "--max-expired" if v.measure is Measure.EXPIRED else "--max-stuck"
-    return f"{where}{v.value:,} {what}, more than {option} {v.limit:,}"
+    assert isinstance(v.value, int)
+    return f"{where}{count_text(v.value, v.capped)} {what}, more than {option} {v.limit:,}"

@@ -39,13 +39,16 @@ def lit(
     )
 
 
-def num(n: int, *, alert: str | None = None) -> Text:
-    """A count: dim when zero, in ``alert`` when not."""
-    return Text(str(n), style=alert if alert and n else ("dim" if n == 0 else ""))
+def num(n: int, *, alert: str | None = None, capped: bool = False) -> Text:
+    """A count: dim when zero, in ``alert`` when not. ``capped``: a lower bound (counted up to
+    a cap, ``core/counts.py``), shown as ``6000+``, never as an exact-looking number."""
+    text = f"{n}+" if capped else str(n)
+    return Text(text, style=alert if alert and n else ("dim" if n == 0 else ""))
 
 
-def count_text(n: int) -> str:
-    return f"{n:,}"
+def count_text(n: int, capped: bool = False) -> str:
+    """A count with thousands separators; ``capped``: a lower bound, ``6,000+``."""
+    return f"{n:,}+" if capped else f"{n:,}"
 
 
 def estimate_text(n: int | None) -> str:

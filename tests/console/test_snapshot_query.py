@@ -257,6 +257,8 @@ PARAMS = {
     "queue_limit": 200,
     "failed_scan": 5000,
     "paused_limit": 100,
+    "budget": 6000,
+    "group_limit": 1000,
 }
 
 

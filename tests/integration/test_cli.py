@@ -446,7 +446,7 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
     doc = json.loads(proc.stdout)
     assert list(doc) == [
         "db_now", "recent_window_s", "queues", "totals", "finished_estimate", "owners", "paused",
-        "check",
+        "check", "truncated",
     ]  # fmt: skip
     assert doc["paused"] == []
     assert doc["queues"] == [
@@ -462,6 +462,9 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
             "completed_recent": 0,
             "failed_recent": 0,
             "cancelled_recent": 0,
+            "pending_capped": False,
+            "due_capped": False,
+            "stuck_capped": False,
         }
     ]
     assert re.match(r"\d{4}-\d\d-\d\dT.*[+-]\d\d:\d\d$", doc["db_now"])

@@ -86,7 +86,9 @@ def test_thresholds_in_json(db_dsn: str, store: Stores, sql_conn: psycopg.Connec
         "stuck": 1,
         "ok": False,
         "thresholds": {"max_expired": 1, "max_stuck": 1, "max_oldest_due_s": None},
-        "violations": [{"queue": "a", "measure": "expired", "value": 2, "limit": 1}],
+        "violations": [
+            {"queue": "a", "measure": "expired", "value": 2, "capped": False, "limit": 1}
+        ],
     }
     aged = cli(
         "status", "--json", "--max-expired", "9", "--max-stuck", "9", "--max-oldest-due", "2m",

@@ -266,8 +266,13 @@ def test_status_json_keys_and_check() -> None:
         "completed_recent",
         "failed_recent",
         "cancelled_recent",
+        # Added with bounded counts: whether the count of that key is a lower bound.
+        "pending_capped",
+        "due_capped",
+        "stuck_capped",
     }
     assert all(set(q) == queue_keys for q in doc["queues"])
+    assert not any(q["pending_capped"] or q["stuck_capped"] for q in doc["queues"])
     assert doc["queues"][0]["oldest_due_age_s"] == 95.0
     assert doc["totals"]["pending"] == 121
     assert set(doc["totals"]) == queue_keys - {"queue"}
@@ -289,6 +294,7 @@ def test_status_json_keys_and_check() -> None:
     }
     assert owner["heartbeat_every_s"] == 10.0 and owner["freshness"] == "fresh"
     assert doc["check"] == {"expired": 1, "stuck": 2, "ok": False}
+    assert doc["truncated"] is False
 
 
 def test_status_json_without_statistics() -> None:

@@ -26,6 +26,7 @@ from leasectl.console.widgets.tables import (
     ProcessingTable,
     StuckTable,
 )
+from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
@@ -34,18 +35,24 @@ ACTIONS = {"requeue", "mark_stuck", "requeue_expired", "toggle_pause", "cancel",
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
 
 
-def panel_counts(snap: Snapshot) -> list[tuple[int, int]]:
+def panel_counts(snap: Snapshot) -> list[tuple[BoundedCount, BoundedCount]]:
     """Each panel's (matching the filter, in all): what the filter matches (the panels list
-    up to ``snap.limit`` of it) and what there is unfiltered."""
+    up to ``snap.limit`` of it) and what there is unfiltered. Pending and Stuck counts may be
+    lower bounds (``capped``: counted up to a cap); the others are exact."""
     m, t = snap.matching, snap.totals
     owners_total = len(snap.all_owners) or len(snap.owners)
+    owners = len(snap.owners)
+    failed = len(snap.failed)
     return [
-        (m.pending, t.pending),
-        (m.processing, t.processing),
-        (m.expired + m.stuck, t.expired + t.stuck),
-        (len(snap.owners), max(owners_total, len(snap.owners))),
+        (BoundedCount(m.pending, m.pending_capped), BoundedCount(t.pending, t.pending_capped)),
+        (BoundedCount(m.processing, False), BoundedCount(t.processing, False)),
+        (
+            BoundedCount(m.expired + m.stuck, m.stuck_capped),
+            BoundedCount(t.expired + t.stuck, t.stuck_capped),
+        ),
+        (BoundedCount(owners, False), BoundedCount(max(owners_total, owners), False)),
         # The Failed panel counts what it found among the last ``failed_scan`` finished jobs.
-        (len(snap.failed), len(snap.failed)),
+        (BoundedCount(failed, False), BoundedCount(failed, False)),
     ]
 
 
@@ -153,7 +160,7 @@ class MainScreen(Screen[None]):
 
     def _show_tabs(self) -> None:
         snap = self.host.snapshot
-        totals: list[int | None] = [None] * len(PANELS)
+        totals: list[BoundedCount | None] = [None] * len(PANELS)
         if snap is not None:
             totals = [matching for matching, _ in panel_counts(snap)]
         show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals))
@@ -209,16 +216,17 @@ class MainScreen(Screen[None]):
         for i, (panel, (matching, total), shown, order) in enumerate(
             zip(self.query(".panel"), panel_counts(snap), shown_rows, orders, strict=True)
         ):
-            count = count_text(matching)
+            count = str(matching)  # "6,000+" when it is a lower bound
             if snap.filtered and i != 4:  # (Failed: only what the filter kept is read)
-                count = f"{count} of {count_text(total)}"
-            if i == 2 and matching:  # the panel holds two kinds of row: say how many of each
+                count = f"{count} of {total}"
+            if i == 2 and matching.value:  # two kinds of row: say how many of each
                 m = snap.matching
-                count += f" ({count_text(m.expired)} expired + {count_text(m.stuck)} Stuck)"
+                stuck = count_text(m.stuck, m.stuck_capped)
+                count += f" ({count_text(m.expired)} expired + {stuck} Stuck)"
             title = f"{i + 1} {PANEL_NAMES[i]} · {count}"
             order = order or "expired leases first"
-            if shown < matching:
-                sub = f"showing {shown} of {count_text(matching)}, {order}"
+            if shown < matching.value or matching.capped:
+                sub = f"showing {shown} of {matching}, {order}"
             else:
                 sub = order if shown else "none"
             if self._titles_shown.get(i) != (title, sub):  # setting one always redraws

@@ -14,6 +14,7 @@ from textual.widgets import Sparkline, Static
 from leasectl.console.view import ConsoleFilter, cut
 from leasectl.console.widgets import show_text
 from leasectl.core.config import format_duration
+from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
@@ -152,8 +153,8 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
     c = snap.counts
     pending = Text.assemble(
         ("Pending ", "dim"),
-        (count_text(c.pending), "bold"),
-        (f" ({count_text(c.due)} due", "dim"),
+        (count_text(c.pending, c.pending_capped), "bold"),
+        (f" ({count_text(c.due, c.due_capped)} due", "dim"),
         (", oldest ", "dim"),
         (oldest_due(now, c.oldest_due_at), "bold"),
         (")", "dim"),
@@ -169,7 +170,8 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         processing.append_text(Text(", ", style="dim").join(notes))
         processing.append(")", style="dim")
     stuck = Text.assemble(
-        ("Stuck ", "dim"), (count_text(c.stuck), STUCK_STYLE if c.stuck else "bold")
+        ("Stuck ", "dim"),
+        (count_text(c.stuck, c.stuck_capped), STUCK_STYLE if c.stuck else "bold"),
     )
     return [scope_text(flt), pending, processing, stuck, history_text(snap)]
 
@@ -287,13 +289,14 @@ def throughput_text(snap: Snapshot) -> Text:
 PANEL_NAMES = ("Pending", "Processing", "Expired & Stuck", "Owners", "Failed")
 
 
-def tabs_text(active: int, totals: Sequence[int | None]) -> Text:
-    """The narrow layout shows one panel at a time; this line says which and what is behind."""
+def tabs_text(active: int, totals: Sequence[BoundedCount | None]) -> Text:
+    """The narrow layout shows one panel at a time; this line says which and what is behind
+    (a count that is a lower bound as ``6,000+``)."""
     text = Text()
     for i, (name, total) in enumerate(zip(PANEL_NAMES, totals, strict=True)):
-        label = f" {i + 1} {name}" + (f" {count_text(total)}" if total is not None else "")
+        label = f" {i + 1} {name}" + (f" {total}" if total is not None else "")
         style = "bold reverse" if i == active else ""
-        if i == 2 and total:
+        if i == 2 and total is not None and total.value:
             style += " red"
         text.append(label + " ", style=style.strip())
         text.append(" ")

@@ -141,6 +141,9 @@ WORKER_SETTINGS = {
 # The console's sessions: the refresh repeats the same statements, each planned once (planning
 # some afresh cost more than running them) and with index paths only, for the worker's reason
 # (tests/console/test_snapshot_query.py). Set per refresh transaction by console_settings.
+# No parallel workers: on a table of millions of rows the generic plan of console_pending's
+# sorted branch is a Gather Merge, and starting its workers cost ~10 ms of every refresh even
+# when the branch's one-time filter runs none of it (BENCHMARKS.md, "backlog").
 CONSOLE_SETTINGS = {
     "plan_cache_mode": "force_generic_plan",
     "enable_seqscan": "off",
@@ -148,4 +151,5 @@ CONSOLE_SETTINGS = {
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
     "jit": "off",
+    "max_parallel_workers_per_gather": "0",
 }

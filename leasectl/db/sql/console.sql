@@ -17,22 +17,88 @@ SELECT set_config(s.name, s.value, true)
 FROM unnest(%(setting_names)s::text[], %(setting_values)s::text[]) AS s(name, value);
 
 -- name: console_counts
--- Exact live counts (each from its partial index), oldest due Pending, at-risk and expired leases,
--- and the server's clock and version.
+-- Live counts (each from its partial index), oldest due Pending, at-risk and expired leases,
+-- and the server's clock and version. Pending, due and Stuck counts are bounded as the metrics
+-- scrape's are (leasectl/core/counts.py): they stop at %(budget)s + 1 index entries, and the
+-- statement returns %(budget)s as "cap" (a count above it reads as "at least cap"). Processing,
+-- expired and at risk are exact: the fleet's concurrency bounds them, and the console acts on
+-- the expired leases. Due counts and the oldest due come from the claim index's (queue,
+-- priority) groups, found by a loose index scan (at most %(group_limit)s): a group's due rows
+-- are a run_at range (at most cap + 1 entries counted in all), its head its oldest; past the
+-- limit (truncated) the due rows and the oldest are read from the whole Pending index instead.
 -- At risk: the lease ends within the owner's heartbeat interval (%(risk_window)s when unknown).
--- One aggregate fewer per Pending row: the oldest due is the oldest Pending when that one is
--- due. The owner's interval is looked up only for the leases ending within the longest interval
+-- The owner's interval is looked up only for the leases ending within the longest interval
 -- any worker declared, not joined to every Processing row.
+WITH RECURSIVE grp AS (
+    (SELECT 1 AS n, queue, priority
+     FROM {schema}.jobs
+     WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+     ORDER BY queue, priority
+     LIMIT 1)
+    UNION ALL
+    SELECT g.n + 1, nx.queue, nx.priority
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT queue, priority
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND (queue, priority) > (g.queue, g.priority)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        ORDER BY queue, priority
+        LIMIT 1
+    ) AS nx
+    WHERE g.n <= %(group_limit)s
+), heads AS (
+    SELECT min(h.run_at) AS oldest,
+           coalesce((SELECT max(n) FROM grp) > %(group_limit)s, false) AS truncated
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT run_at
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+        ORDER BY run_at
+        LIMIT 1
+    ) AS h
+    WHERE g.n <= %(group_limit)s
+), due AS (
+    -- The groups' due ranges one after the other, cap + 1 entries in all.
+    SELECT count(*) AS due
+    FROM (SELECT 1
+          FROM grp AS g
+          CROSS JOIN LATERAL (
+              SELECT 1
+              FROM {schema}.jobs
+              WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+                AND run_at <= now()
+          ) AS d
+          WHERE g.n <= %(group_limit)s
+          LIMIT %(budget)s::bigint + 1) AS x
+), p AS (
+    SELECT (SELECT count(*)
+            FROM (SELECT 1
+                  FROM {schema}.jobs
+                  WHERE status = 'Pending'
+                    AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+                  LIMIT %(budget)s::bigint + 1) AS x) AS pending,
+           CASE WHEN NOT h.truncated THEN (SELECT due FROM due)
+                ELSE (SELECT count(*)
+                      FROM (SELECT 1
+                            FROM {schema}.jobs
+                            WHERE status = 'Pending' AND run_at <= now()
+                              AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+                            LIMIT %(budget)s::bigint + 1) AS x) END AS due,
+           CASE WHEN NOT h.truncated THEN h.oldest
+                ELSE (SELECT min(run_at)
+                      FROM {schema}.jobs
+                      WHERE status = 'Pending'
+                        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)) END AS oldest
+    FROM heads AS h
+)
 SELECT now() AS db_now, current_setting('server_version') AS server_version,
-       current_database() AS database, p.pending, p.due,
+       current_database() AS database, p.pending, coalesce(p.due, 0) AS due,
        CASE WHEN p.oldest <= now() THEN p.oldest END AS oldest_due_at,
+       %(budget)s::bigint AS cap,
        r.processing, r.expired, r.at_risk, s.stuck
-FROM (
-    SELECT count(*) AS pending, count(*) FILTER (WHERE run_at <= now()) AS due,
-           min(run_at) AS oldest
-    FROM {schema}.jobs
-    WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-) AS p
+FROM p
 CROSS JOIN (
     SELECT count(*) AS processing,
            count(*) FILTER (WHERE j.lease_until < now()) AS expired,
@@ -51,8 +117,10 @@ CROSS JOIN (
 ) AS r
 CROSS JOIN (
     SELECT count(*) AS stuck
-    FROM {schema}.jobs
-    WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          LIMIT %(budget)s::bigint + 1) AS x
 ) AS s;
 
 -- name: console_throughput
@@ -222,12 +290,16 @@ ORDER BY p.lapsed_at, p.id;
 -- What an owner filter (%(owner)s, a prefix of lease_owner) matches in %(queue)s (NULL: every
 -- queue): the counts a panel title and "requeue all expired" compare the rows shown with. Run
 -- only under an owner filter; each count walks its status's partial index, as the panels do.
-SELECT p.pending, r.processing, r.expired, s.stuck
+-- Pending and Stuck stop at %(budget)s + 1 matches (returned as "cap", as in console_counts);
+-- Processing and expired are exact.
+SELECT p.pending, r.processing, r.expired, s.stuck, %(budget)s::bigint AS cap
 FROM (
     SELECT count(*) AS pending
-    FROM {schema}.jobs
-    WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND starts_with(lease_owner, %(owner)s::text)
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            AND starts_with(lease_owner, %(owner)s::text)
+          LIMIT %(budget)s::bigint + 1) AS x
 ) AS p
 CROSS JOIN (
     SELECT count(*) AS processing, count(*) FILTER (WHERE lease_until < now()) AS expired
@@ -237,9 +309,11 @@ CROSS JOIN (
 ) AS r
 CROSS JOIN (
     SELECT count(*) AS stuck
-    FROM {schema}.jobs
-    WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND starts_with(lease_owner, %(owner)s::text)
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            AND starts_with(lease_owner, %(owner)s::text)
+          LIMIT %(budget)s::bigint + 1) AS x
 ) AS s;
 
 -- name: console_queues

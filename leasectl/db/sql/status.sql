@@ -1,22 +1,113 @@
 -- name: status_live_counts
--- Exact counts of the live states per queue, each read from its own partial index.
-SELECT queue, 'Pending' AS status, count(*) AS jobs,
-       count(*) FILTER (WHERE run_at <= now()) AS due,
-       min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due_at,
-       0::bigint AS expired
-FROM {schema}.jobs WHERE status = 'Pending'
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-GROUP BY queue
+-- Live counts per queue, each from its state's partial index, bounded as the metrics scrape's
+-- are (leasectl/core/counts.py): Pending, due and Stuck counts stop at cap + 1 per queue, where
+-- cap = greatest(floor, %(budget)s / queues) (%(stuck_floor)s for Stuck: status --check raises
+-- it to its --max-stuck, so that a count above the cap still decides the check); "cap" is
+-- returned with each row, a count above it reads as "at least cap". A loose index scan of the
+-- claim index finds the (queue, priority) groups, at most %(group_limit)s (truncated: there were
+-- more, found by one step past the limit); a queue's due count walks its groups' due run_at
+-- ranges one after the other, cap + 1 entries in all; the oldest due is the oldest of its
+-- groups' heads when that one is due. Processing is exact (the fleet's concurrency bounds it).
+WITH RECURSIVE grp AS (
+    (SELECT 1 AS n, queue, priority
+     FROM {schema}.jobs
+     WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+     ORDER BY queue, priority
+     LIMIT 1)
+    UNION ALL
+    SELECT g.n + 1, nx.queue, nx.priority
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT queue, priority
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND (queue, priority) > (g.queue, g.priority)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+        ORDER BY queue, priority
+        LIMIT 1
+    ) AS nx
+    WHERE g.n <= %(group_limit)s
+), pcap AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(DISTINCT queue)))
+               AS cap
+    FROM grp
+    WHERE n <= %(group_limit)s
+), heads AS (
+    SELECT g.queue, min(h.run_at) AS oldest
+    FROM grp AS g
+    CROSS JOIN LATERAL (
+        SELECT run_at
+        FROM {schema}.jobs
+        WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+        ORDER BY run_at
+        LIMIT 1
+    ) AS h
+    WHERE g.n <= %(group_limit)s
+    GROUP BY g.queue
+), stuck_q AS (
+    (SELECT queue
+     FROM {schema}.jobs
+     WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+     ORDER BY queue
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue
+            FROM {schema}.jobs AS j
+            WHERE j.status = 'Stuck' AND j.queue > s.queue
+              AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+            ORDER BY j.queue
+            LIMIT 1)
+    FROM stuck_q AS s
+    WHERE s.queue IS NOT NULL
+), scap AS (
+    SELECT greatest(%(stuck_floor)s::bigint, %(budget)s::bigint / greatest(1, count(queue)))
+               AS cap
+    FROM stuck_q
+)
+SELECT q.queue, 'Pending' AS status, c.jobs, b.cap, d.due,
+       CASE WHEN q.oldest <= now() THEN q.oldest END AS oldest_due_at,
+       0::bigint AS expired,
+       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
+FROM heads AS q
+CROSS JOIN pcap AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Pending' AND queue = q.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+CROSS JOIN LATERAL (
+    -- The queue's groups' due ranges one after the other, cap + 1 entries in all.
+    SELECT count(*) AS due
+    FROM (SELECT 1
+          FROM grp AS g
+          CROSS JOIN LATERAL (
+              SELECT 1
+              FROM {schema}.jobs
+              WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+                AND run_at <= now()
+          ) AS r
+          WHERE g.queue = q.queue AND g.n <= %(group_limit)s
+          LIMIT b.cap + 1) AS x
+) AS d
 UNION ALL
-SELECT queue, 'Processing', count(*), 0, NULL, count(*) FILTER (WHERE lease_until < now())
+SELECT queue, 'Processing', count(*), NULL, 0, NULL, count(*) FILTER (WHERE lease_until < now()),
+       false
 FROM {schema}.jobs WHERE status = 'Processing'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY queue
 UNION ALL
-SELECT queue, 'Stuck', count(*), 0, NULL, 0
-FROM {schema}.jobs WHERE status = 'Stuck'
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-GROUP BY queue;
+SELECT s.queue, 'Stuck', c.jobs, b.cap, 0, NULL, 0, false
+FROM stuck_q AS s
+CROSS JOIN scap AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Stuck' AND queue = s.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+WHERE s.queue IS NOT NULL;
 
 -- name: status_finished_recent
 -- Exact Completed/Failed/Cancelled counts per queue over a recent window, from the finished_at index.

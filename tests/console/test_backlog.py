@@ -1,0 +1,110 @@
+"""The console on a backlog (the real console against PostgreSQL): the counts of a backlog past
+the cap are lower bounds and say so (``6,000+``) in the summary, the panel titles ("N of M")
+and the narrow layout's tabs; a small queue's counts stay exact; the expired leases the console
+acts on stay exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from leasectl.console.app import ConsoleApp
+from leasectl.console.view import ConsoleFilter
+from leasectl.core.counts import COUNT_BUDGET
+from tests.console.test_console_db import drive
+from tests.console.test_operator_view import filter_to, summary, titles
+from tests.stores import Stores
+
+BIG_PENDING, BIG_STUCK, EXPIRED = COUNT_BUDGET + 500, COUNT_BUDGET + 200, 3
+BOUND = f"{COUNT_BUDGET:,}+"
+PANEL_BOUND = f"{COUNT_BUDGET + EXPIRED:,}+"  # the Stuck panel: exact expired + bounded Stuck
+
+
+def seed(sql_conn: psycopg.Connection[Any]) -> None:
+    """big: COUNT_BUDGET + 500 due Pending jobs and COUNT_BUDGET + 200 Stuck ones; small: 2
+    Pending (one due), 1 Stuck, 3 expired leases."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, priority, run_at) "
+        "SELECT 'big', i %% 3, now() - interval '1 second' * i FROM generate_series(1, %s) AS i",
+        (BIG_PENDING,),
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, updated_at) "
+        "SELECT 'big', 'Stuck', now() FROM generate_series(1, %s)",
+        (BIG_STUCK,),
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, run_at) VALUES "
+        "('small', now() - interval '5 minutes'), ('small', now() + interval '1 hour')"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, updated_at) VALUES ('small', 'Stuck', now())"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
+        "SELECT 'small', 'Processing', 1, 'w-1', now() - interval '1 minute' "
+        "FROM generate_series(1, %s)",
+        (EXPIRED,),
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+
+
+def tabs(app: ConsoleApp) -> str:
+    return str(app.main.query_one("#tabs", Static).render())
+
+
+def test_a_backlog_shows_as_a_lower_bound_and_a_small_queue_exactly(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    seed(sql_conn)
+    seen: dict[str, Any] = {}
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        snap = app.snapshot
+        assert snap is not None
+        counts = snap.counts
+        assert (counts.pending, counts.pending_capped) == (COUNT_BUDGET, True)
+        assert (counts.due, counts.due_capped) == (COUNT_BUDGET, True)
+        assert (counts.stuck, counts.stuck_capped) == (COUNT_BUDGET, True)
+        assert (counts.expired, counts.processing) == (EXPIRED, EXPIRED)  # exact
+        assert f"Pending {BOUND} ({BOUND} due" in summary(app)
+        assert f"Stuck {BOUND}" in summary(app)
+        assert titles(app)[0] == f"1 Pending · {BOUND}"
+        assert (
+            titles(app)[2]
+            == f"3 Expired & Stuck · {PANEL_BOUND} ({EXPIRED} expired + {BOUND} Stuck)"
+        )
+        seen["subtitle"] = str(app.main.query(".panel").first().border_subtitle)
+        # The small queue alone: exact counts, "N of M" against the bounded whole.
+        await filter_to(app, pilot, ConsoleFilter(queue="small"))
+        small = app.snapshot
+        assert small is not None
+        assert (small.counts.pending, small.counts.pending_capped) == (2, False)
+        assert (small.counts.due, small.counts.due_capped) == (1, False)
+        assert (small.counts.stuck, small.counts.stuck_capped) == (1, False)
+        assert small.counts.oldest_due_at is not None
+        assert "Pending 2 (1 due" in summary(app) and "Stuck 1" in summary(app)
+        assert titles(app)[0] == f"1 Pending · 2 of {BOUND}"
+        assert titles(app)[2].startswith(
+            f"3 Expired & Stuck · 4 of {PANEL_BOUND} (3 expired + 1 Stuck)"
+        )
+
+    drive(db_dsn, scenario)
+    assert seen["subtitle"] == f"showing 100 of {BOUND}, oldest first"
+
+
+def test_the_narrow_layout_tabs_show_the_bound(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    seed(sql_conn)
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        text = tabs(app)
+        assert f"1 Pending {BOUND}" in text, text
+        assert f"3 Expired & Stuck {PANEL_BOUND}" in text, text
+
+    drive(db_dsn, scenario, size=(80, 24))

@@ -1,0 +1,111 @@
+"""The console's counts (console_counts) and `leasectl status`'s (status_live_counts), as they
+run (the console's settings: generic plans, index paths only), stop at their caps on a backlog:
+no node walks more than cap + 1 index entries per loop, where an exact count would walk every
+Pending and Stuck row; and none reads finished history."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from bench.plans import generic_plan
+from leasectl.db import sql as queries
+from leasectl.db.console import ConsoleReads
+from tests.conftest import SCHEMA
+from tests.integration.test_metrics_plans import seed
+from tests.stores import Stores
+
+BUDGET, FLOOR = 3000, 100
+ROWS = re.compile(r"actual (?:time=\S+ )?rows=(\d+)(?:\.\d+)? loops=(\d+)")
+PARAMS: dict[str, Any] = {
+    "queue": None,
+    "budget": BUDGET,
+    "floor": FLOOR,
+    "stuck_floor": FLOOR,
+    "group_limit": 1000,
+    "risk_window": timedelta(seconds=10),
+}
+# What each statement's counts are capped at: console_counts counts every queue together up to
+# the budget; status shares it between the 2 queues of the seed.
+CAPS = {"console_counts": BUDGET, "status_live_counts": BUDGET // 2}
+
+
+def plan_of(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> str:
+    with generic_plan(conn, queries.get(name).render(SCHEMA), queries.CONSOLE_SETTINGS) as explain:
+        explain(params)  # the first executions plan with the values; the generic plan comes later
+        for _ in range(5):
+            plan = explain(params)
+    return plan
+
+
+@pytest.mark.parametrize("name", ["console_counts", "status_live_counts"])
+def test_counts_stop_at_their_caps_on_a_backlog(
+    sql_conn: psycopg.Connection[Any], name: str
+) -> None:
+    """The seed: 20,000 Pending (2 queues x 3 priorities, all due), 8,000 Stuck, 600
+    Processing, 40,000 Completed."""
+    seed(sql_conn)
+    plan = plan_of(sql_conn, name, PARAMS)
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    assert "jobs_finished_idx" not in plan and "Gather" not in plan, plan
+    cap = CAPS[name]
+    per_loop = [int(rows) for rows, _ in ROWS.findall(plan)]
+    # (600: the Processing rows, counted exactly: the fleet bounds them.)
+    assert per_loop and max(per_loop) <= max(cap + 1, 600), plan
+    assert str(cap + 1) in plan.replace(".00", ""), plan  # the cap was reached
+    # The due count walks the groups' due ranges together, cap + 1 entries in all (per queue
+    # for status): one node returns cap + 1 rows once per count, not once per group.
+    due_nodes = [
+        line for line in plan.splitlines() if "run_at <= now()" in line and "Index Cond" in line
+    ]
+    assert due_nodes, plan
+
+
+def test_a_queue_filter_keeps_the_counts_exact_below_the_cap(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """With the whole budget for one queue and a budget above its rows, status counts it
+    exactly through the same plan."""
+    seed(sql_conn)
+    rows = sql_conn.execute(
+        queries.get("status_live_counts").render(SCHEMA),
+        {**PARAMS, "queue": "other", "budget": 20_000},
+    ).fetchall()
+    by_status = {r[1]: r for r in rows}
+    assert by_status["Pending"][0] == "other"
+    assert (by_status["Pending"][2], by_status["Pending"][4]) == (10_000, 10_000)
+    assert by_status["Stuck"][2] == 4_000
+
+
+def test_past_the_group_limit_the_due_count_and_the_oldest_come_from_the_whole_index(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Queue a's one group holds one job not yet due; queue b's holds two due ones. Reading
+    only the first group (group_limit 1), the console still counts b's due jobs and finds its
+    oldest: truncated, it reads them from the whole Pending index."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, run_at) VALUES ('a', now() + interval '1 hour'), "
+        "('b', now() - interval '5 minutes'), ('b', now() - interval '1 minute')"
+    )
+    for group_limit in (1, 1000):
+        rows = ConsoleReads(store.db).read(
+            None,
+            10,
+            owner=None,
+            job_id=None,
+            risk_window=timedelta(seconds=10),
+            minutes=5,
+            since=None,
+            timeout=timedelta(seconds=5),
+            owner_window=timedelta(hours=1),
+            owner_limit=10,
+            group_limit=group_limit,
+        )
+        counts = rows.counts
+        assert (counts["pending"], counts["due"]) == (3, 2), group_limit
+        waited = counts["db_now"] - counts["oldest_due_at"]
+        assert timedelta(minutes=4) < waited < timedelta(minutes=6), group_limit
