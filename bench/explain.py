@@ -145,6 +145,8 @@ def main() -> None:
         "queue_limit": 200,
         "failed_scan": 5000,
         "paused_limit": 100,
+        "budget": 6000,  # the console's bounded counts (core/counts.py's COUNT_BUDGET)
+        "group_limit": 1000,
     }
     extra = {
         name: console
