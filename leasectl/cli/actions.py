@@ -24,7 +24,6 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
-from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.present.actions import (
     LISTED_JOBS,
@@ -172,36 +171,18 @@ mark_stuck = guarded_command(
 )
 
 
-# The most an audit reason of cancel or delete may hold (as a pause's: migration 7's bound).
-MAX_REASON_CHARS = 1000
-
-
-def _audit_reason(text: str | None, *, required: str | None) -> str | None:
-    """``text`` bounded; a missing or blank one is refused when ``required`` (what to say
-    instead), else None."""
-    if text is None or not text.strip():
-        if required:
-            raise UsageError(f"--reason must not be empty: {required}")
-        return None
-    if len(text) > MAX_REASON_CHARS:
-        raise UsageError(
-            f"--reason: at most {MAX_REASON_CHARS} characters, got {len(text):,}: {echo(text)}"
-        )
-    return text
-
-
 cancel = guarded_command(
     "cancel",
     "Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its handler sees "
     "ctx.cancelled and its result is never written (guarded; --reason required; exit 1 if any "
     "is skipped).",
-    reason_rule=lambda text: _audit_reason(text, required="say why the jobs are cancelled"),
+    reason_rule=lambda text: config.check_reason(text, required="say why the jobs are cancelled"),
     forceable=False,
 )
 delete = guarded_command(
     "delete",
     "Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending or Processing "
     "one; their audit events stay (guarded; exit 1 if any is skipped).",
-    reason_rule=lambda text: _audit_reason(text, required=None),
+    reason_rule=lambda text: config.check_reason(text, required=None),
     forceable=False,
 )

@@ -10,27 +10,11 @@ import typer
 from leasectl.cli.root import JsonOpt, _emit_json, _operations, _queue_name, _show
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
-from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.present.jsonout import paused_queue_json
 from leasectl.present.status import pause_renderables
 
-# The most a pause's (or resume's) reason may hold: queue_state's bound (migration 7).
-MAX_REASON_CHARS = 1000
-
 QueueArg = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue.", show_default=False)]
-
-
-def _reason(text: str | None, *, required: bool) -> str | None:
-    if text is None or not text.strip():
-        if required:
-            raise UsageError("--reason must not be empty: say why the queue is paused")
-        return None
-    if len(text) > MAX_REASON_CHARS:
-        raise UsageError(
-            f"--reason: at most {MAX_REASON_CHARS} characters, got {len(text):,}: {echo(text)}"
-        )
-    return text
 
 
 def pause(
@@ -46,7 +30,7 @@ def pause(
 ) -> None:
     """Pause a queue: workers claim none of its jobs until `resume` (exit 1 if already paused)."""
     name = _queue_name(queue, "QUEUE")
-    why = _reason(reason, required=True)
+    why = config.check_reason(reason, required="say why the queue is paused")
     assert why is not None
     with _operations(ctx) as ops:
         paused, changed = ops.pause(name, actor=config.operator_actor(), reason=why)
@@ -70,7 +54,7 @@ def resume(
 ) -> None:
     """Resume a paused queue: its workers claim again at once (exit 1 if it is not paused)."""
     name = _queue_name(queue, "QUEUE")
-    why = _reason(reason, required=False)
+    why = config.check_reason(reason, required=None)
     with _operations(ctx) as ops:
         ended = ops.resume(name, actor=config.operator_actor(), reason=why)
     if ended is None:  # (nothing on stdout, --json or not: there is no pause to show)

@@ -176,28 +176,23 @@ class DatabaseSource:
         )
 
     def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        db, ops = self._operations()
-        return self._call(
-            ACTION_ROLE, db, lambda: ops.operator_requeue(seen, actor=self.actor, reason=reason)
-        )
+        return self._guarded("requeue", seen, reason)
 
     def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        db, ops = self._operations()
-        return self._call(
-            ACTION_ROLE, db, lambda: ops.operator_mark_stuck(seen, actor=self.actor, reason=reason)
-        )
+        return self._guarded("mark-stuck", seen, reason)
 
     def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        db, ops = self._operations()
-        return self._call(
-            ACTION_ROLE, db, lambda: ops.operator_cancel(seen, actor=self.actor, reason=reason)
-        )
+        return self._guarded("cancel", seen, reason)
 
     def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        return self._guarded("delete", seen, reason)
+
+    def _guarded(self, action: str, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        """The guarded operation of ``action`` (runtime.bulk's registry, as the CLI's id form
+        calls it), on the actions' database."""
         db, ops = self._operations()
-        return self._call(
-            ACTION_ROLE, db, lambda: ops.operator_delete(seen, actor=self.actor, reason=reason)
-        )
+        run = bulk.action(action).run
+        return self._call(ACTION_ROLE, db, lambda: run(ops, seen, actor=self.actor, reason=reason))
 
     def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
         """Counted as `--dry-run` counts, but stopping at ``cap`` and under the find screen's

@@ -56,6 +56,25 @@ def check_queue(name: str, option: str = "--queue") -> str:
     return check_queue_length(name, option)
 
 
+# The most an operator's audit reason may hold (pause, resume, cancel, delete): queue_state's
+# and job_events' bound (migrations 7 and 10).
+MAX_REASON_CHARS = 1000
+
+
+def check_reason(text: str | None, *, required: str | None) -> str | None:
+    """An audit ``--reason`` as given, bounded; a missing or blank one is refused when
+    ``required`` (what to say instead), else None."""
+    if text is None or not text.strip():
+        if required:
+            raise UsageError(f"--reason must not be empty: {required}")
+        return None
+    if len(text) > MAX_REASON_CHARS:
+        raise UsageError(
+            f"--reason: at most {MAX_REASON_CHARS} characters, got {len(text):,}: {echo(text)}"
+        )
+    return text
+
+
 def check_queue_length(name: str, option: str = "queue") -> str:
     """A queue name as given, once known to be one leasectl can store and index."""
     if len(name) > MAX_QUEUE_CHARS:
