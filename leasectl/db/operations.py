@@ -438,7 +438,7 @@ _RECENT_KEY = {
 }
 
 # The statuses each guarded action applies to.
-_ELIGIBLE = {
+ELIGIBLE = {
     "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
     "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
     "cancel": {JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK},
@@ -465,7 +465,7 @@ def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: 
         return Skipped(seen.id, SkipCode.MOVED, action, **facts)
     if now.attempts != seen.attempts or now.lease_owner != seen.lease_owner:
         return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
-    if now.status not in _ELIGIBLE[action]:
+    if now.status not in ELIGIBLE[action]:
         return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
     if now.status == JobStatus.PROCESSING and not force and action in _FORCED_OVER_LIVE:
         age = (

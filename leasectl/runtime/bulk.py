@@ -32,8 +32,10 @@ from leasectl.core.bulk import (
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter
 from leasectl.core.models import ActionResult, JobStatus, SeenState, Skipped
 from leasectl.db.history import History
-from leasectl.db.operations import _ELIGIBLE as ELIGIBLE  # the statuses each guard admits
-from leasectl.db.operations import Operations
+from leasectl.db.operations import (
+    ELIGIBLE,  # the statuses each guard admits
+    Operations,
+)
 
 # A page's window of ids, at first (in batches), and at most (in ids).
 WINDOW_BATCHES = 8
