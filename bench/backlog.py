@@ -4,9 +4,11 @@ One scratch database, grown in steps to each size of Pending jobs (``--sizes``, 
 three queues and three priorities, beside 2,000 Processing leases and 500 expired ones, as
 bench/console.py seeds them), VACUUM ANALYZEd after each step. At each size: a full console
 refresh (``Panels.snapshot(None, 100)``, the console's one transaction) p50 and max over
-``--runs`` calls, and ``Operations.status()`` (every statement `leasectl status` runs) p50 and
-max. Whichever ``leasectl`` is first on ``sys.path`` is measured: run it once from the tree
-before a change (``PYTHONPATH=/path/to/old/tree``) and once after, on the same database.
+``--runs`` calls, the same filtered by an owner prefix (``owner="w-1"``; one Pending job in a
+hundred was held by one of 20 owners before), and ``Operations.status()`` (every statement
+`leasectl status` runs) p50 and max. Whichever ``leasectl`` is first on ``sys.path`` is
+measured: run it once from the tree before a change (``PYTHONPATH=/path/to/old/tree``) and once
+after, on the same database.
 
     python -m bench.backlog --dsn postgresql://postgres@127.0.0.1:5432/postgres \
         --sizes 10000,1000000,10000000 --out /tmp/backlog.json
@@ -38,12 +40,14 @@ QUEUES = ("payments", "emails", "reports")
 
 
 def grow(dsn: str, have: int, want: int) -> None:
-    """Pending jobs ``have + 1 .. want``, due (run_at in the past), 3 queues x 3 priorities."""
+    """Pending jobs ``have + 1 .. want``, due (run_at in the past), 3 queues x 3 priorities;
+    one in a hundred was held before (requeued: ``lease_owner`` kept) by one of 20 owners."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO leasectl.jobs (queue, priority, run_at) "
+            "INSERT INTO leasectl.jobs (queue, priority, run_at, lease_owner) "
             "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
-            "now() - interval '1 millisecond' * i "
+            "now() - interval '1 millisecond' * i, "
+            "CASE WHEN i %% 100 = 0 THEN 'w-' || (i / 100 %% 20) END "
             "FROM generate_series(%s::bigint, %s::bigint) AS i",
             (have + 1, want),
         )
@@ -78,6 +82,10 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
         panels = Panels(ConsoleReads(db))
         snap_fn = functools.partial(panels.snapshot, None, 100, timeout=timedelta(minutes=1))
         refresh = timed(snap_fn, runs)
+        # Filtered by an owner prefix: "w-1" is w-1 and w-10 .. w-19, as an on-call engineer
+        # narrows the console to a silent host's workers.
+        owner_fn = functools.partial(snap_fn, owner="w-1")
+        refresh_owner = timed(owner_fn, runs)
         ops = Operations(db)
         status = timed(ops.status, max(5, runs // 4))
         snap = snap_fn()
@@ -87,7 +95,7 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
             "pending_capped": getattr(counts, "pending_capped", False),
             "due": counts.due,
         }
-    return {"refresh": refresh, "status": status, "counts": shown}
+    return {"refresh": refresh, "refresh_owner": refresh_owner, "status": status, "counts": shown}
 
 
 def main() -> None:

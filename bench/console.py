@@ -64,6 +64,7 @@ def query_times(dsn: str, runs: int) -> dict[str, float]:
     params: dict[str, Any] = {
         "queue": None,
         "owner": None,
+        "owner_end": None,
         "job_id": None,
         "limit": LIMIT,
         "risk_window": timedelta(seconds=10),

@@ -181,3 +181,23 @@ class JobPage:
     limit: int
     after: int | None
     db_now: datetime
+
+
+_MAX_CODE_POINT = 0x10FFFF
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, in code point order
+    (the order of PostgreSQL's "C" collation on UTF-8 text), or None when there is none (the
+    prefix is empty or all U+10FFFF: then every string at or above the prefix starts with it).
+
+    ``starts_with(x, p)`` is ``p <= x < prefix_end(p)``: a range an index can walk, where a
+    prefix match on a parameter in a generic plan reads every row."""
+    chars = prefix.rstrip(chr(_MAX_CODE_POINT))
+    if not chars:
+        return None
+    last = ord(chars[-1]) + 1
+    if last in _SURROGATES:
+        last = _SURROGATES.stop
+    return chars[:-1] + chr(last)

@@ -14,6 +14,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from leasectl.core.counts import COUNT_BUDGET
+from leasectl.core.filters import prefix_end
 from leasectl.core.models import OwnerHealth, PanelJob, PausedQueue
 from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
@@ -86,6 +87,7 @@ class ConsoleReads:
         params: dict[str, Any] = {
             "queue": queue,
             "owner": owner or None,
+            "owner_end": prefix_end(owner) if owner else None,
             "job_id": job_id,
             "limit": limit,
             "risk_window": risk_window,

@@ -247,6 +247,7 @@ CONSOLE_QUERIES = [
 PARAMS = {
     "queue": None,
     "owner": None,
+    "owner_end": None,
     "job_id": None,
     "limit": 100,
     "risk_window": timedelta(seconds=10),
@@ -282,7 +283,7 @@ def test_refresh_queries_use_indexes_on_a_big_history(
             )
             assert not re.search(r"Seq Scan on jobs", plan), f"{name} {extra}:\n{plan}"
     # The console runs them with generic plans (CONSOLE_SETTINGS), made once for any filter.
-    filters = ({}, {"queue": "payments"}, {"owner": "w-"}, {"job_id": 1})
+    filters = ({}, {"queue": "payments"}, {"owner": "w-", "owner_end": "w."}, {"job_id": 1})
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
         with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
@@ -304,7 +305,7 @@ def test_refresh_plans_made_on_empty_tables_read_only_through_indexes(
     for name in [*CONSOLE_QUERIES, "status_owners"]:
         query = queries.get(name).render("leasectl")
         with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
-            for extra in ({}, {"queue": "payments", "owner": "w-", "job_id": 1}):
+            for extra in ({}, {"queue": "payments", "owner": "w-", "owner_end": "w.", "job_id": 1}):
                 plan = explain({**PARAMS, **extra}, analyze=False)
                 assert not re.search(r"Seq Scan on jobs|Hash Join|Merge Join|Bitmap", plan), (
                     f"{name} {extra}:\n{plan}"

@@ -109,3 +109,83 @@ def test_past_the_group_limit_the_due_count_and_the_oldest_come_from_the_whole_i
         assert (counts["pending"], counts["due"]) == (3, 2), group_limit
         waited = counts["db_now"] - counts["oldest_due_at"]
         assert timedelta(minutes=4) < waited < timedelta(minutes=6), group_limit
+
+
+# An owner filter on a backlog: the Pending jobs a worker held before (requeued, lease_owner
+# kept) are a few among many fresh ones. Owners with prefixes that a careless range would get
+# wrong: LIKE's wildcards, code points past the basic plane, the last code point itself.
+OWNERS = ["w-1", "w-10", "w-2", "w-1%", "w_1", "wé", "w\U0010ffff", "w\U0010ffffx", "x"]
+
+
+def _owner_seed(conn: psycopg.Connection[Any]) -> None:
+    seed(conn)  # 20,000 fresh Pending jobs (no owner)
+    conn.execute(
+        "INSERT INTO leasectl.jobs (queue, lease_owner, run_at) "
+        "SELECT 'q', (%s::text[])[1 + i %% %s], now() - interval '1 ms' * i "
+        "FROM generate_series(1, 900) AS i",
+        (OWNERS, len(OWNERS)),
+    )
+    conn.execute("VACUUM ANALYZE leasectl.jobs")
+
+
+def _owner_params(owner: str) -> dict[str, Any]:
+    from datetime import datetime
+
+    from leasectl.core.filters import prefix_end
+    from leasectl.core.throughput import GRACE
+
+    return {
+        **PARAMS,
+        "owner": owner,
+        "owner_end": prefix_end(owner),
+        "job_id": None,
+        "limit": 100,
+        "budget": BUDGET,
+        "minutes": 30,
+        "since": datetime.now().astimezone(),
+        "grace": GRACE,
+        "failed_scan": 5000,
+    }
+
+
+@pytest.mark.parametrize("name", ["console_pending", "console_match_counts"])
+def test_an_owner_filter_walks_only_the_owners_range_of_a_backlog(
+    sql_conn: psycopg.Connection[Any], name: str
+) -> None:
+    """Filtered by an owner prefix, the Pending panel and its count read the prefix's range of
+    the Pending owner index (the 300 rows of w-1, w-10 and w-1%), not the 20,000 Pending jobs
+    without an owner nor the other 600 owned ones (as the console runs them: generic plans)."""
+    _owner_seed(sql_conn)
+    plan = plan_of(sql_conn, name, _owner_params("w-1"))
+    assert "jobs_pending_owner_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
+    lines = plan.splitlines()
+    walked = [
+        int(r) for line in lines if "jobs_pending_owner_idx" in line for r, _ in ROWS.findall(line)
+    ]
+    assert walked and max(walked) <= 300, plan
+    # The unfiltered branches are in the plan, never executed.
+    assert all("never executed" in line for line in lines if "jobs_claimable_idx" in line), plan
+
+
+@pytest.mark.parametrize("owner", ["w-1", "w", "w-1%", "w_", "wé", "w\U0010ffff", "\U0010ffff", ""])
+def test_an_owner_filter_finds_exactly_the_pending_jobs_whose_owner_has_the_prefix(
+    sql_conn: psycopg.Connection[Any], owner: str
+) -> None:
+    _owner_seed(sql_conn)
+    if not owner:
+        return  # the console sends no filter for an empty one (ConsoleReads: owner or None)
+    expected = {
+        r[0]
+        for r in sql_conn.execute(
+            "SELECT id FROM leasectl.jobs WHERE status = 'Pending' AND lease_owner IS NOT NULL "
+            "AND left(lease_owner, length(%s)) = %s",
+            (owner, owner),
+        )
+    }
+    params = {**_owner_params(owner), "limit": 1000}
+    shown = sql_conn.execute(queries.get("console_pending").render(SCHEMA), params).fetchall()
+    assert {r[0] for r in shown} == expected
+    counted = sql_conn.execute(queries.get("console_match_counts").render(SCHEMA), params)
+    row = counted.fetchone()
+    assert row is not None and row[0] == len(expected)

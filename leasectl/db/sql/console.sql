@@ -163,8 +163,10 @@ WHERE c.completed + c.failed > 0;
 -- The Pending panel: longest claimable first, then delayed retries by run_at; bounded.
 -- The claim index is ordered by (queue, priority, run_at, id), not by run_at: rather than sort
 -- every Pending row, walk its (queue, priority) groups (a loose index scan), take the first
--- %(limit)s of each in run_at order and merge those. Past 64 groups, or filtered by owner or job
--- (which reads every row anyway), sort the Pending rows.
+-- %(limit)s of each in run_at order and merge those. Past 64 groups, or filtered by job, sort the
+-- Pending rows. Filtered by owner (a prefix of lease_owner), walk the owner's range of the Pending
+-- owner index (migration 11): %(owner)s <= lease_owner < %(owner_end)s, in "C" order; with no end
+-- (the prefix is all U+10FFFF), every owner from the prefix up has it.
 WITH RECURSIVE grp AS (
     (SELECT 1 AS n, queue, priority
      FROM {schema}.jobs
@@ -202,10 +204,31 @@ WITH RECURSIVE grp AS (
      FROM {schema}.jobs
      WHERE status = 'Pending'
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-       AND (%(owner)s::text IS NULL OR starts_with(lease_owner, %(owner)s::text))
        AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
-       AND (%(owner)s::text IS NOT NULL OR %(job_id)s::bigint IS NOT NULL
-            OR (SELECT count(*) FROM grp) > 64)
+       AND %(owner)s::text IS NULL
+       AND (%(job_id)s::bigint IS NOT NULL OR (SELECT count(*) FROM grp) > 64)
+     ORDER BY run_at, id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, run_at
+     FROM {schema}.jobs
+     WHERE status = 'Pending'
+       AND lease_owner COLLATE "C" >= %(owner)s::text
+       AND lease_owner COLLATE "C" < %(owner_end)s::text
+       AND starts_with(lease_owner, %(owner)s::text)
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+       AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+     ORDER BY run_at, id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT id, run_at
+     FROM {schema}.jobs
+     WHERE status = 'Pending'
+       AND lease_owner COLLATE "C" >= %(owner)s::text
+       AND %(owner_end)s::text IS NULL
+       AND starts_with(lease_owner, %(owner)s::text)
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+       AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
      ORDER BY run_at, id
      LIMIT %(limit)s)
 )
@@ -289,15 +312,25 @@ ORDER BY p.lapsed_at, p.id;
 -- name: console_match_counts
 -- What an owner filter (%(owner)s, a prefix of lease_owner) matches in %(queue)s (NULL: every
 -- queue): the counts a panel title and "requeue all expired" compare the rows shown with. Run
--- only under an owner filter; each count walks its status's partial index, as the panels do.
--- Pending and Stuck stop at %(budget)s + 1 matches (returned as "cap", as in console_counts);
--- Processing and expired are exact.
+-- only under an owner filter. Pending walks the owner's range of the Pending owner index, as
+-- console_pending does (%(owner_end)s NULL: from the prefix up); Processing and Stuck their
+-- status's partial index. Pending and Stuck stop at %(budget)s + 1 matches (returned as "cap", as
+-- in console_counts); Processing and expired are exact.
 SELECT p.pending, r.processing, r.expired, s.stuck, %(budget)s::bigint AS cap
 FROM (
     SELECT count(*) AS pending
     FROM (SELECT 1
           FROM {schema}.jobs
           WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            AND lease_owner COLLATE "C" >= %(owner)s::text
+            AND lease_owner COLLATE "C" < %(owner_end)s::text
+            AND starts_with(lease_owner, %(owner)s::text)
+          UNION ALL
+          SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Pending' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+            AND lease_owner COLLATE "C" >= %(owner)s::text
+            AND %(owner_end)s::text IS NULL
             AND starts_with(lease_owner, %(owner)s::text)
           LIMIT %(budget)s::bigint + 1) AS x
 ) AS p
