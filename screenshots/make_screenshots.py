@@ -292,6 +292,12 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
     ops = Operations(Database.connect(dsn, schema, max_size=1))
     try:
         ops.pause("payments", actor=PAUSED_BY, reason=PAUSED_WHY)
+        with psycopg.connect(dsn, autocommit=True) as conn:  # paused a while ago, not just now
+            conn.execute(
+                sql.SQL("UPDATE {}.queue_state SET paused_at = now() - interval '7 min'").format(
+                    sql.Identifier(schema)
+                )
+            )
         try:
             await take("console-paused", (160, 48), ["1", "ctrl+end"])
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +18,7 @@ from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
-from leasectl.present.times import local_clock, oldest_due, seconds_age
+from leasectl.present.times import age, local_clock, oldest_due, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
 # The summary's paused line: at most this many queues named, each name and reason cut.
@@ -202,8 +202,7 @@ def _paused_line(snap: Snapshot, now: datetime, reason_chars: int) -> Text:
         if i:
             text.append(", ", style="dim")
         text.append_text(lit(cut(p.queue, PAUSED_QUEUE_CHARS), PAUSED_STYLE))
-        since = timedelta(seconds=int(max(now - p.paused_at, timedelta(0)).total_seconds()))
-        text.append(f" (since {format_duration(since)}, by ")
+        text.append(f" (since {age(now, p.paused_at)}, by ")
         text.append_text(lit(cut(p.paused_by, PAUSED_BY_CHARS)))
         if reason_chars:
             text.append(': "')
