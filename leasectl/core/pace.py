@@ -15,14 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A batch up to this many times the best time per row counts as uncontended (no wait): the
-# spread of batch times on an idle server.
-DEAD_BAND = 1.25
+# A batch up to this many times the best time per row counts as uncontended (no wait): batch
+# times spread by this much without any worker (commit flushes, checkpoints).
+DEAD_BAND = 1.5
 # Seconds of wait per second of the batch, per unit of slowdown beyond the dead band.
 GAIN = 1.0
-# At most this many times the batch's own time: the pass never spends less than a third of
+# At most this many times the batch's own time, as `--pace 1`: the pass spends at least half
 # its time in statements, so it ends even beside a saturated server.
-MAX_FACTOR = 2.0
+MAX_FACTOR = 1.0
 
 
 def paced_wait(took: float, rows: int, best: float) -> float:

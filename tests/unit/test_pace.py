@@ -27,7 +27,7 @@ def test_a_slower_batch_waits_in_proportion_to_its_slowdown() -> None:
     took = 0.010 * slowdown
     assert paced_wait(took, 500, best) == pytest.approx(took * GAIN * (slowdown - DEAD_BAND))
     # The slower, the longer the wait, relative to the batch's own time too.
-    waits = [paced_wait(0.010 * s, 500, best) / (0.010 * s) for s in (1.5, 2.0, 2.5)]
+    waits = [paced_wait(0.010 * s, 500, best) / (0.010 * s) for s in (1.75, 2.0, 2.25)]
     assert waits == sorted(waits) and waits[0] > 0
 
 
