@@ -5,10 +5,13 @@ Figures: the pass's wall time, its batches and the longest single batch statemen
 ``Operations.requeue_expired`` call is timed; one call is one statement, so that is also the longest
 time any row lock of the pass is held), and the workers' throughput during the pass against the
 same workers' throughput in the 10 s just before it (jobs completed in each interval, counted
-afterwards from finished_at: nothing polls the server meanwhile). Then the same with
-``--pace 1.0``: the watcher waits as long as each batch took before the next one. Each setting
-runs ``repeats`` times (3; 1 with --quick), each in a fresh database: the varying figures are
-medians, with every run's value kept beside them.
+afterwards from finished_at: nothing polls the server meanwhile). Three settings: the default
+(the adaptive pace of ``leasectl.core.pace``), ``--pace 0`` (batches back to back, the default
+before the adaptive pace) and ``--pace 1.0`` (the watcher waits as long as each batch took).
+Each setting runs ``repeats`` times (3; 1 with --quick), each in a fresh database, the settings
+taking turns so that a drift of the machine's speed falls on all three: the varying figures are
+medians, with every run's value kept beside them. Then one pass of the default and one of
+``--pace 0`` alone on the server (no workers): the adaptive pace should then run flat out.
 """
 
 from __future__ import annotations
@@ -144,11 +147,14 @@ class Completions:
         self.conn.close()
 
 
-PACED = 1.0  # the second setting's --pace: at most half its time in statements
+# The settings' --pace: None is the default (adaptive), 0 back to back, 1.0 at most half the
+# pass's time in statements.
+SETTINGS: tuple[float | None, ...] = (None, 0.0, 1.0)
 # The figures that vary from run to run (the workers and the pass share two cores): each
 # setting's table shows their median over the repeats, and every run's value beside it.
 VARYING = (
     "pass_s",
+    "statements_s",
     "longest_statement_ms",
     "median_statement_ms",
     "claims_per_s_before",
@@ -159,19 +165,25 @@ VARYING = (
 )
 
 
+def label(pace: float | None) -> str:
+    return "default" if pace is None else f"--pace {pace:g}"
+
+
 def run(ctx: Ctx) -> dict[str, Any]:
-    """``repeats`` passes with the default config (batches back to back), then as many with
-    --pace PACED, each in a fresh database."""
-    fig = repeated(ctx, 0.0)
-    fig["paced"] = repeated(ctx, PACED)
+    """``repeats`` passes per setting beside the workers, the settings taking turns, each in a
+    fresh database; then the default and --pace 0 alone."""
+    runs: dict[float | None, list[dict[str, Any]]] = {pace: [] for pace in SETTINGS}
+    for i in range(ctx.sizes.repeats):
+        for pace in SETTINGS:
+            log(f"watcher: {label(pace)} run {i + 1}/{ctx.sizes.repeats}")
+            runs[pace].append(measure(ctx, pace))
+    fig = summarise(runs[None])
+    fig["others"] = [summarise(runs[pace]) for pace in SETTINGS[1:]]
+    fig["alone"] = [measure_alone(ctx, pace) for pace in (None, 0.0)]
     return fig
 
 
-def repeated(ctx: Ctx, pace: float) -> dict[str, Any]:
-    runs = []
-    for i in range(ctx.sizes.repeats):
-        log(f"watcher: --pace {pace} run {i + 1}/{ctx.sizes.repeats}")
-        runs.append(measure(ctx, pace))
+def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     # The run whose pass time is the median stands for the others in the fixed figures; the
     # varying ones are medians, with every run's value kept.
     fig = dict(sorted(runs, key=lambda r: r["pass_s"])[len(runs) // 2])
@@ -183,7 +195,48 @@ def repeated(ctx: Ctx, pace: float) -> dict[str, Any]:
     return fig
 
 
-def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
+def measure_alone(ctx: Ctx, pace: float | None) -> dict[str, Any]:
+    """One pass over N expired leases with nothing else running on the server."""
+    n = ctx.sizes.watcher_jobs
+    dsn = ctx.fresh_db("watcher_alone")
+    try:
+        leasectl_init(dsn)
+        log(f"watcher: {label(pace)} alone over {n:,} expired leases")
+        seed_expired(dsn, n)
+        with Database.connect(dsn, "leasectl", max_size=1) as db:
+            store = Operations(db)
+            statements = timed_statements(store)
+            start = time.perf_counter()
+            result = run_pass(store, WatcherConfig(pace=pace), listed=LISTED_JOBS)
+            took = time.perf_counter() - start
+        return {
+            "pace": pace,
+            "moved": result.total,
+            "batches": result.batches,
+            "pass_s": round(took, 2),
+            "statements_s": round(sum(statements) / 1000, 2),
+        }
+    finally:
+        ctx.drop_db(dsn)
+
+
+def timed_statements(store: Operations) -> list[float]:
+    """Time every batch statement of ``store`` from now on (ms, in order)."""
+    statements: list[float] = []
+    original = store.requeue_expired
+
+    def timed_requeue(**kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(**kwargs)
+        finally:
+            statements.append((time.perf_counter() - start) * 1000)
+
+    store.requeue_expired = timed_requeue  # type: ignore[method-assign]
+    return statements
+
+
+def measure(ctx: Ctx, pace: float | None) -> dict[str, Any]:
     n = ctx.sizes.watcher_jobs
     quick = n < 50_000
     baseline_s = 3.0 if quick else 10.0
@@ -217,19 +270,9 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
             time.sleep(baseline_s)
             base_end = done.now()
 
-            statements: list[float] = []
-            original = store.requeue_expired
-
-            def timed_requeue(**kwargs: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return original(**kwargs)
-                finally:
-                    statements.append((time.perf_counter() - start) * 1000)
-
-            store.requeue_expired = timed_requeue  # type: ignore[method-assign]
+            statements = timed_statements(store)
             config = WatcherConfig(pace=pace)
-            log(f"watcher: run_pass (batch {config.batch_size}, pace {pace}) with workers running")
+            log(f"watcher: run_pass (batch {config.batch_size}, {label(pace)}), workers running")
             pass_start = done.now()
             server_cpu, client_cpu = cpu_seconds(server), time.thread_time()
             # As `leasectl requeue-stuck` runs it: its table lists the first jobs and counts the
@@ -250,6 +293,7 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
             "batch_size": config.batch_size,
             "pace": pace,
             "pass_s": round((pass_end - pass_start).total_seconds(), 2),
+            "statements_s": round(sum(statements) / 1000, 2),
             "longest_statement_ms": round(max(statements), 1) if statements else None,
             # (batch number from 1, ms) of the three slowest statements
             "slowest_statements": [
@@ -281,7 +325,7 @@ def measure(ctx: Ctx, pace: float) -> dict[str, Any]:
 
 
 def render(fig: dict[str, Any]) -> str:
-    figs = [fig, *([fig["paced"]] if "paced" in fig else [])]
+    figs = [fig, *fig.get("others", [])]
 
     def spread(f: dict[str, Any], key: str, form: str = "g") -> str:
         """The median, and each run's value when there were several."""
@@ -290,9 +334,9 @@ def render(fig: dict[str, Any]) -> str:
         return f"{format(f[key], form)}{each}" if f[key] is not None else "-"
 
     lines: list[tuple[str, Any]] = [
-        ("--pace", lambda f: f.get("pace", 0.0)),
         ("expired leases requeued", lambda f: f"{f['moved']:,} of {f['expired']:,}"),
         ("run_pass wall time (s)", lambda f: spread(f, "pass_s")),
+        ("of which in batch statements (s)", lambda f: spread(f, "statements_s")),
         ("batches (size)", lambda f: f"{f['batches']} ({f['batch_size']})"),
         ("longest batch statement (ms)", lambda f: spread(f, "longest_statement_ms")),
         ("median batch statement (ms)", lambda f: spread(f, "median_statement_ms")),
@@ -314,8 +358,15 @@ def render(fig: dict[str, Any]) -> str:
         ),
         ("claim reads the whole jobs table", lambda f: f.get("claim_seq_scans_jobs")),
     ]
-    rows = [[label, *(value(f) for f in figs)] for label, value in lines]
-    heads = ["", "default", *([f"--pace {fig['paced'].get('pace')}"] if "paced" in fig else [])]
+    alone = {a.get("pace"): a for a in fig.get("alone", [])}
+    lines.append(
+        (
+            "alone on the server: wall time (s)",
+            lambda f: alone[f.get("pace")]["pass_s"] if f.get("pace") in alone else "-",
+        )
+    )
+    rows = [[name, *(value(f) for f in figs)] for name, value in lines]
+    heads = ["", *(label(f.get("pace")) for f in figs)]
     n = len(fig.get("runs", [])) or 1
     title = "watcher: one requeue-stuck pass with workers running"
     if n > 1:

@@ -41,12 +41,14 @@ class Mode(enum.StrEnum):
 
 
 PaceOpt = Annotated[
-    float,
+    float | None,
     typer.Option(
         min=0.0,
         max=100.0,
-        help="After each batch, wait this many times its duration (leaves the workers CPU "
-        "during a large backlog; 1 = at most half the time in statements).",
+        help="After each batch, wait this many times its duration (0 = back to back; 1 = at "
+        "most half the time in statements). Default: adaptive, flat out on an idle server, "
+        "waiting after each batch in proportion to how much busy workers slowed it.",
+        show_default=False,
     ),
 ]
 
@@ -57,7 +59,7 @@ def _watcher_config(
     queue: str | None,
     reason: str | None,
     batch_size: int,
-    pace: float = 0.0,
+    pace: float | None = None,
     interval: timedelta = timedelta(seconds=30),
     owner: str | None = None,
 ) -> WatcherConfig:
@@ -82,7 +84,7 @@ def watch(
     ] = Mode.REQUEUE,
     queue: QueueOpt = None,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
-    pace: PaceOpt = 0.0,
+    pace: PaceOpt = None,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
@@ -143,7 +145,7 @@ def requeue_stuck(
         Mode, typer.Option(help="requeue: back to Pending; mark: quarantine as Stuck.")
     ] = Mode.REQUEUE,
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
-    pace: PaceOpt = 0.0,
+    pace: PaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One watcher pass over expired leases (for cron)."""

@@ -6,6 +6,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
@@ -14,6 +15,7 @@ from leasectl.core.backoff import reconnect_delay
 from leasectl.core.config import watcher_actor
 from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
+from leasectl.core.pace import AdaptivePace, FixedPace
 from leasectl.db.operations import Operations
 
 log = logging.getLogger("leasectl.watcher")
@@ -27,10 +29,12 @@ class WatcherConfig:
     interval: timedelta = timedelta(seconds=30)
     mode: Mode = "requeue"
     batch_size: int = 500
-    # After each batch, wait this many times the batch's own time before the next one, so that
-    # a large backlog leaves the workers CPU (the idea of vacuum's cost delay): 1.0 spends at
-    # most half the time in statements. 0 runs the batches back to back.
-    pace: float = 0.0
+    # None (the default): the adaptive pace of core/pace.py, flat out on an idle server and
+    # waiting after each batch in proportion to how much slower than the pass's fastest it ran.
+    # A number: after each batch, wait that many times the batch's own time (the idea of
+    # vacuum's cost delay): 1.0 spends at most half the time in statements, 0 runs the batches
+    # back to back.
+    pace: float | None = None
     queue: str | None = None
     # Only the expired leases of this lease owner (a worker id), e.g. a worker known to be gone.
     owner: str | None = None
@@ -44,7 +48,7 @@ class WatcherConfig:
             raise UsageError("the watcher interval must be greater than zero")
         if not 1 <= self.batch_size <= 100_000:
             raise UsageError("the batch size must be between 1 and 100000")
-        if not 0 <= self.pace <= 100:
+        if self.pace is not None and not 0 <= self.pace <= 100:
             raise UsageError("the pace must be between 0 and 100")
         if self.owner == "":
             raise UsageError("--owner must not be empty")
@@ -58,13 +62,15 @@ def run_pass(
     dry_run: bool = False,
     stopping: threading.Event | None = None,
     listed: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> WatcherResult:
     """One watcher pass in batches of ``batch_size`` until no expired lease is left (or ``limit``,
     or ``stopping`` is set: the pass ends between two batches).
 
     Each batch is one statement, so row locks are held only for one batch. ``listed``: how many
     of the moved jobs the result lists (None: every one); once it has them, the batches return
-    only how many jobs went where, which is all a daemon's pass needs.
+    only how many jobs went where, which is all a daemon's pass needs. ``clock`` times the
+    batches for the pace (a test gives its own).
     """
     if limit is not None and limit < 1:
         raise UsageError("--limit must be at least 1")
@@ -76,14 +82,15 @@ def run_pass(
     jobs: list[ExpiredJob] = []
     counts: collections.Counter[JobStatus] = collections.Counter()
     moved = batches = 0
-    took = 0.0  # the last batch's time
+    wait = 0.0  # after the last batch, by the pace's rule
+    pace = AdaptivePace() if config.pace is None else FixedPace(config.pace)
     stopping = stopping or threading.Event()
     while (limit is None or moved < limit) and not stopping.is_set():
         size = config.batch_size if limit is None else min(config.batch_size, limit - moved)
         # Rate limiting, not synchronisation: the pace's wait, cut short by a stop request.
-        if took and config.pace and stopping.wait(config.pace * took):
+        if wait and stopping.wait(wait):
             break
-        started = time.perf_counter()
+        started = clock()
         batch = ops.requeue_expired(
             limit=size,
             queue=config.queue,
@@ -93,13 +100,14 @@ def run_pass(
             detail=listed is None or len(jobs) < listed,
             owner=config.owner,
         )
-        took = time.perf_counter() - started
+        took = clock() - started
         batches += 1
         moved += batch.total
         counts.update(batch.counts)
         jobs.extend(batch.jobs)
         if batch.total < size:
             break
+        wait = pace.after(took, batch.total)
     return WatcherResult(
         requeued=counts[JobStatus.PENDING],
         failed=counts[JobStatus.FAILED],

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from leasectl.core.models import JobStatus
+from leasectl.core.pace import paced_wait
 from leasectl.db import sql as queries
 from leasectl.present.skips import skip_reason
 from leasectl.runtime.watcher import WatcherConfig, run_pass
@@ -465,6 +466,95 @@ def test_a_stop_request_ends_a_paced_pass_during_its_wait(
     pass_thread.join(timeout=10)
     assert not pass_thread.is_alive(), "the pace's wait ignored the stop request"
     assert results[0].requeued == 1 and results[0].batches == 1
+
+
+class ScriptedClock:
+    """A clock for run_pass whose batches take the scripted times (seconds), one per batch."""
+
+    def __init__(self, batch_times: list[float]) -> None:
+        self.batch_times = batch_times
+        self.now = 0.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        # run_pass reads the clock twice per batch: before and after the statement.
+        if self.calls % 2:
+            self.now += self.batch_times[self.calls // 2]
+        self.calls += 1
+        return self.now
+
+
+class RecordedWaits(threading.Event):
+    """A stop event that records the pace's waits instead of sleeping; with ``stop_at``, a stop
+    request arrives during that wait (numbered from 1)."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+        self.stop_at = stop_at
+
+    def wait(self, timeout: float | None = None) -> bool:
+        assert timeout is not None
+        self.waits.append(timeout)
+        if len(self.waits) == self.stop_at:
+            self.set()
+        return self.is_set()
+
+
+def processing(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute("SELECT count(*) FROM leasectl.jobs WHERE status = 'Processing'").fetchone()
+    return int(row[0]) if row else -1
+
+
+def test_the_default_pace_waits_only_after_batches_slower_than_the_fastest(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    expired_leases(store, sql_conn, 9)
+    # Batches of 2: the second as fast as the first (no wait), the third three times as slow,
+    # the fourth as fast again; the fifth (1 job, the last) ends the pass.
+    clock = ScriptedClock([0.010, 0.010, 0.030, 0.010, 0.010])
+    waits = RecordedWaits()
+    result = run_pass(store.ops, WatcherConfig(batch_size=2), stopping=waits, clock=clock)
+    assert (result.requeued, result.batches) == (9, 5)
+    assert waits.waits == [pytest.approx(paced_wait(0.030, 2, 0.010 / 2))]
+    assert waits.waits[0] > 0
+    assert processing(sql_conn) == 0
+
+
+@pytest.mark.parametrize(
+    ("pace", "expected"),
+    [(0.0, []), (1.0, [0.010, 0.050])],
+    ids=["back-to-back", "one-to-one"],
+)
+def test_an_explicit_pace_overrides_the_default(
+    store: Stores, sql_conn: psycopg.Connection[Any], pace: float, expected: list[float]
+) -> None:
+    expired_leases(store, sql_conn, 5)
+    # The first batch would set the default's bar, the second wait after it; a fixed pace
+    # waits its multiple of every batch but the last (--pace 0: no wait at all).
+    clock = ScriptedClock([0.010, 0.050, 0.010])
+    waits = RecordedWaits()
+    config = WatcherConfig(batch_size=2, pace=pace)
+    result = run_pass(store.ops, config, stopping=waits, clock=clock)
+    assert (result.requeued, result.batches) == (5, 3)
+    assert waits.waits == [pytest.approx(w) for w in expected]
+
+
+def test_a_stop_request_during_the_default_paces_wait_ends_the_pass(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    expired_leases(store, sql_conn, 8)
+    waits = RecordedWaits(stop_at=1)
+    result = run_pass(
+        store.ops,
+        WatcherConfig(batch_size=2),
+        stopping=waits,
+        clock=ScriptedClock([0.010, 0.040, 0.010, 0.010]),
+    )
+    assert len(waits.waits) == 1 and waits.waits[0] > 0
+    assert (result.requeued, result.batches) == (4, 2)
+    assert processing(sql_conn) == 4, "the rest waits for the next pass"
+    assert run_pass(store.ops, WatcherConfig(batch_size=2)).requeued == 4
 
 
 def test_watcher_mark_mode_quarantines(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
