@@ -99,23 +99,29 @@ class ServerSampler:
         return "\n".join(out)
 
 
-WAL_COLUMNS = ("wal_records", "wal_fpi", "wal_bytes", "wal_write", "wal_sync")
-
-
 def server_counters(conn: psycopg.Connection[Any]) -> dict[str, float]:
-    """Cumulative counters: this database's commits, the server's WAL (pg_stat_wal, PG 14+)."""
+    """Cumulative counters: this database's commits; the server's WAL records, full-page
+    images and bytes (pg_stat_wal) and its WAL flushes (pg_stat_wal's wal_sync up to
+    PostgreSQL 17, pg_stat_io's WAL fsyncs from 18 on)."""
     out: dict[str, float] = {}
     row = conn.execute(
         "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()"
     ).fetchone()
     if row:
         out["commits"], out["rollbacks"] = float(row[0]), float(row[1])
-    try:
-        wal = conn.execute(f"SELECT {', '.join(WAL_COLUMNS)} FROM pg_stat_wal").fetchone()
-    except psycopg.Error:
-        wal = None
+    wal = conn.execute("SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").fetchone()
     if wal:
-        out.update(zip(WAL_COLUMNS, (float(v) for v in wal), strict=True))
+        out.update(zip(("wal_records", "wal_fpi", "wal_bytes"), map(float, wal), strict=True))
+    if conn.info.server_version >= 180000:
+        query = "SELECT sum(fsyncs) FROM pg_stat_io WHERE object = 'wal'"
+    else:
+        query = "SELECT wal_sync FROM pg_stat_wal"
+    try:
+        flushes = conn.execute(query).fetchone()
+    except psycopg.Error:  # (autocommit: the connection stays usable)
+        flushes = None
+    if flushes and flushes[0] is not None:
+        out["wal_flushes"] = float(flushes[0])
     return out
 
 
@@ -226,8 +232,8 @@ def main() -> None:
                 "server per job: "
                 + ", ".join(f"{k} {v / jobs:.3f}" for k, v in delta.items())
                 + (
-                    f"; commits per WAL flush {delta['commits'] / delta['wal_sync']:.2f}"
-                    if delta.get("wal_sync")
+                    f"; commits per WAL flush {delta['commits'] / delta['wal_flushes']:.2f}"
+                    if delta.get("wal_flushes")
                     else ""
                 )
             )
