@@ -20,9 +20,11 @@ import json
 import math
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -65,6 +67,9 @@ class System:
     finished_sql: str
     prepare: Callable[[str, int], None]
     worker_argv: Callable[[str, int], list[str]]
+    # Single-job mode's start: the schema alone, then the jobs once every worker is ready.
+    init: Callable[[str], None] | None = None
+    seed: Callable[[str, int], None] | None = None
 
 
 def leasectl_system() -> System:
@@ -84,6 +89,8 @@ def leasectl_system() -> System:
         finished_sql="SELECT finished_at AS t FROM leasectl.jobs "
         "WHERE status = 'Completed' AND finished_at <= %(cut)s",
         prepare=prepare,
+        init=leasectl_init,
+        seed=lambda dsn, jobs: seed_pending(dsn, jobs, QUEUE),
         worker_argv=lambda dsn, k: [
             sys.executable,
             "-m",
@@ -169,28 +176,52 @@ def drain_once(
     hold_xact: bool = False,
     keep_db: bool = False,
     processes: int | None = None,
+    ready_first: bool = False,
 ) -> dict[str, Any]:
     """One measurement in a fresh database; with hold_xact, another session keeps a transaction
-    (with an xid) open and idle in the same database for the whole drain."""
+    (with an xid) open and idle in the same database for the whole drain. With ready_first
+    (leasectl only), the workers start on an empty queue and the jobs are seeded once every
+    one of them is ready (``--ready-file``), so that the drain does not share the machine with
+    the start-up of N Python processes (imports, connections: ``startup_cpu_s``)."""
     dsn = ctx.fresh_db(system.name)
     started = time.perf_counter()
-    system.prepare(dsn, jobs)
+    nproc, per = (processes, 1) if processes else split(concurrency)
+    procs: list[Proc] = []
+    ready_dir = None
+    if ready_first:
+        assert system.init is not None and system.seed is not None
+        system.init(dsn)
+        ready_dir = tempfile.TemporaryDirectory(prefix="leasectl-ready-")
+        procs = [
+            Proc([*system.worker_argv(dsn, per), "--ready-file", f"{ready_dir.name}/{i}"])
+            for i in range(nproc)
+        ]
+        try:
+            wait_ready(procs, Path(ready_dir.name))
+            system.seed(dsn, jobs)
+        except BaseException:
+            stop(procs)
+            ready_dir.cleanup()
+            ctx.drop_db(dsn)
+            raise
+    else:
+        system.prepare(dsn, jobs)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
     prepare_s = time.perf_counter() - started
-    nproc, per = (processes, 1) if processes else split(concurrency)
     holder = None
     if hold_xact:
         holder = psycopg.connect(dsn)
         holder.execute("SELECT txid_current()")  # BEGIN implied; stays idle in transaction
     server = ServerCpu(dsn)
     poll = psycopg.connect(dsn, autocommit=True)
-    procs: list[Proc] = []
     result: dict[str, Any] = {}
     try:
         server.start()
         spawned = time.perf_counter()
-        procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
+        if not procs:
+            procs = [Proc(system.worker_argv(dsn, per)) for _ in range(nproc)]
+        cpu_before = cpu_seconds([p.pid for p in procs])  # (ready_first: their start-up)
         deadline = spawned + ctx.sizes.drain_timeout
         poll_times: list[float] = []
         while True:
@@ -204,7 +235,9 @@ def drain_once(
             time.sleep(POLL_S)
         cut = poll.execute("SELECT clock_timestamp()").fetchone()
         died = [p for p in procs if not p.alive()]  # before the cut, not stopped by us
-        worker_cpu = sum(cpu_seconds([p.pid for p in procs]).values())
+        worker_cpu = sum(
+            v - cpu_before.get(pid, 0.0) for pid, v in cpu_seconds([p.pid for p in procs]).items()
+        )
         server_cpu = server.stop()
         t_end = time.perf_counter()
         stop(procs)  # a peer may write its last finish records only now (buffered logs)
@@ -227,6 +260,8 @@ def drain_once(
             "worker_cpu_s": round(worker_cpu, 2),
             "server_cpu_s": server_cpu,
             "poll_ms_median": round(median(poll_times) * 1000, 2),
+            "ready_first": ready_first,
+            "startup_cpu_s": round(sum(cpu_before.values()), 2) if ready_first else None,
         }
         if died and remaining > 0:
             result["error"] = died[0].tail()
@@ -235,9 +270,28 @@ def drain_once(
         poll.close()
         if holder is not None:
             holder.close()
+        if ready_dir is not None:
+            ready_dir.cleanup()
         if not keep_db:
             ctx.drop_db(dsn)
     return result
+
+
+READY_TIMEOUT_S = 120.0
+
+
+def wait_ready(procs: list[Proc], ready_dir: Path) -> None:
+    """Until every worker wrote its --ready-file (registered, listening), or one died."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while sum(1 for _ in ready_dir.iterdir()) < len(procs):
+        dead = [p for p in procs if not p.alive()]
+        if dead:
+            stop(procs)
+            raise RuntimeError(f"a worker died while starting: {dead[0].tail()}")
+        if time.monotonic() > deadline:
+            stop(procs)
+            raise RuntimeError(f"workers not ready within {READY_TIMEOUT_S:.0f} s")
+        time.sleep(0.05)
 
 
 STEADY = (0.1, 0.9)  # the finishes the steady rate is taken over: these percentiles
@@ -330,11 +384,12 @@ def run(ctx: Ctx) -> dict[str, Any]:
 def single_mode(ctx: Ctx, leasectl: System) -> dict[str, Any]:
     """leasectl in single-job mode, the pattern of the raw single-row bound (`limit`): N worker
     processes at concurrency 1, each claiming one job and completing it per round trip, for
-    N = the client counts of `limit`. One run each (median of one)."""
+    N = the client counts of `limit`, started and ready before the jobs are seeded (pgbench's
+    clients start in no time). One run each (median of one)."""
     out: dict[str, Any] = {}
     for n in ctx.sizes.limit_clients:
         log(f"drain: leasectl single-job mode, {n} processes x 1")
-        r = drain_once(ctx, leasectl, n, ctx.sizes.drain_jobs, processes=n)
+        r = drain_once(ctx, leasectl, n, ctx.sizes.drain_jobs, processes=n, ready_first=True)
         r["loadavg"] = loadavg()
         log(f"  -> {r['jobs_per_s']} jobs/s{' (partial)' if r['partial'] else ''}")
         out[str(n)] = r

@@ -1,10 +1,13 @@
 """Run the benchmark suite against one PostgreSQL server; print a table per benchmark and write
 bench/results.json.
 
-    python -m bench.run [--dsn DSN] [--quick] [--only NAME...]
+    python -m bench.run [--dsn DSN | --durable] [--quick] [--only NAME...]
 
 Without --dsn a throwaway embedded server is started (and removed afterwards), so the suite
-needs no server. Each benchmark creates (and drops) its own databases on the server; the DSN's
+needs no server; it runs with fsync, synchronous_commit and full_page_writes off (what the
+server can do when commits cost no disk flush) unless --durable turns them on (what a
+production server's commits cost). results.json records which: machine.durable, and the
+server's settings. Each benchmark creates (and drops) its own databases on the server; the DSN's
 role must be allowed to CREATE DATABASE.
 Smoke test: ``python -m bench.run --quick --only limit drain`` (under two minutes); --quick
 writes bench/results/quick.json instead, so that it never overwrites the recorded figures.
@@ -97,14 +100,26 @@ def server_info(dsn: str) -> dict[str, Any]:
     return {"version": version[0] if version else "?", "settings": dict(rows)}
 
 
+def durable(settings: dict[str, Any]) -> bool:
+    """Whether a server's commits are durable: each waits for its WAL flush to disk."""
+    return all(settings.get(k) == "on" for k in ("fsync", "synchronous_commit", "full_page_writes"))
+
+
 def machine(dsn: str, embedded: bool) -> dict[str, Any]:
+    postgresql = server_info(dsn)
+    kind = "--dsn"
+    if embedded:
+        kind = "embedded temporary server (leasectl.embedded)"
+        if durable(postgresql["settings"]):
+            kind += ", durable"
     return {
         "cores": os.cpu_count(),
         "memory_gib": memory_gib(),
         "platform": platform.platform(),
         "python": platform.python_version(),
-        "postgresql": server_info(dsn),
-        "server": "embedded temporary server (leasectl.embedded)" if embedded else "--dsn",
+        "postgresql": postgresql,
+        "server": kind,
+        "durable": durable(postgresql["settings"]),
         "leasectl_git_sha": git_sha(),
         "leasectl_uncommitted": uncommitted(),
         "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -139,6 +154,11 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     p.add_argument("--dsn", help="server to benchmark (default: a temporary embedded server)")
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="the embedded server with fsync, synchronous_commit and full_page_writes on",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--only", nargs="+", choices=BENCHMARKS, metavar="NAME")
     p.add_argument("--peers", nargs="*", choices=PEERS, default=None, help="default: all")
@@ -161,7 +181,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--watcher-jobs", type=int)
     g.add_argument("--held-jobs", type=int)
     g.add_argument("--held-concurrency", type=int)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.durable and args.dsn:
+        p.error("--durable is for the embedded server; a --dsn server runs as it is configured")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     if dsn is None:
         from leasectl.db.embedded import EmbeddedServer
 
-        server = EmbeddedServer.temporary()
-        log(f"starting a temporary embedded server in {server.base_dir}")
+        server = EmbeddedServer.temporary(durable=args.durable)
+        log(
+            f"starting a temporary{' durable' if args.durable else ''} embedded server in "
+            f"{server.base_dir}"
+        )
         server.start()
         dsn = server.dsn()
     try:

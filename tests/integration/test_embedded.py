@@ -165,6 +165,28 @@ def test_start_recovers_after_sigkill(server: EmbeddedServer) -> None:
     assert rows(server) == ["before crash"]
 
 
+DURABILITY = (
+    "SELECT name, setting FROM pg_settings WHERE name IN "
+    "('fsync', 'synchronous_commit', 'full_page_writes') ORDER BY name"
+)
+
+
+def test_a_temporary_server_is_durable_only_when_asked() -> None:
+    """The benchmarks' --durable: a temporary server whose commits wait for the disk, as a
+    production server's do; the default one (tests, the non-durable suite) does not wait."""
+    for durable, setting in ((False, "off"), (True, "on")):
+        srv = EmbeddedServer.temporary(durable=durable)
+        try:
+            srv.start()
+            assert query(srv, DURABILITY) == [
+                ("fsync", setting),
+                ("full_page_writes", setting),
+                ("synchronous_commit", setting),
+            ]
+        finally:
+            srv.stop(remove=True, mode="immediate")
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
 def test_start_kills_orphaned_backends(server: EmbeddedServer) -> None:
     """A stopped backend outlives its postmaster and keeps the old shared memory attached; the

@@ -72,13 +72,15 @@ class EmbeddedServer:
         return cls(platformdirs.user_data_path("leasectl") / "embedded")
 
     @classmethod
-    def temporary(cls) -> EmbeddedServer:
-        """A throwaway, non-durable server; stop(remove=True) deletes its directory."""
+    def temporary(cls, *, durable: bool = False) -> EmbeddedServer:
+        """A throwaway server; stop(remove=True) deletes its directory. Not durable (fsync,
+        synchronous_commit and full_page_writes off) unless ``durable``: the benchmarks'
+        ``--durable`` runs measure what a production server's commits cost."""
         base = Path(tempfile.mkdtemp(prefix="leasectl-pg-"))
         if is_root():
             os.chmod(base, 0o755)  # we created it: the server user must traverse it
         (base / MARKER).write_text("created by leasectl.embedded\n")
-        return cls(base, durable=False)
+        return cls(base, durable=durable)
 
     # ---------------------------------------------------------------- public API
 
