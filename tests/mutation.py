@@ -541,6 +541,54 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# The counters' triggers and fold (migration 11), against the known state of test_counters.py.
+COUNTERS_SQL = "migrations/011_counters.sql"
+COUNTERS = "tests/integration/test_counters.py::"
+COUNTED = COUNTERS + "test_a_scrape_counts_every_path_exactly"
+NOT_COUNTED = COUNTERS + "test_an_attempt_updated_after_it_ended_and_other_audit_rows_count_nothing"
+NEITHER = COUNTERS + "test_a_takeover_and_a_release_count_as_neither_completion_nor_failure"
+FOLDS = COUNTERS + "test_concurrent_folds_count_each_delta_once"
+FOLD_LIMIT = COUNTERS + "test_two_collectors_agree_and_folding_changes_no_value"
+
+
+def _counted(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"counters-{name}", COUNTERS_SQL, statement, text, replacement,
+                  tests or (COUNTED,))  # fmt: skip
+
+
+MUTANTS += (
+    _counted("from-running", "job_attempts_count", "WHERE o.outcome = 'running'\n",
+             "WHERE TRUE\n", NOT_COUNTED),
+    _counted("old-row", "job_attempts_count",
+             "ON o.job_id = n.job_id AND o.attempt = n.attempt", "ON TRUE"),
+    _counted("attempt-job", "job_attempts_count", "FROM jobs WHERE id = n.job_id) AS j",
+             "FROM jobs) AS j"),
+    _counted("completed", "job_attempts_count", "('completed', n.outcome = 'completed')",
+             "('completed', TRUE)"),
+    _counted("failed", "job_attempts_count", "('failed', n.outcome = 'failed')",
+             "('failed', TRUE)"),
+    _counted("retried-pending", "job_attempts_count",
+             "n.outcome = 'failed' AND j.status = 'Pending'", "n.outcome = 'failed'"),
+    _counted("retried-failed", "job_attempts_count",
+             "n.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", NEITHER),
+    _counted("hit", "job_attempts_count", "AND k.hit\n", "\n"),
+    _counted("watcher-lease-until", "job_events_count", "AND e.after ? 'lease_until' ", ""),
+    _counted("watcher-run-at", "job_events_count", "AND e.after ? 'run_at' THEN",
+             "THEN"),
+    _counted("operator-actions", "job_events_count",
+             "WHEN e.action IN ('requeue', 'requeue_forced', 'mark_stuck', 'mark_stuck_forced',\n"
+             "                              'cancel', 'delete') THEN 'operator'",
+             "WHEN TRUE THEN 'operator'", NOT_COUNTED),
+    _counted("deleted-queue", "job_events_count", "coalesce(e.before ->> 'queue', j.queue, '')",
+             "coalesce(j.queue, '')"),
+    _counted("event-job", "job_events_count", "FROM jobs WHERE id = e.job_id) AS j",
+             "FROM jobs) AS j"),
+    _counted("fold-adds", "counters_fold", "SET value = t.value + excluded.value",
+             "SET value = excluded.value", FOLDS),
+    _counted("fold-limit", "counters_fold", " LIMIT max_rows))", "))", FOLD_LIMIT),
+)  # fmt: skip
+
+
 # Bounded live counts: the console's refresh (console_counts) and `leasectl status`
 # (status_live_counts), against the backlog tests and the plans that stop at their caps.
 BACKLOG = "tests/integration/test_backlog_counts.py::"

@@ -132,10 +132,14 @@ def test_two_collectors_agree_and_folding_changes_no_value(
     expected = act_on_everything(store, sql_conn)
     # Before any fold: every value is in the deltas.
     assert sql_conn.execute("SELECT count(*) FROM leasectl.counter_totals").fetchone() == (0,)
+    deltas = sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone()
+    assert deltas is not None and deltas[0] > 1
     one = MetricsReads(store.db)
     with Stores.connect(db_dsn, "leasectl") as other:
         two = MetricsReads(other.db, fold_limit=1)  # folds one delta per scrape
         assert _collect(two) == expected
+        left = sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone()
+        assert left == (deltas[0] - 1,)
         assert _collect(one) == expected  # folds the rest
         assert sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone() == (0,)
         assert _collect(two) == _collect(one) == expected
@@ -156,7 +160,7 @@ def test_counters_never_decrease_when_history_goes(
     assert _collect(reads) == expected
 
 
-def test_an_attempt_updated_after_it_ended_is_not_counted_again(
+def test_an_attempt_updated_after_it_ended_and_other_audit_rows_count_nothing(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     (job,) = store.ops.enqueue([{}], queue="q")
@@ -167,6 +171,12 @@ def test_an_attempt_updated_after_it_ended_is_not_counted_again(
     store.work.fail(lease2, "boom", retry_delay=NOW, retry=False)
     sql_conn.execute("UPDATE leasectl.job_attempts SET error = 'edited by hand'")
     assert failing
+    # An audit row that is no watcher's nor operator's action (init's clamping) counts nothing.
+    sql_conn.execute(
+        "INSERT INTO leasectl.job_events (job_id, actor, action) "
+        "VALUES (%s, 'leasectl init', 'bounded')",
+        (job,),
+    )
     assert _collect(MetricsReads(store.db)) == {
         "leasectl_jobs_completed_total{q}": 1,
         "leasectl_attempts_failed_total{q}": 1,
