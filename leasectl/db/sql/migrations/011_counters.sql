@@ -34,7 +34,7 @@ CREATE TABLE {schema}.counter_deltas (
 -- whose job went back to Pending), per queue. Only a change from `running` counts, so an attempt
 -- updated again after it ended is not counted twice. The job is read by primary key, after the
 -- statement (its status then says whether the failure was retried).
-CREATE FUNCTION {schema}.job_attempts_count() RETURNS trigger
+CREATE FUNCTION {schema}.counters_from_attempts() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 SET enable_seqscan = off
@@ -57,16 +57,16 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER job_attempts_count AFTER UPDATE ON {schema}.job_attempts
+CREATE TRIGGER counters_from_attempts AFTER UPDATE ON {schema}.job_attempts
     REFERENCING OLD TABLE AS old_attempts NEW TABLE AS new_attempts
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.job_attempts_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.counters_from_attempts();
 
 -- Audit rows by action: `watcher` (jobs_requeue_expired: requeue, mark_stuck, fail) and
 -- `operator` (requeue, requeue_forced, mark_stuck, mark_stuck_forced, cancel, delete). The
 -- watcher and the operator both write `requeue` and `mark_stuck`; the watcher's rows are the
 -- ones whose `after` holds both lease_until and run_at (the function writes that document; no
 -- operator action's does). The queue: the job's, or a deleted job's from its `before`.
-CREATE FUNCTION {schema}.job_events_count() RETURNS trigger
+CREATE FUNCTION {schema}.counters_from_job_events() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 SET enable_seqscan = off
@@ -90,12 +90,12 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER job_events_count AFTER INSERT ON {schema}.job_events
+CREATE TRIGGER counters_from_job_events AFTER INSERT ON {schema}.job_events
     REFERENCING NEW TABLE AS new_events
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.job_events_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.counters_from_job_events();
 
 -- Pauses and resumes, per queue: operator actions too.
-CREATE FUNCTION {schema}.queue_events_count() RETURNS trigger
+CREATE FUNCTION {schema}.counters_from_queue_events() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, {schema}, pg_temp AS $$
 BEGIN
     INSERT INTO counter_deltas (counter, action, queue, delta)
@@ -107,9 +107,9 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER queue_events_count AFTER INSERT ON {schema}.queue_events
+CREATE TRIGGER counters_from_queue_events AFTER INSERT ON {schema}.queue_events
     REFERENCING NEW TABLE AS new_events
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.queue_events_count();
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.counters_from_queue_events();
 
 -- Move up to max_rows deltas into the totals, in one statement; returns how many it moved.
 -- A delta is deleted once: a second fold at the same time waits for the first's row locks and
@@ -132,9 +132,9 @@ SELECT count(*) FROM moved;
 $$;
 
 REVOKE ALL ON FUNCTION {schema}.counters_fold FROM PUBLIC;
-REVOKE ALL ON FUNCTION {schema}.job_attempts_count FROM PUBLIC;
-REVOKE ALL ON FUNCTION {schema}.job_events_count FROM PUBLIC;
-REVOKE ALL ON FUNCTION {schema}.queue_events_count FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.counters_from_attempts FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.counters_from_job_events FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.counters_from_queue_events FROM PUBLIC;
 
 -- Roles granted by an older leasectl that read the audit (viewers, operators: the exporter's
 -- roles) read the counters and fold them after this upgrade, with no second `leasectl grant`.
