@@ -101,6 +101,12 @@ class MetricsReads:
     def close(self) -> None:
         self.db.close(timeout=1.0)
 
+    def fold(self) -> int:
+        """Move up to ``fold_limit`` counter deltas into their totals (one short write
+        transaction); returns how many. No value changes: a scrape reads both."""
+        row = self.db.one("metrics_counters_fold", {"fold_limit": self.limits["fold_limit"]})
+        return int(row["folded"]) if row else 0
+
     def read(self, timeout: timedelta) -> MetricsRows:
         """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
         each statement bounded by ``timeout``."""
@@ -130,15 +136,11 @@ class MetricsReads:
             ("counters", "metrics_counters", params),
         ]
         with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
-            with conn.pipeline():
-                # The fold writes (its own short transaction), the reads see its result.
-                with conn.transaction():
-                    conn.execute(queries.get("metrics_counters_fold").render(schema), params)
-                with conn.transaction():
-                    cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
-                    for label, name, args in reads:
-                        cursors[label] = conn.cursor(row_factory=dict_row)
-                        cursors[label].execute(queries.get(name).render(schema), args, binary=True)
+            with conn.pipeline(), conn.transaction():
+                cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
+                for label, name, args in reads:
+                    cursors[label] = conn.cursor(row_factory=dict_row)
+                    cursors[label].execute(queries.get(name).render(schema), args, binary=True)
             rows = {label: cursors[label].fetchall() for label in cursors if label != "begin"}
         db_now: datetime = rows["clock"][0]["db_now"]
         truncated = {

@@ -138,6 +138,9 @@ COUNTERS: dict[str, str] = {
 
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
+# Seconds between two folds of the counters' deltas (LeasectlCollector.fold).
+FOLD_EVERY = 1.0
+
 
 def _gauge(name: str) -> GaugeMetricFamily:
     _, labels, doc = METRICS[name]
@@ -169,12 +172,31 @@ class LeasectlCollector(Collector):
         self.connect = connect
         self._lock = threading.Lock()
         self._failing: str | None = None  # the error class of the last failed scrape
+        self._fold_failing: str | None = None  # ... and of the last failed fold
 
     def close(self) -> None:
         with self._lock:
             if self.reads is not None:
                 self.reads.close()
                 self.reads = None
+
+    def fold(self) -> None:
+        """Fold the counters' deltas (``leasectl metrics`` runs it every FOLD_EVERY seconds,
+        between scrapes): a scrape then reads the deltas of about a second, not of a scrape
+        interval. A failure is logged once and left to the next fold; the next scrape says
+        whether the database can be read."""
+        with self._lock:
+            if self.reads is None:
+                return
+            try:
+                self.reads.fold()
+            except Exception as exc:
+                error = type(exc).__name__
+                if error != self._fold_failing:
+                    log.warning("folding the counters failed: %s: %s", error, visible(str(exc)))
+                self._fold_failing = error
+            else:
+                self._fold_failing = None
 
     def describe(self) -> Iterator[Metric]:
         # No reads at registration: the registry learns the names from this, not from collect().

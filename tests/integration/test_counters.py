@@ -16,6 +16,7 @@ from leasectl.runtime.exporter import LeasectlCollector
 from tests.exporter import Scrape, exporter, scrape
 from tests.integration.test_privileges import login_roles
 from tests.stores import Stores
+from tests.util import wait_until
 
 TTL = timedelta(seconds=30)
 NOW = timedelta(0)
@@ -122,7 +123,13 @@ def test_a_scrape_counts_every_path_exactly(
             COUNTERS, "counter"
         )
         assert _counters(s) == expected
-        # A second scrape (the deltas folded by the first) reads the same.
+        # The exporter folds the deltas between scrapes; a scrape then reads the same.
+        wait_until(
+            lambda: (
+                sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone() == (0,)
+            ),
+            what="the exporter folds the counters",
+        )
         assert _counters(scrape(url)) == expected
 
 
@@ -136,11 +143,13 @@ def test_two_collectors_agree_and_folding_changes_no_value(
     assert deltas is not None and deltas[0] > 1
     one = MetricsReads(store.db)
     with Stores.connect(db_dsn, "leasectl") as other:
-        two = MetricsReads(other.db, fold_limit=1)  # folds one delta per scrape
-        assert _collect(two) == expected
+        two = MetricsReads(other.db, fold_limit=1)  # folds one delta at a time
+        assert _collect(two) == _collect(one) == expected
+        assert two.fold() == 1
         left = sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone()
         assert left == (deltas[0] - 1,)
-        assert _collect(one) == expected  # folds the rest
+        assert _collect(two) == _collect(one) == expected
+        assert one.fold() == deltas[0] - 1  # the rest
         assert sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone() == (0,)
         assert _collect(two) == _collect(one) == expected
 
@@ -151,6 +160,7 @@ def test_counters_never_decrease_when_history_goes(
     expected = act_on_everything(store, sql_conn)
     reads = MetricsReads(store.db)
     assert _collect(reads) == expected
+    reads.fold()
     # Everything finished is pruned, with its events; the Stuck and Failed jobs deleted.
     while store.ops.prune_batch(NOW, 1000, None, keep_events=False) != (0, 0):
         pass
@@ -284,6 +294,7 @@ def test_every_role_that_acts_counts_and_a_viewer_reads_and_folds(
             seen = operator.ops.seen_now([b])
             assert operator.ops.operator_cancel(seen, actor="o", reason="r").changed == (b,)
             operator.ops.pause("r", actor="o", reason="r")
+            assert MetricsReads(viewer.db).fold() == 6
             assert _collect(MetricsReads(viewer.db)) == {
                 "leasectl_jobs_completed_total{r}": 1,
                 "leasectl_attempts_failed_total{r}": 1,

@@ -7,7 +7,7 @@
 -- name: grant_viewer
 -- Read-only: status, inspect, requeue-stuck --dry-run, the console in read-only mode and the
 -- exporter. (counters_fold moves counter deltas into their totals, which changes no value a
--- reader sees: the exporter runs it before each scrape so that the scrape reads few deltas.)
+-- reader sees: the exporter runs it every second so that a scrape reads few deltas.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,

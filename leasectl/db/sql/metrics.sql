@@ -129,8 +129,9 @@ LIMIT %(lease_limit)s;
 SELECT now() AS db_now;
 
 -- name: metrics_counters_fold
--- Fold up to %(fold_limit)s counter deltas into their totals (migration 11's counters_fold), in a
--- short transaction of its own before the scrape's snapshot, so that the snapshot reads few deltas.
+-- Fold up to %(fold_limit)s counter deltas into their totals (migration 11's counters_fold): the
+-- exporter runs it every second between scrapes, so that a scrape reads few deltas and never
+-- waits for a fold of many.
 SELECT {schema}.counters_fold(%(fold_limit)s) AS folded;
 
 -- name: metrics_counters
