@@ -31,28 +31,37 @@ CREATE TABLE {schema}.counter_deltas (
         autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_insert_threshold = 5000);
 
 -- Attempts that ended: `completed`, `failed` (retried or final) and `retried` (a failed attempt
--- whose job went back to Pending), per queue. Only a change from `running` counts, so an attempt
--- updated again after it ended is not counted twice. The job is read by primary key, after the
--- statement (its status then says whether the failure was retried).
+-- whose job went back to Pending), per queue. What counts is the change: the statement's new
+-- rows minus its old rows, so that an attempt updated again after it ended (old and new both
+-- `completed`) is not counted twice; a net change that is not an increase adds nothing. The job
+-- is read by primary key after the statement (its status then says whether the failure was
+-- retried): a subquery per row (OFFSET 0 keeps it one, so no plan ever reads the jobs table
+-- whole, whatever its statistics), and no JIT (a trigger's statement is small).
 CREATE FUNCTION {schema}.counters_from_attempts() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     INSERT INTO counter_deltas (counter, action, queue, delta)
-    SELECT k.counter, '', j.queue, count(*)
-    FROM new_attempts AS n
-    JOIN old_attempts AS o ON o.job_id = n.job_id AND o.attempt = n.attempt
-    CROSS JOIN LATERAL (SELECT queue, status FROM jobs WHERE id = n.job_id) AS j
+    SELECT k.counter, '', j.queue, sum(c.sign)
+    FROM (
+        SELECT job_id, outcome, 1 AS sign FROM new_attempts
+        WHERE outcome IN ('completed', 'failed')
+        UNION ALL
+        SELECT job_id, outcome, -1 FROM old_attempts
+        WHERE outcome IN ('completed', 'failed')
+    ) AS c
+    CROSS JOIN LATERAL (SELECT queue, status FROM jobs WHERE id = c.job_id OFFSET 0) AS j
     CROSS JOIN LATERAL (
-        VALUES ('completed', n.outcome = 'completed'),
-               ('failed', n.outcome = 'failed'),
-               ('retried', n.outcome = 'failed' AND j.status = 'Pending')
+        VALUES ('completed', c.outcome = 'completed'),
+               ('failed', c.outcome = 'failed'),
+               ('retried', c.outcome = 'failed' AND j.status = 'Pending')
     ) AS k(counter, hit)
-    WHERE o.outcome = 'running'
-      AND k.hit
-    GROUP BY k.counter, j.queue;
+    WHERE k.hit
+    GROUP BY k.counter, j.queue
+    HAVING sum(c.sign) > 0;
     RETURN NULL;
 END
 $$;
@@ -70,12 +79,13 @@ CREATE FUNCTION {schema}.counters_from_job_events() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 SET enable_seqscan = off
+SET jit = off
 AS $$
 BEGIN
     INSERT INTO counter_deltas (counter, action, queue, delta)
     SELECT s.counter, e.action, coalesce(e.before ->> 'queue', j.queue, ''), count(*)
     FROM new_events AS e
-    LEFT JOIN LATERAL (SELECT queue FROM jobs WHERE id = e.job_id) AS j ON true
+    LEFT JOIN LATERAL (SELECT queue FROM jobs WHERE id = e.job_id OFFSET 0) AS j ON true
     CROSS JOIN LATERAL (
         SELECT CASE
             WHEN e.action IN ('requeue', 'mark_stuck', 'fail')
