@@ -18,7 +18,7 @@ from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.models import OwnerHealth, PausedQueue
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.operations import owner_health
+from leasectl.db.operations import FOLD_LIMIT, owner_health
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class MetricsReads:
         paused_limit: int = 1000,
         risk_window: timedelta = timedelta(seconds=10),
         counter_limit: int = 20000,
-        fold_limit: int = 100_000,
+        fold_limit: int = FOLD_LIMIT,
     ) -> None:
         self.db = db
         self.budget = budget

@@ -13,6 +13,7 @@ import psycopg
 from leasectl.db import grants
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import LeasectlCollector
+from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.exporter import Scrape, exporter, scrape
 from tests.integration.test_privileges import login_roles
 from tests.stores import Stores
@@ -304,3 +305,24 @@ def test_every_role_that_acts_counts_and_a_viewer_reads_and_folds(
                 "leasectl_operator_actions_total{r,pause}": 1,
             }
             assert viewer.db.rows("metrics_counters", {"counter_limit": 10}) != []
+
+
+def test_the_watcher_folds_the_counters_after_each_pass(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A database whose exporter does not run keeps a pass's worth of deltas, not all of them."""
+    expected = act_on_everything(store, sql_conn)
+    watcher = Watcher(store.ops, WatcherConfig(interval=timedelta(seconds=0.1), actor="w@t"))
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(
+            lambda: (
+                sql_conn.execute("SELECT count(*) FROM leasectl.counter_deltas").fetchone() == (0,)
+            ),
+            what="the watcher folds the counters",
+        )
+    finally:
+        watcher.stop()
+        thread.join(30)
+    assert _collect(MetricsReads(store.db)) == expected
