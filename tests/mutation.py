@@ -570,8 +570,13 @@ MUTANTS += (
              "('failed', TRUE)"),
     _counted("retried-pending", "counters_from_attempts",
              "c.outcome = 'failed' AND j.status = 'Pending'", "c.outcome = 'failed'"),
-    _counted("retried-failed", "counters_from_attempts",
-             "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", NEITHER),
+    # A retry is a failed attempt whose job is Pending: the rows are already only completed and
+    # failed attempts (and a completed attempt's job is never Pending), so the outcome is
+    # dropped from both places at once; a release (Pending, `released`) then counts.
+    mutant("counters-retried-failed", COUNTERS_SQL, "counters_from_attempts",
+           "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
+           also=(("FROM new_attempts\n        WHERE outcome IN ('completed', 'failed')",
+                  "FROM new_attempts"),)),
     _counted("hit", "counters_from_attempts", "WHERE k.hit\n", "WHERE TRUE\n"),
     _counted("watcher-lease-until", "counters_from_job_events", "AND e.after ? 'lease_until' ", ""),
     _counted("watcher-run-at", "counters_from_job_events", "AND e.after ? 'run_at' THEN",
