@@ -326,3 +326,13 @@ def test_the_watcher_folds_the_counters_after_each_pass(
         watcher.stop()
         thread.join(30)
     assert _collect(MetricsReads(store.db)) == expected
+
+
+def test_counters_past_their_limit_say_they_are_truncated(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    act_on_everything(store, sql_conn)
+    rows = MetricsReads(store.db, counter_limit=3).read(timedelta(seconds=10))
+    assert len(rows.counters) == 3 and "counters" in rows.truncated
+    rows = MetricsReads(store.db, counter_limit=15).read(timedelta(seconds=10))
+    assert len(rows.counters) == 15 and "counters" not in rows.truncated
