@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import psycopg
 
+from bench.plans import explain_nested
 from leasectl.db import grants
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import LeasectlCollector
@@ -336,3 +337,34 @@ def test_counters_past_their_limit_say_they_are_truncated(
     assert len(rows.counters) == 3 and "counters" in rows.truncated
     rows = MetricsReads(store.db, counter_limit=15).read(timedelta(seconds=10))
     assert len(rows.counters) == 15 and "counters" not in rows.truncated
+
+
+def test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history(
+    sql_conn: psycopg.Connection,
+) -> None:
+    """A batch of completions counted on a table whose history outweighs the batch: one
+    primary key probe per attempt, never a scan of jobs, whatever the statistics."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, finished_at) "
+        "SELECT 'q', 'Completed', 1, 'old', now() FROM generate_series(1, 30000)"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
+        "SELECT 'q', 'Processing', 1, 'w', now() FROM generate_series(1, 300)"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at) "
+        "SELECT id, 1, 'w', now() FROM leasectl.jobs WHERE status = 'Processing'"
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    sql_conn.commit()
+    plans = explain_nested(
+        sql_conn,
+        "UPDATE leasectl.job_attempts SET outcome = 'completed', ended_at = now() "
+        "WHERE outcome = 'running'",
+        counters=True,
+    )
+    [(_, plan)] = [(t, p) for t, p in plans if "INTO counter_deltas" in t]
+    assert "Index Scan using jobs_pkey on jobs" in plan, plan
+    assert "Seq Scan" not in plan and "Hash Join" not in plan and "Merge Join" not in plan, plan
+    assert "rows=300 loops=1" in plan.split("Index Scan using jobs_pkey")[0], plan
