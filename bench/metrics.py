@@ -138,8 +138,8 @@ def seed_counters(dsn: str) -> None:
         )
         conn.execute(
             "INSERT INTO leasectl.counter_deltas (counter, action, queue, delta) "
-            "SELECT (ARRAY['completed', 'failed', 'retried'])[1 + i %% 3], '', "
-            "(ARRAY['payments', 'emails', 'reports'])[1 + i %% 3], 1 + i %% 10 "
+            "SELECT (ARRAY['completed', 'failed', 'retried'])[1 + i % 3], '', "
+            "(ARRAY['payments', 'emails', 'reports'])[1 + i % 3], 1 + i % 10 "
             "FROM generate_series(1, 5000) AS i"
         )
 
@@ -176,7 +176,7 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO leasectl.jobs (queue, priority, run_at) "
-                "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
+                "SELECT (ARRAY['payments','emails','reports'])[1 + i % 3], i %% 3, "
                 "now() - interval '1 millisecond' * i FROM generate_series(1, %s) AS i",
                 (args.pending,),
             )
