@@ -176,7 +176,7 @@ def main() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO leasectl.jobs (queue, priority, run_at) "
-                "SELECT (ARRAY['payments','emails','reports'])[1 + i % 3], i %% 3, "
+                "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
                 "now() - interval '1 millisecond' * i FROM generate_series(1, %s) AS i",
                 (args.pending,),
             )
