@@ -541,6 +541,60 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# The counters' triggers and fold (migration 11), against the known state of test_counters.py.
+COUNTERS_SQL = "migrations/011_counters.sql"
+COUNTERS = "tests/integration/test_counters.py::"
+COUNTED = COUNTERS + "test_a_scrape_counts_every_path_exactly"
+NOT_COUNTED = COUNTERS + "test_an_attempt_updated_after_it_ended_and_other_audit_rows_count_nothing"
+NEITHER = COUNTERS + "test_a_takeover_and_a_release_count_as_neither_completion_nor_failure"
+FOLDS = COUNTERS + "test_concurrent_folds_count_each_delta_once"
+FOLD_LIMIT = COUNTERS + "test_two_collectors_agree_and_folding_changes_no_value"
+
+
+def _counted(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"counters-{name}", COUNTERS_SQL, statement, text, replacement,
+                  tests or (COUNTED,))  # fmt: skip
+
+
+MUTANTS += (
+    _counted("old-rows", "counters_from_attempts",
+             "        UNION ALL\n        SELECT job_id, outcome, -1 FROM old_attempts\n"
+             "        WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
+    _counted("net-increase", "counters_from_attempts", "HAVING sum(c.sign) > 0", "",
+             NOT_COUNTED),
+    _counted("attempt-job", "counters_from_attempts", "FROM jobs WHERE id = c.job_id OFFSET 0",
+             "FROM jobs OFFSET 0"),
+    _counted("completed", "counters_from_attempts", "('completed', c.outcome = 'completed')",
+             "('completed', TRUE)"),
+    _counted("failed", "counters_from_attempts", "('failed', c.outcome = 'failed')",
+             "('failed', TRUE)"),
+    _counted("retried-pending", "counters_from_attempts",
+             "c.outcome = 'failed' AND j.status = 'Pending'", "c.outcome = 'failed'"),
+    # A retry is a failed attempt whose job is Pending: the rows are already only completed and
+    # failed attempts (and a completed attempt's job is never Pending), so the outcome is
+    # dropped from both places at once; a release (Pending, `released`) then counts.
+    mutant("counters-retried-failed", COUNTERS_SQL, "counters_from_attempts",
+           "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
+           also=(("FROM new_attempts\n        WHERE outcome IN ('completed', 'failed')",
+                  "FROM new_attempts"),)),
+    _counted("hit", "counters_from_attempts", "WHERE k.hit\n", "WHERE TRUE\n"),
+    _counted("watcher-lease-until", "counters_from_job_events", "AND e.after ? 'lease_until' ", ""),
+    _counted("watcher-run-at", "counters_from_job_events", "AND e.after ? 'run_at' THEN",
+             "THEN"),
+    _counted("operator-actions", "counters_from_job_events",
+             "WHEN e.action IN ('requeue', 'requeue_forced', 'mark_stuck', 'mark_stuck_forced',\n"
+             "                              'cancel', 'delete') THEN 'operator'",
+             "WHEN TRUE THEN 'operator'", NOT_COUNTED),
+    _counted("deleted-queue", "counters_from_job_events",
+             "coalesce(e.before ->> 'queue', j.queue, '')", "coalesce(j.queue, '')"),
+    _counted("event-job", "counters_from_job_events", "FROM jobs WHERE id = e.job_id OFFSET 0",
+             "FROM jobs OFFSET 0"),
+    _counted("fold-adds", "counters_fold", "SET value = t.value + excluded.value",
+             "SET value = excluded.value", FOLDS),
+    _counted("fold-limit", "counters_fold", " LIMIT max_rows))", "))", FOLD_LIMIT),
+)  # fmt: skip
+
+
 # Bounded live counts: the console's refresh (console_counts) and `leasectl status`
 # (status_live_counts), against the backlog tests and the plans that stop at their caps.
 BACKLOG = "tests/integration/test_backlog_counts.py::"

@@ -17,7 +17,7 @@ from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
 from leasectl.db.connection import Database
 from leasectl.db.metrics import MetricsReads
-from leasectl.runtime.exporter import LeasectlCollector
+from leasectl.runtime.exporter import FOLD_EVERY, LeasectlCollector
 
 
 def metrics(
@@ -89,7 +89,8 @@ def metrics(
                 _emit_json({"listen": url, "host": bound_host, "port": bound_port}, indent=None)
             else:
                 _say(f"serving metrics of schema {echo(schema)} at {first.db.where} on {url}")
-            stop.wait()
+            while not stop.wait(FOLD_EVERY):
+                collector.fold()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -18,7 +18,7 @@ from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.models import OwnerHealth, PausedQueue
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.operations import owner_health
+from leasectl.db.operations import FOLD_LIMIT, owner_health
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,17 @@ class QueueOwnerLeases:
 
 
 @dataclass(frozen=True)
+class CounterValue:
+    """One counter's value (migration 11): ``counter`` is ``completed``, ``failed``, ``retried``,
+    ``watcher`` or ``operator``; ``action`` the audit action of the last two, else ''."""
+
+    counter: str
+    action: str
+    queue: str
+    value: int
+
+
+@dataclass(frozen=True)
 class MetricsRows:
     """One scrape as read, at one instant (``db_now``)."""
 
@@ -48,6 +59,7 @@ class MetricsRows:
     owners: tuple[OwnerHealth, ...]
     finished_estimate: dict[str, int]  # by status, from planner statistics
     paused: tuple[PausedQueue, ...]
+    counters: tuple[CounterValue, ...]
     # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
     truncated: frozenset[str]
 
@@ -68,6 +80,8 @@ class MetricsReads:
         owner_window: timedelta = timedelta(hours=1),
         paused_limit: int = 1000,
         risk_window: timedelta = timedelta(seconds=10),
+        counter_limit: int = 20000,
+        fold_limit: int = FOLD_LIMIT,
     ) -> None:
         self.db = db
         self.budget = budget
@@ -77,6 +91,8 @@ class MetricsReads:
             "queue_limit": queue_limit,
             "lease_limit": lease_limit,
             "paused_limit": paused_limit,
+            "counter_limit": counter_limit,
+            "fold_limit": fold_limit,
         }
         self.owner_limit = owner_limit
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
@@ -84,6 +100,12 @@ class MetricsReads:
 
     def close(self) -> None:
         self.db.close(timeout=1.0)
+
+    def fold(self) -> int:
+        """Move up to ``fold_limit`` counter deltas into their totals (one short write
+        transaction); returns how many. No value changes: a scrape reads both."""
+        row = self.db.one("metrics_counters_fold", {"fold_limit": self.limits["fold_limit"]})
+        return int(row["folded"]) if row else 0
 
     def read(self, timeout: timedelta) -> MetricsRows:
         """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
@@ -111,6 +133,7 @@ class MetricsReads:
             ("owners", "status_owners", self.owner_params),
             ("estimate", "status_finished_estimate", params),
             ("paused", "console_paused", params),
+            ("counters", "metrics_counters", params),
         ]
         with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
@@ -129,6 +152,8 @@ class MetricsReads:
             truncated.add("owners")
         if rows["paused"] and int(rows["paused"][0]["total"]) > len(rows["paused"]):
             truncated.add("paused")
+        if len(rows["counters"]) > self.limits["counter_limit"]:
+            truncated.add("counters")
         return MetricsRows(
             db_now=db_now,
             pending=tuple(
@@ -155,5 +180,9 @@ class MetricsReads:
             owners=tuple(owner_health(rows["owners"], db_now)),
             finished_estimate={r["status"]: int(r["jobs"]) for r in rows["estimate"]},
             paused=tuple(PausedQueue.from_row(r) for r in rows["paused"]),
+            counters=tuple(
+                CounterValue(r["counter"], r["action"], r["queue"], int(r["value"]))
+                for r in rows["counters"][: self.limits["counter_limit"]]
+            ),
             truncated=frozenset(truncated),
         )

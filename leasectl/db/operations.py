@@ -39,6 +39,10 @@ from leasectl.core.models import (
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 
+# The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
+# takes a few hundred milliseconds (BENCHMARKS.md, "counters").
+FOLD_LIMIT = 100_000
+
 
 def _as_is(text: str) -> str:
     """The "dumps" of a payload already written as JSON text: the text itself."""
@@ -424,6 +428,11 @@ class Operations:
             {"older_than": older_than, "batch": batch, "queue": queue, "keep_events": keep_events},
         )
         return (int(row["jobs"]), int(row["events"])) if row else (0, 0)
+
+    def fold_counters(self, limit: int = 0) -> int:
+        """Move up to ``limit`` (FOLD_LIMIT) counter deltas into their totals; how many moved."""
+        row = self.db.one("metrics_counters_fold", {"fold_limit": limit or FOLD_LIMIT})
+        return int(row["folded"]) if row else 0
 
     def prune_count(self, older_than: timedelta, queue: str | None) -> int:
         row = self.db.one("jobs_prune_count", {"older_than": older_than, "queue": queue})

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from leasectl.core.errors import QueryTimeout
@@ -96,14 +96,64 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Expired leases an owner holds, with its freshness.",
     ),
     "leasectl_queue_paused": ("gauge", ("queue",), "1 for each paused queue."),
+    # Counters (migration 11): kept by the database's triggers, so every exporter of one
+    # database reports the same values, and prune or delete never lowers them.
+    "leasectl_jobs_completed_total": (
+        "counter",
+        ("queue",),
+        "Attempts that ended completed (jobs completed), per queue.",
+    ),
+    "leasectl_attempts_failed_total": (
+        "counter",
+        ("queue",),
+        "Attempts that ended failed, retried or final, per queue.",
+    ),
+    "leasectl_job_retries_total": (
+        "counter",
+        ("queue",),
+        "Failed attempts that sent their job back to Pending for a retry, per queue.",
+    ),
+    "leasectl_watcher_actions_total": (
+        "counter",
+        ("queue", "action"),
+        "Expired leases the watcher moved (watch, requeue-stuck), per queue and action "
+        "(requeue, mark_stuck, fail).",
+    ),
+    "leasectl_operator_actions_total": (
+        "counter",
+        ("queue", "action"),
+        "Operator actions per queue and action (requeue, requeue_forced, mark_stuck, "
+        "mark_stuck_forced, cancel, delete: one per job; pause, resume: one per queue).",
+    ),
+}
+
+# Which counter of the database each counter metric reports (db/metrics.py's CounterValue).
+COUNTERS: dict[str, str] = {
+    "completed": "leasectl_jobs_completed_total",
+    "failed": "leasectl_attempts_failed_total",
+    "retried": "leasectl_job_retries_total",
+    "watcher": "leasectl_watcher_actions_total",
+    "operator": "leasectl_operator_actions_total",
 }
 
 FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
+
+# Seconds between two folds of the counters' deltas (LeasectlCollector.fold).
+FOLD_EVERY = 1.0
 
 
 def _gauge(name: str) -> GaugeMetricFamily:
     _, labels, doc = METRICS[name]
     return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    _, labels, doc = METRICS[name]
+    return CounterMetricFamily(name, doc, labels=list(labels))
+
+
+def _family(name: str) -> Metric:
+    return _counter(name) if METRICS[name][0] == "counter" else _gauge(name)
 
 
 class LeasectlCollector(Collector):
@@ -122,6 +172,7 @@ class LeasectlCollector(Collector):
         self.connect = connect
         self._lock = threading.Lock()
         self._failing: str | None = None  # the error class of the last failed scrape
+        self._fold_failing: str | None = None  # ... and of the last failed fold
 
     def close(self) -> None:
         with self._lock:
@@ -129,10 +180,28 @@ class LeasectlCollector(Collector):
                 self.reads.close()
                 self.reads = None
 
+    def fold(self) -> None:
+        """Fold the counters' deltas (``leasectl metrics`` runs it every FOLD_EVERY seconds,
+        between scrapes): a scrape then reads the deltas of about a second, not of a scrape
+        interval. A failure is logged once and left to the next fold; the next scrape says
+        whether the database can be read."""
+        with self._lock:
+            if self.reads is None:
+                return
+            try:
+                self.reads.fold()
+            except Exception as exc:
+                error = type(exc).__name__
+                if error != self._fold_failing:
+                    log.warning("folding the counters failed: %s: %s", error, visible(str(exc)))
+                self._fold_failing = error
+            else:
+                self._fold_failing = None
+
     def describe(self) -> Iterator[Metric]:
         # No reads at registration: the registry learns the names from this, not from collect().
         for name in METRICS:
-            yield _gauge(name)
+            yield _family(name)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -173,7 +242,7 @@ class LeasectlCollector(Collector):
 def families(rows: MetricsRows) -> Iterator[Metric]:
     """The gauges of one scrape's rows."""
     truncated = _gauge("leasectl_scrape_truncated")
-    for part in ("pending", "stuck", "leases", "owners", "paused"):
+    for part in ("pending", "stuck", "leases", "owners", "paused", "counters"):
         truncated.add_metric([part], 1 if part in rows.truncated else 0)
     yield truncated
 
@@ -225,3 +294,12 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     for state in rows.paused:
         paused.add_metric([state.queue], 1)
     yield paused
+
+    counters = {name: _counter(name) for name in COUNTERS.values()}
+    for c in rows.counters:
+        name = COUNTERS.get(c.counter)
+        if name is None:  # a counter of a newer leasectl's schema
+            continue
+        labels = [c.queue, c.action] if len(METRICS[name][1]) == 2 else [c.queue]
+        counters[name].add_metric(labels, c.value)
+    yield from counters.values()

@@ -16,7 +16,7 @@ from leasectl.core.config import watcher_actor
 from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
-from leasectl.db.operations import Operations
+from leasectl.db.operations import FOLD_LIMIT, Operations
 
 log = logging.getLogger("leasectl.watcher")
 
@@ -126,6 +126,7 @@ class Watcher:
         self.stopping = threading.Event()
         self.passes = 0
         self.moved = 0
+        self._fold_failed = False
 
     def stop(self) -> None:
         self.stopping.set()
@@ -151,4 +152,20 @@ class Watcher:
                     result.failed,
                     result.marked_stuck,
                 )
+            self._fold_counters()
             self.stopping.wait(self.config.interval.total_seconds())
+
+    def _fold_counters(self) -> None:
+        """Fold the counters' deltas (migration 11) after each pass, so that a database whose
+        exporter does not run keeps a pass's worth of them, not every one since it was set up.
+        A failure (an operator role granted before the counters, the database gone) is logged
+        once: it changes no value, and the next pass tries again."""
+        try:
+            while self.ops.fold_counters() >= FOLD_LIMIT and not self.stopping.is_set():
+                pass
+        except Exception as exc:
+            if not self._fold_failed:
+                log.warning("watcher: folding the counters failed: %s", exc)
+            self._fold_failed = True
+        else:
+            self._fold_failed = False

@@ -96,7 +96,10 @@ def test_a_scrape_reports_the_known_state(
     assert s.series("leasectl_queue_paused") == {frozenset({("queue", "emails")}): 1}
     # Every family is one METRICS names, with its type; every metric but the error's is there.
     assert {name: kind for name, kind in s.families.items()} == {
-        name: kind for name, (kind, _, _) in METRICS.items() if name != "leasectl_scrape_error_info"
+        # (The parser names a counter's family without its _total.)
+        name.removesuffix("_total"): kind
+        for name, (kind, _, _) in METRICS.items()
+        if name != "leasectl_scrape_error_info"
     }
 
 
@@ -249,8 +252,10 @@ def test_hostile_queue_names_and_owners_are_exact_label_values(
     stored (escaped by prometheus_client, parsed back by its parser), whatever it holds."""
     names = [text[:200] for text in CORPUS if text[:200].strip()]
     for i, name in enumerate(names):
-        store.ops.enqueue([{}, {}], queue=name)
+        store.ops.enqueue([{}, {}, {}], queue=name)
         (lease,) = store.work.claim(name, f"{name}#{i}", timedelta(seconds=30))
+        done = store.work.claim(name, f"{name}#{i}", timedelta(seconds=30))
+        assert store.work.complete(done) == {done[0].job_id}
     store.ops.pause(names[0], actor="t", reason="r")
     with exporter(db_dsn) as (_, url):
         s = scrape(url)
@@ -259,6 +264,12 @@ def test_hostile_queue_names_and_owners_are_exact_label_values(
         f"{name}#{i}" for i, name in enumerate(names)
     }
     assert {dict(k)["queue"] for k in s.series("leasectl_queue_paused")} == {names[0]}
+    assert {dict(k)["queue"]: v for k, v in s.series("leasectl_jobs_completed_total").items()} == (
+        dict.fromkeys(names, 1)
+    )
+    assert s.series("leasectl_operator_actions_total") == {
+        frozenset({("queue", names[0]), ("action", "pause")}): 1
+    }
     assert lease
 
 

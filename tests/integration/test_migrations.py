@@ -39,6 +39,8 @@ def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
         with psycopg.connect(empty_db_dsn) as conn:
             assert _schema_shape(conn, "leasectl") == first
     assert [t[0] for t in first["tables"]] == [
+        "counter_deltas",
+        "counter_totals",
         "job_attempts",
         "job_events",
         "jobs",

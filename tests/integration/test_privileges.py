@@ -646,6 +646,11 @@ ADDED_BY_7 = (
 )
 ADDED_BY_8 = (", error_detail",)
 ADDED_BY_10 = (",\n    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete",)
+ADDED_BY_11 = (
+    ",\n    {schema}.counter_totals, {schema}.counter_deltas",
+    "\nGRANT EXECUTE ON FUNCTION {schema}.counters_fold TO {role}",
+    ", {schema}.counters_fold",
+)
 
 
 def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
@@ -685,7 +690,9 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 6)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10)
+                grant_as_before(
+                    conn, kind, name, ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11
+                )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -721,7 +728,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             assert ", error_detail)" in queries.get("grant_worker").text
-            grant_as_before(conn, "worker", name, ADDED_BY_8 + ADDED_BY_10)
+            grant_as_before(conn, "worker", name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -748,7 +755,7 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_8 + ADDED_BY_10)
+                grant_as_before(conn, kind, name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
             gone, other, again = store.ops.enqueue([{}, {}, {}], queue="q")
@@ -826,7 +833,7 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 9)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_10)
+                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             [job] = store.ops.enqueue([{}], queue="q")
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
@@ -848,3 +855,50 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
         assert [a for f, a in allowed if f == "jobs_operator_cancel"] == expected
         assert [a for f, a in allowed if f == "jobs_operator_delete"] == expected
         assert actions == [("cancel",), ("delete",)]
+
+
+def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """Migration 11 adds the counters: the roles that could read job_events (viewers and
+    operators granted by version 10) read and fold them, with no `leasectl grant` re-run; a
+    worker's completion is counted although it may not write the counters."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v10_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            with conn.transaction():
+                migrate_to(conn, 9)
+            # Migration 10's enum values are committed before the rest uses them (as init does).
+            conn.execute("ALTER TYPE leasectl.job_status ADD VALUE 'Cancelled'")
+            conn.execute("ALTER TYPE leasectl.attempt_outcome ADD VALUE 'cancelled'")
+            with conn.transaction():
+                ten = queries.migrations()[9]
+                conn.execute(ten.render("leasectl"))
+                conn.execute(
+                    queries.get("migration_record").render("leasectl"),
+                    {"version": ten.version, "name": ten.name},
+                )
+                for kind, name in names.items():
+                    grant_as_before(conn, kind, name, ADDED_BY_11)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            [job] = store.ops.enqueue([{}], queue="q")
+            assert store.db.migrate() == [m.version for m in queries.migrations()][10:]
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert store.work.complete(store.work.claim("q", "w", timedelta(seconds=30))) == {job}
+        for kind in ("viewer", "operator"):
+            with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
+                conn.execute("SELECT leasectl.counters_fold(10)")
+                total = conn.execute(
+                    "SELECT sum(value) FROM leasectl.counter_totals WHERE counter = 'completed'"
+                ).fetchone()
+                assert total == (1,)
+        for kind in ("worker", "producer"):
+            with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute("SELECT leasectl.counters_fold(10)")
+            with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(
+                        "INSERT INTO leasectl.counter_deltas VALUES ('completed', '', 'q', 1)"
+                    )

@@ -165,7 +165,7 @@ WHERE c.completed + c.failed > 0;
 -- every Pending row, walk its (queue, priority) groups (a loose index scan), take the first
 -- %(limit)s of each in run_at order and merge those. Past 64 groups, or filtered by job, sort the
 -- Pending rows. Filtered by owner (a prefix of lease_owner), walk the owner's range of the Pending
--- owner index (migration 11): %(owner)s <= lease_owner < %(owner_end)s, in "C" order; with no end
+-- owner index (migration 13): %(owner)s <= lease_owner < %(owner_end)s, in "C" order; with no end
 -- (the prefix is all U+10FFFF), every owner from the prefix up has it.
 WITH RECURSIVE grp AS (
     (SELECT 1 AS n, queue, priority

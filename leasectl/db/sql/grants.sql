@@ -5,10 +5,14 @@
 -- version granted and this one does not.
 
 -- name: grant_viewer
--- Read-only: status, inspect, requeue-stuck --dry-run and the console in read-only mode.
+-- Read-only: status, inspect, requeue-stuck --dry-run, the console in read-only mode and the
+-- exporter. (counters_fold moves counter deltas into their totals, which changes no value a
+-- reader sees: the exporter runs it every second so that a scrape reads few deltas.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
+    {schema}.counter_totals, {schema}.counter_deltas TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.counters_fold TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
@@ -18,7 +22,8 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {sche
 -- operator changes no table itself.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
+    {schema}.counter_totals, {schema}.counter_deltas TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
 -- role that is a worker too: `leasectl grant` runs --worker after --operator in one command.)
@@ -27,7 +32,7 @@ REVOKE UPDATE ON {schema}.job_attempts FROM {role};
 REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
-    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete TO {role};
+    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.

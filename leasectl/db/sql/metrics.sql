@@ -127,3 +127,23 @@ LIMIT %(lease_limit)s;
 -- name: metrics_clock
 -- The database clock of the scrape (every age above is measured on it).
 SELECT now() AS db_now;
+
+-- name: metrics_counters_fold
+-- Fold up to %(fold_limit)s counter deltas into their totals (migration 11's counters_fold): the
+-- exporter runs it every second between scrapes, so that a scrape reads few deltas and never
+-- waits for a fold of many.
+SELECT {schema}.counters_fold(%(fold_limit)s) AS folded;
+
+-- name: metrics_counters
+-- Every counter (migration 11): its total plus the deltas not folded yet, read in the scrape's
+-- snapshot, so that each delta is counted once (a fold moves it in one statement). The totals are
+-- read in their primary key's order, at most %(counter_limit)s + 1 rows (more: truncated).
+SELECT c.counter, c.action, c.queue, sum(c.value)::bigint AS value
+FROM (
+    SELECT counter, action, queue, value FROM {schema}.counter_totals
+    UNION ALL
+    SELECT counter, action, queue, delta FROM {schema}.counter_deltas
+) AS c
+GROUP BY c.counter, c.action, c.queue
+ORDER BY c.counter, c.action, c.queue
+LIMIT %(counter_limit)s + 1;
