@@ -57,6 +57,14 @@ def _permission_denied(primary: str | None, exc: BaseException) -> str:
     return detail if detail.startswith("permission denied") else f"permission denied: {detail}"
 
 
+def channel_for(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's enqueues."""
+    name = f"leasectl_{schema}"
+    if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
+        name = "leasectl_" + hashlib.sha1(schema.encode()).hexdigest()[:20]
+    return name
+
+
 class ErrorMapping:
     """Database failures become typed, one-line, password-free errors: the one mapping, as a
     context manager (stateless: one instance serves every call).
@@ -266,10 +274,7 @@ class Database:
     @property
     def channel(self) -> str:
         """The LISTEN/NOTIFY channel of this schema's enqueues."""
-        name = f"leasectl_{self.schema}"
-        if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
-            name = "leasectl_" + hashlib.sha1(self.schema.encode()).hexdigest()[:20]
-        return name
+        return channel_for(self.schema)
 
     def _table(self, table: str) -> str:
         return f"{quote_ident(self.schema)}.{quote_ident(table)}"
