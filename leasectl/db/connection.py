@@ -30,6 +30,9 @@ from leasectl.db.dsn import safe_dsn, validate_dsn
 
 CONNECT_TIMEOUT_S = 5
 
+# At most one live job per queue and unique key (migration 12).
+UNIQUE_KEY_INDEX = "jobs_unique_key_idx"
+
 _SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedObject)
 
 
@@ -112,6 +115,16 @@ class ErrorMapping:
         elif self.timeout is not None and isinstance(exc, pg_errors.QueryCanceled):
             # (Before OperationalError, of which QueryCanceled is a kind.)
             mapped = QueryTimeout(self.timeout)
+        elif (
+            isinstance(exc, pg_errors.UniqueViolation)
+            and exc.diag.constraint_name == UNIQUE_KEY_INDEX
+        ):
+            # An operator's requeue of a finished job whose unique key a newer job holds live.
+            mapped = LeasectlError(
+                "refused, nothing changed: a live job already has the unique key of a job this "
+                f"would make live again ({echo(exc.diag.message_detail or '')}); finish or "
+                "cancel that job first"
+            )
         elif isinstance(exc, psycopg.OperationalError):
             mapped = ConnectionFailed(f"lost the database at {self.where}: {first_line(exc)}")
         elif self.other is not None:

@@ -286,3 +286,25 @@ def test_cli_unique_key(db_dsn: str, sql_conn: psycopg.Connection[Any]) -> None:
         "unique_key has at most 200 characters",
     )
     assert [r[0] for r in keyed(sql_conn, "invoice-42")] == doc["ids"]
+
+
+def test_requeue_of_a_finished_job_whose_key_is_live_again_is_refused_in_one_line(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A Failed job's key may be live again on a newer job: requeueing the old one would make
+    two live jobs with one key, which the index refuses. One line, nothing changed."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        old = leasectl.enqueue(conn, queue="q", unique_key="k")
+        set_status(sql_conn, old.id, "Failed")
+        new = leasectl.enqueue(conn, queue="q", unique_key="k")
+    before = sql_conn.execute("SELECT id, status FROM leasectl.jobs ORDER BY id").fetchall()
+    assert_one_line_error(
+        cli("requeue", str(old.id), "--reason", "retry", dsn=db_dsn),
+        1,
+        "a live job already has the unique key of a job this would make live again",
+        "(queue, unique_key)=(q, k)",
+    )
+    assert sql_conn.execute("SELECT id, status FROM leasectl.jobs ORDER BY id").fetchall() == before
+    # Once the live one is finished, the old one may be requeued.
+    set_status(sql_conn, new.id, "Completed")
+    assert cli("requeue", str(old.id), dsn=db_dsn).returncode == 0
