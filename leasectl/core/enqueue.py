@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from leasectl.core.config import (
     DEFAULT_SCHEMA,
@@ -41,10 +41,10 @@ class NewJob:
     unique_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Enqueued:
+class Enqueued(NamedTuple):
     """A job enqueued: its id, or, when ``duplicate``, the id of the live job with its key that
-    was already there (nothing was inserted for it)."""
+    was already there (nothing was inserted for it). (A named tuple: a million are made for
+    `enqueue --count 1000000` in a fraction of a frozen dataclass's time.)"""
 
     id: int
     duplicate: bool = False

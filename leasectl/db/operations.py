@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -129,7 +130,12 @@ class Operations:
             max_attempts=max_attempts,
             unique_key=unique_key,
         )
-        return self._enqueue([check_job(job, payload=t) for t in texts])
+        # One checked job per distinct text: the copies of `enqueue --count` are one object.
+        template = check_job(job, payload="")
+        checked: dict[str, CheckedJob] = {}
+        return self._enqueue(
+            [checked.get(t) or checked.setdefault(t, replace(template, payload=t)) for t in texts]
+        )
 
     def _enqueue(self, jobs: Sequence[CheckedJob]) -> list[Enqueued]:
         plan = producer.Enqueue(jobs, self.db.schema)

@@ -54,15 +54,19 @@ class Enqueue:
         self.channel = channel_for(schema)
         self.results: list[Enqueued | None] = [None] * len(jobs)
         self.first_of: dict[int, int] = {}  # a later job with a key -> the first with it
-        seen: dict[tuple[str, str], int] = {}
+        self.keyed = any(j.unique_key is not None for j in _runs(jobs))
         self.todo: list[int] = []
-        for i, job in enumerate(jobs):
-            if job.unique_key is not None:
-                first = seen.setdefault((job.queue, job.unique_key), i)
-                if first != i:
-                    self.first_of[i] = first
-                    continue
-            self.todo.append(i)
+        if not self.keyed:
+            self.todo = list(range(len(jobs)))
+        else:
+            seen: dict[tuple[str, str], int] = {}
+            for i, job in enumerate(jobs):
+                if job.unique_key is not None:
+                    first = seen.setdefault((job.queue, job.unique_key), i)
+                    if first != i:
+                        self.first_of[i] = first
+                        continue
+                self.todo.append(i)
         self.rounds = 0
 
     def params(self) -> dict[str, Any] | None:
@@ -75,25 +79,37 @@ class Enqueue:
                 f"enqueue: {len(self.todo)} unique key(s) still unsettled after {MAX_ROUNDS} "
                 "statements (their live jobs kept finishing meanwhile); try again"
             )
-        jobs = [self.jobs[i] for i in self.todo]
+        jobs = (
+            self.jobs if self.rounds == 1 and not self.keyed else [self.jobs[i] for i in self.todo]
+        )
+        # (Copies of one job, as `enqueue --count` sends, are one object: looked at once.)
+        distinct = list(_runs(jobs))
         params: dict[str, Any] = {
             "payloads": [Jsonb(j.payload, dumps=_as_is) for j in jobs],
             "channel": self.channel,
-            "notify": sorted({j.queue for j in jobs}),
+            "notify": sorted({j.queue for j in distinct}),
         }
+        first = jobs[0]
+        others = distinct[1:]
         for name in ("queue", "priority", "delay", "max_attempts", "unique_key"):
-            values = [getattr(j, name) for j in jobs]
-            if all(v == values[0] for v in values):
-                params[name], params[f"{name}_each"] = values[0], None
+            value = getattr(first, name)
+            if all(getattr(j, name) == value for j in others):
+                params[name], params[f"{name}_each"] = value, None
             else:
-                params[name], params[f"{name}_each"] = None, values
-        keyed = [j for j in jobs if j.unique_key is not None]
+                params[name], params[f"{name}_each"] = None, [getattr(j, name) for j in jobs]
+        keyed = [j for j in jobs if j.unique_key is not None] if self.keyed else []
         params["keyed_queues"] = [j.queue for j in keyed]
         params["keyed_keys"] = [j.unique_key for j in keyed]
         return params
 
     def take(self, rows: Sequence[TupleRow]) -> None:
         """The rows of a statement (id, queue, unique_key, duplicate), ordered by id."""
+        if not self.keyed and len(rows) == len(self.todo):
+            # No key: every job was inserted, in order (the fast path of many jobs).
+            for i, row in zip(self.todo, rows, strict=True):
+                self.results[i] = Enqueued(row[0], False)
+            self.todo = []
+            return
         by_key: dict[tuple[str, str], Enqueued] = {}
         plain: list[int] = []
         for job_id, queue, key, duplicate in rows:
@@ -101,7 +117,8 @@ class Enqueue:
                 plain.append(job_id)
             else:
                 by_key[(queue, key)] = Enqueued(job_id, duplicate)
-        unkeyed = [i for i in self.todo if self.jobs[i].unique_key is None]
+        jobs = self.jobs
+        unkeyed = [i for i in self.todo if jobs[i].unique_key is None]
         if len(plain) != len(unkeyed):
             raise LeasectlError(f"enqueue: {len(unkeyed)} job(s) sent, {len(plain)} inserted")
         # Ids are given in the order of the INSERT's ORDER BY n: the n-th job without a key
@@ -121,15 +138,23 @@ class Enqueue:
         self.todo = again
 
     def done(self) -> list[Enqueued]:
-        out = []
-        for i, result in enumerate(self.results):
-            if i in self.first_of:
-                first = self.results[self.first_of[i]]
-                assert first is not None
-                result = Enqueued(first.id, True)
-            assert result is not None
-            out.append(result)
+        results = self.results
+        for i, first in self.first_of.items():
+            found = results[first]
+            assert found is not None
+            results[i] = Enqueued(found.id, True)
+        out = [r for r in results if r is not None]
+        assert len(out) == len(results)
         return out
+
+
+def _runs(jobs: Sequence[CheckedJob]) -> Iterable[CheckedJob]:
+    """``jobs`` without repeats of the same object in a row (the copies of `enqueue --count`)."""
+    last = None
+    for job in jobs:
+        if job is not last:
+            yield job
+            last = job
 
 
 def _prepare(jobs: Iterable[NewJob], schema: str) -> tuple[Enqueue, Any]:
