@@ -1,25 +1,54 @@
 """leasectl: a leased-job queue on PostgreSQL, its worker runtime, CLI and console.
 
-A handler module needs only ``from leasectl import JobContext, PermanentError``. The layers:
-``leasectl.core`` (models, errors, configuration), ``leasectl.db`` (the data layer),
-``leasectl.runtime`` (worker, watcher), ``leasectl.present`` (Rich output), ``leasectl.cli``,
-``leasectl.console``, ``leasectl.demo``; docs/architecture.md has the map.
+A handler module needs only ``from leasectl import JobContext, PermanentError``. An application
+enqueues inside its own transaction with ``leasectl.enqueue(conn, queue=..., payload=...)``
+(``enqueue_many``, and ``enqueue_async``/``enqueue_many_async`` on an ``AsyncConnection``):
+README, "Enqueue inside your transaction". The layers: ``leasectl.core`` (models, errors,
+configuration), ``leasectl.db`` (the data layer), ``leasectl.runtime`` (worker, watcher),
+``leasectl.present`` (Rich output), ``leasectl.cli``, ``leasectl.console``, ``leasectl.demo``;
+docs/architecture.md has the map.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from leasectl.core.enqueue import Enqueued, NewJob
+    from leasectl.core.errors import LeasectlError, UsageError
+    from leasectl.db.producer import enqueue, enqueue_async, enqueue_many, enqueue_many_async
     from leasectl.runtime.worker import JobContext, PermanentError
 
-__all__ = ["JobContext", "PermanentError"]
+# Lazy: importing leasectl.core must not load the worker runtime and psycopg.
+_WHERE = {
+    "JobContext": "leasectl.runtime.worker",
+    "PermanentError": "leasectl.runtime.worker",
+    "enqueue": "leasectl.db.producer",
+    "enqueue_many": "leasectl.db.producer",
+    "enqueue_async": "leasectl.db.producer",
+    "enqueue_many_async": "leasectl.db.producer",
+    "NewJob": "leasectl.core.enqueue",
+    "Enqueued": "leasectl.core.enqueue",
+    "LeasectlError": "leasectl.core.errors",
+    "UsageError": "leasectl.core.errors",
+}
+
+__all__ = [
+    "Enqueued",
+    "JobContext",
+    "LeasectlError",
+    "NewJob",
+    "PermanentError",
+    "UsageError",
+    "enqueue",
+    "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
+]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: importing leasectl.core must not load the worker runtime and psycopg.
-    if name in __all__:
-        from leasectl.runtime import worker
-
-        return getattr(worker, name)
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
     raise AttributeError(f"module 'leasectl' has no attribute {name!r}")

@@ -595,6 +595,19 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Unique jobs (jobs_enqueue): the live job a duplicate key gets is a live one. (Its other
+# predicates are not mutants: the lookup's `j.unique_key IS NOT NULL` repeats what its join's
+# equality implies, there for the partial index; the ON CONFLICT's predicate must imply the
+# index's, or the statement is refused for every key.)
+UNIQUE = "tests/integration/test_unique_jobs.py::"
+
+MUTANTS += (
+    mutant("enqueue-duplicate-live", "jobs.sql", "jobs_enqueue",
+           "unique_key IS NOT NULL AND j.status IN ('Pending', 'Processing', 'Stuck')",
+           "unique_key IS NOT NULL",
+           (UNIQUE + "test_a_finished_job_with_the_key_is_never_the_duplicate",)),
+)  # fmt: skip
+
 # Bounded live counts: the console's refresh (console_counts) and `leasectl status`
 # (status_live_counts), against the backlog tests and the plans that stop at their caps.
 BACKLOG = "tests/integration/test_backlog_counts.py::"

@@ -113,20 +113,53 @@ def enqueue(
             help="Enqueue N copies in one statement (all or none; at most 64 MiB of payloads).",
         ),
     ] = 1,
+    unique_key: Annotated[
+        str | None,
+        typer.Option(
+            "--unique-key",
+            metavar="KEY",
+            help="At most one live (Pending, Processing, Stuck) job per queue and key: if one "
+            "is there, nothing is added and its id is shown. At most 200 characters.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Add jobs to a queue."""
     queue = _queue_name(queue)
+    if unique_key is not None and count > 1:
+        raise UsageError("--unique-key names one job: it cannot go with --count above 1")
     body = config.parse_payload(_payload_text(payload))
     config.check_enqueue_size(len(body.encode("utf-8")), count)
     wait = _duration(delay, "--delay", allow_zero=True)
     with _operations(ctx) as ops:
-        ids = ops.enqueue_json(
-            [body] * count, queue=queue, priority=priority, delay=wait, max_attempts=max_attempts
+        done = ops.enqueue_json(
+            [body] * count,
+            queue=queue,
+            priority=priority,
+            delay=wait,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
         )
+    ids = [e.id for e in done]
+    duplicate = any(e.duplicate for e in done)
     if as_json:
         # One line: --count may make this a million ids.
-        _emit_json({"ids": ids, "queue": queue, "count": len(ids)}, indent=None)
+        doc = {
+            "ids": ids,
+            "queue": queue,
+            "count": len(ids),
+            "unique_key": unique_key,
+            # true: nothing was added, ids holds the live job that has the key
+            "duplicate": duplicate,
+        }
+        _emit_json(doc, indent=None)
+        return
+    if duplicate:
+        _say(
+            f"not enqueued: job {format_ids(ids)} with unique key {echo(unique_key or '')} is "
+            f"already live on queue {echo(queue)}"
+        )
         return
     when = f", due in {config.format_duration(wait)}" if wait else ""
     _say(f"enqueued {len(ids)} job(s) on queue {echo(queue)}{when}: {format_ids(ids)}")

@@ -315,6 +315,8 @@ class JobDetail:
     events: tuple[Event, ...]
     db_now: datetime
     queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
+    # The producer's unique key (migration 12): at most one live job per queue has it.
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,9 @@ from leasectl.db.dsn import safe_dsn, validate_dsn
 
 CONNECT_TIMEOUT_S = 5
 
+# At most one live job per queue and unique key (migration 12).
+UNIQUE_KEY_INDEX = "jobs_unique_key_idx"
+
 _SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedObject)
 
 
@@ -55,6 +58,14 @@ Denied = Callable[[str | None, BaseException], str]
 def _permission_denied(primary: str | None, exc: BaseException) -> str:
     detail = primary or first_line(exc)
     return detail if detail.startswith("permission denied") else f"permission denied: {detail}"
+
+
+def channel_for(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's enqueues."""
+    name = f"leasectl_{schema}"
+    if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
+        name = "leasectl_" + hashlib.sha1(schema.encode()).hexdigest()[:20]
+    return name
 
 
 class ErrorMapping:
@@ -104,6 +115,16 @@ class ErrorMapping:
         elif self.timeout is not None and isinstance(exc, pg_errors.QueryCanceled):
             # (Before OperationalError, of which QueryCanceled is a kind.)
             mapped = QueryTimeout(self.timeout)
+        elif (
+            isinstance(exc, pg_errors.UniqueViolation)
+            and exc.diag.constraint_name == UNIQUE_KEY_INDEX
+        ):
+            # An operator's requeue of a finished job whose unique key a newer job holds live.
+            mapped = LeasectlError(
+                "refused, nothing changed: a live job already has the unique key of a job this "
+                f"would make live again ({echo(exc.diag.message_detail or '')}); finish or "
+                "cancel that job first"
+            )
         elif isinstance(exc, psycopg.OperationalError):
             mapped = ConnectionFailed(f"lost the database at {self.where}: {first_line(exc)}")
         elif self.other is not None:
@@ -266,10 +287,7 @@ class Database:
     @property
     def channel(self) -> str:
         """The LISTEN/NOTIFY channel of this schema's enqueues."""
-        name = f"leasectl_{self.schema}"
-        if len(name.encode()) > 63:  # channel names are identifiers: at most 63 bytes
-            name = "leasectl_" + hashlib.sha1(self.schema.encode()).hexdigest()[:20]
-        return name
+        return channel_for(self.schema)
 
     def _table(self, table: str) -> str:
         return f"{quote_ident(self.schema)}.{quote_ident(table)}"

@@ -4,17 +4,17 @@ the guarded operator actions, reads of jobs, status and owners, retention, privi
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from leasectl.core import health
 from leasectl.core.config import check_queue_length
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
 from leasectl.core.errors import JobNotFound
 from leasectl.core.literal import echo
 from leasectl.core.models import (
@@ -36,17 +36,13 @@ from leasectl.core.models import (
     Skipped,
     StatusReport,
 )
+from leasectl.db import producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 
 # The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
 # takes a few hundred milliseconds (BENCHMARKS.md, "counters").
 FOLD_LIMIT = 100_000
-
-
-def _as_is(text: str) -> str:
-    """The "dumps" of a payload already written as JSON text: the text itself."""
-    return text
 
 
 def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
@@ -108,13 +104,15 @@ class Operations:
         max_attempts: int = 5,
     ) -> list[int]:
         """Enqueue one job per payload (Python values, sent as json.dumps writes them)."""
-        return self.enqueue_json(
-            [json.dumps(p) for p in payloads],
-            queue=queue,
-            priority=priority,
-            delay=delay,
-            max_attempts=max_attempts,
-        )
+        jobs = [
+            NewJob(p, queue=queue, priority=priority, delay=delay, max_attempts=max_attempts)
+            for p in payloads
+        ]
+        return [e.id for e in self.enqueue_jobs(jobs)]
+
+    def enqueue_jobs(self, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """Enqueue ``jobs`` in one statement on a pooled connection (its own transaction)."""
+        return self._enqueue([check_job(j) for j in jobs])
 
     def enqueue_json(
         self,
@@ -124,22 +122,30 @@ class Operations:
         priority: int = 0,
         delay: timedelta = timedelta(0),
         max_attempts: int = 5,
-    ) -> list[int]:
+        unique_key: str | None = None,
+    ) -> list[Enqueued]:
         """Enqueue one job per payload given as JSON text, which the server turns into jsonb
         as written: numbers stay exact (config.parse_payload checks a user's text first)."""
         check_queue_length(queue)
-        rows = self.db.rows(
-            "jobs_enqueue",
-            {
-                "queue": queue,
-                "payloads": [Jsonb(t, dumps=_as_is) for t in texts],
-                "priority": priority,
-                "delay": delay,
-                "max_attempts": max_attempts,
-                "channel": self.db.channel,
-            },
+        job = NewJob(
+            queue=queue,
+            priority=priority,
+            delay=delay,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
         )
-        return [r["id"] for r in rows]
+        # One checked job per distinct text: the copies of `enqueue --count` are one object.
+        template = check_job(job, payload="")
+        checked: dict[str, CheckedJob] = {}
+        return self._enqueue(
+            [checked.get(t) or checked.setdefault(t, replace(template, payload=t)) for t in texts]
+        )
+
+    def _enqueue(self, jobs: Sequence[CheckedJob]) -> list[Enqueued]:
+        plan = producer.Enqueue(jobs, self.db.schema)
+        statement = queries.get("jobs_enqueue").render(self.db.schema)
+        with self.db.connection() as conn:
+            return producer.run_enqueue(conn, plan, statement)
 
     # -- watcher ----------------------------------------------------------------------------
 
@@ -307,7 +313,9 @@ class Operations:
         events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
         paused = self.paused([job.queue])
         db_now = self.db.server_info()["db_now"]
-        return JobDetail(job, attempts, events, db_now, paused[0] if paused else None)
+        return JobDetail(
+            job, attempts, events, db_now, paused[0] if paused else None, row["unique_key"]
+        )
 
     def _not_found(self, job_id: int) -> str:
         """Why a job is not there: deleted (by whom, when, why: its audit events outlive it),

@@ -86,6 +86,8 @@ def fields_panel(detail: JobDetail) -> RenderableType:
         queue.append(": ", PAUSED_STYLE)
         queue.append_text(lit(pause.reason, PAUSED_STYLE))
     add("queue", queue)
+    if detail.unique_key is not None:
+        add("unique key", lit(detail.unique_key))
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
     owner = lit(job.lease_owner or "-")

@@ -131,7 +131,7 @@ def event_json(event: Event) -> dict[str, Any]:
 
 def detail_json(detail: JobDetail) -> dict[str, Any]:
     return {
-        "job": job_json(detail.job),
+        "job": {**job_json(detail.job), "unique_key": detail.unique_key},
         "attempts": [attempt_json(a) for a in detail.attempts],
         "events": [event_json(e) for e in detail.events],
         "db_now": jsonable(detail.db_now),

@@ -305,4 +305,4 @@ def sample_detail(job_id: int = 1042) -> JobDetail:
             {"status": "Pending", "attempts": 1},
         ),
     )
-    return JobDetail(the_job, attempts, events, NOW)
+    return JobDetail(the_job, attempts, events, NOW, unique_key="pay-ord_8f2k1x")

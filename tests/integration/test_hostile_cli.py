@@ -43,6 +43,8 @@ LONG = ESC + "[2J" + "x" * 100_000
 JOINED_TERMINAL = "".join(TERMINAL)  # every terminal attack in one value
 JOINED_UNICODE = "".join(UNICODE)
 JOINED_MARKUP = "".join(MARKUP)
+# A unique key holds at most 200 characters: terminal attacks and markup in one.
+HOSTILE_KEY = (JOINED_TERMINAL + JOINED_MARKUP)[:200]
 SHORT = "\x1b]0;PWNED\x07\x1b[2J"  # short enough to be a schema or role name
 
 
@@ -178,8 +180,8 @@ def _seed(dsn: str) -> Hostile:
     payload = {value: value for value in CORPUS}  # the 100,000-character value too
     showcase = job(JOINED_TERMINAL, JOINED_UNICODE, "\n".join(NAMES), payload, "-1 minute")
     conn.execute(
-        "UPDATE leasectl.jobs SET attempts = %s, max_attempts = %s WHERE id = %s",
-        [len(NAMES), len(NAMES) + 1, showcase],
+        "UPDATE leasectl.jobs SET attempts = %s, max_attempts = %s, unique_key = %s WHERE id = %s",
+        [len(NAMES), len(NAMES) + 1, HOSTILE_KEY, showcase],
     )
     for n, value in enumerate(NAMES, start=1):
         conn.execute(
@@ -263,6 +265,7 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
     human = checked(run("inspect", str(hostile.showcase), dsn=hostile.dsn), 0, "inspect")
     shown(human.stdout, JOINED_TERMINAL, "inspect queue")
     shown(human.stdout, JOINED_UNICODE, "inspect lease owner")
+    shown(human.stdout, HOSTILE_KEY, "inspect unique key")
     for value in NAMES:
         shown(human.stdout, value, "inspect last error", multiline=True)
         shown(human.stdout, value, "inspect attempt owner, event actor and action")
@@ -286,6 +289,7 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
     job = document["job"]
     assert (job["queue"], job["lease_owner"]) == (JOINED_TERMINAL, JOINED_UNICODE)
     assert job["last_error"] == "\n".join(NAMES)
+    assert job["unique_key"] == HOSTILE_KEY
     assert job["payload"] == {value: value for value in CORPUS}
     assert [(a["lease_owner"], a["error"], a["error_detail"]) for a in document["attempts"]] == [
         (value, value, f"Traceback {n}\n{value}") for n, value in enumerate(NAMES, start=1)

@@ -143,7 +143,15 @@ def test_upgrade_from_version_2_keeps_history_and_its_cascade(empty_db_dsn: str)
                     {"version": migration.version, "name": migration.name},
                 )
     with Stores.connect(empty_db_dsn, schema, check_schema=False) as store:
-        ids = store.ops.enqueue([{"n": 1}, {"n": 2}])
+        # Two jobs as that version's enqueue wrote them (today's writes migration 12's key).
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "INSERT INTO leasectl.jobs (payload) VALUES ('{\"n\": 1}'), ('{\"n\": 2}') "
+                    "RETURNING id"
+                ).fetchall()
+            ]
         # Two leases as a worker of that version took them (today's claim needs migration 7's
         # queue_state).
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:

@@ -540,8 +540,14 @@ def seed_pending(db_dsn: str, n: int) -> list[int]:
 def test_producer_role_enqueues_only(granted: Roles, db_dsn: str) -> None:
     proc = cli("enqueue", "-q", "q", "--count", "2", "--json", dsn=granted.dsn("producer"))
     assert proc.returncode == 0, proc.stderr
+    for duplicate in (False, True):
+        keyed = cli(
+            "enqueue", "-q", "q", "--unique-key", "k", "--json", dsn=granted.dsn("producer")
+        )
+        assert keyed.returncode == 0, keyed.stderr
+        assert json.loads(keyed.stdout)["duplicate"] is duplicate
     with psycopg.connect(db_dsn, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM leasectl.jobs").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM leasectl.jobs").fetchone() == (3,)
     for args in (["status"], ["inspect", "1"], ["requeue", "1"]):
         refused(granted, "producer", db_dsn, *args)
 
@@ -651,6 +657,7 @@ ADDED_BY_11 = (
     "\nGRANT EXECUTE ON FUNCTION {schema}.counters_fold TO {role}",
     ", {schema}.counters_fold",
 )
+ADDED_BY_12 = (", unique_key", ", queue, status")
 
 
 def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
@@ -691,7 +698,10 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
             migrate_to(conn, 6)
             for kind, name in names.items():
                 grant_as_before(
-                    conn, kind, name, ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11
+                    conn,
+                    kind,
+                    name,
+                    ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
@@ -728,7 +738,9 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             assert ", error_detail)" in queries.get("grant_worker").text
-            grant_as_before(conn, "worker", name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11)
+            grant_as_before(
+                conn, "worker", name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12
+            )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
             [job_id] = store.ops.enqueue([{}], queue="q")
@@ -755,7 +767,9 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11)
+                grant_as_before(
+                    conn, kind, name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12
+                )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
             gone, other, again = store.ops.enqueue([{}, {}, {}], queue="q")
@@ -833,9 +847,12 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 9)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11)
+                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            # (A job of version 9, written as that version's enqueue wrote it.)
+            row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
+            [job] = row.fetchone() or ()
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            [job] = store.ops.enqueue([{}], queue="q")
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
         proc = cli("cancel", str(job), "--reason", "upgrade", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
@@ -880,9 +897,11 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                     {"version": ten.version, "name": ten.name},
                 )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_11)
+                    grant_as_before(conn, kind, name, ADDED_BY_11 + ADDED_BY_12)
+            # (A job of version 10, written as that version's enqueue wrote it.)
+            row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
+            [job] = row.fetchone() or ()
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            [job] = store.ops.enqueue([{}], queue="q")
             assert store.db.migrate() == [m.version for m in queries.migrations()][10:]
         with Stores.connect(roles.dsn("worker"), "leasectl") as store:
             assert store.work.complete(store.work.claim("q", "w", timedelta(seconds=30))) == {job}
@@ -902,3 +921,34 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                     conn.execute(
                         "INSERT INTO leasectl.counter_deltas VALUES ('completed', '', 'q', 1)"
                     )
+
+
+def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """Migration 12 adds unique keys: a producer granted by an older leasectl (INSERT on the
+    job's columns, SELECT (id)) enqueues, with a key too, and gets a duplicate's id, with no
+    `leasectl grant` re-run; the other roles get nothing new."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v9p_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            # (Version 9: migration 10's enum values are committed by Database.migrate.)
+            migrate_to(conn, 9)
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
+        first = cli("enqueue", "-q", "q", "--unique-key", "k", "--json", dsn=roles.dsn("producer"))
+        assert first.returncode == 0, first.stderr
+        again = cli("enqueue", "-q", "q", "--unique-key", "k", "--json", dsn=roles.dsn("producer"))
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["ids"] == json.loads(first.stdout)["ids"]
+        assert json.loads(again.stdout)["duplicate"] is True
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            granted = conn.execute(
+                "SELECT r, has_column_privilege(r, 'leasectl.jobs', 'unique_key', 'INSERT') "
+                "FROM unnest(%s::text[]) AS r",
+                [["public", *(names[kind] for kind in KINDS)]],
+            ).fetchall()
+        assert [g for _, g in granted] == [False, *(kind == "producer" for kind in KINDS)]

@@ -243,6 +243,7 @@ def test_detail_json_has_all_columns() -> None:
         "created_at",
         "updated_at",
         "finished_at",
+        "unique_key",
     }
     assert doc["job"]["lease_until"] == "2025-03-01T11:59:18+00:00"
     assert doc["job"]["status"] == "Processing"
@@ -511,6 +512,18 @@ def test_the_traceback_of_the_last_failed_attempt_is_shown_as_text(value: str) -
         assert piece.strip()[:100] in text
     no_detail = dataclasses.replace(newer, error_detail=None)
     assert traceback_panel(dataclasses.replace(detail, attempts=(no_detail,))) == []
+
+
+@pytest.mark.parametrize("value", NAMES, ids=range(len(NAMES)))
+def test_a_unique_key_is_shown_as_text(value: str) -> None:
+    detail = dataclasses.replace(make_detail(), unique_key=value)
+    text = render(detail_renderables(detail), width=400)
+    assert not acting(text), acting(text)
+    [line] = [line for line in text.splitlines() if "unique key" in line]
+    assert visible(value).strip() in line
+    assert detail_json(detail)["job"]["unique_key"] == value
+    # A job without a key has no such line.
+    assert "unique key" not in render(detail_renderables(make_detail()), width=400)
 
 
 def test_events_whose_documents_are_not_objects_still_render() -> None:

@@ -53,8 +53,8 @@ GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, star
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
-GRANT INSERT (queue, payload, priority, run_at, max_attempts), SELECT (id)
-    ON {schema}.jobs TO {role};
+GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key),
+    SELECT (id, queue, unique_key, status) ON {schema}.jobs TO {role};
 
 -- name: roles_existing
 -- Which of the named roles exist (a grant to a missing role fails with a clearer message).

@@ -1,15 +1,54 @@
 -- name: jobs_enqueue
--- Insert one job per payload in one statement and wake idle workers of the queue (NOTIFY).
-WITH inserted AS (
-    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts)
-    SELECT %(queue)s, p.payload, %(priority)s, now() + %(delay)s, %(max_attempts)s
-    FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS p(payload, n)
-    ORDER BY p.n
-    RETURNING id
+-- Insert one job per payload in one statement, at most one live job per queue and unique key, and wake idle workers of the queues (NOTIFY, sent when the transaction commits).
+-- A column that varies between the jobs comes as an array beside the payloads (`*_each`), one
+-- that does not as one value (NULL array), so that N copies send N payloads and no more.
+-- Rows: the jobs inserted (`duplicate` false) and, for a key that found a live job already
+-- there, that job (`duplicate` true). The live job looked up is the one this statement's
+-- snapshot sees: a key whose job was committed by another transaction while this one waited on
+-- it comes back in no row, and Enqueue.run asks again in a new statement.
+WITH given AS (
+    SELECT g.n, g.payload,
+           coalesce(g.queue, %(queue)s::text) AS queue,
+           coalesce(g.priority, %(priority)s::integer) AS priority,
+           coalesce(g.delay, %(delay)s::interval) AS delay,
+           coalesce(g.max_attempts, %(max_attempts)s::integer) AS max_attempts,
+           coalesce(g.unique_key, %(unique_key)s::text) AS unique_key
+    FROM unnest(%(payloads)s::jsonb[], %(queue_each)s::text[], %(priority_each)s::integer[],
+                %(delay_each)s::interval[], %(max_attempts_each)s::integer[],
+                %(unique_key_each)s::text[])
+         WITH ORDINALITY AS g(payload, queue, priority, delay, max_attempts, unique_key, n)
+), inserted AS (
+    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key)
+    SELECT queue, payload, priority, now() + delay, max_attempts, unique_key
+    FROM given
+    ORDER BY n
+    -- jobs_unique_key_idx (migration 12): a key with a live job, committed or not, inserts
+    -- nothing (an uncommitted one is waited for: inserted if it rolls back).
+    ON CONFLICT (queue, unique_key)
+        WHERE unique_key IS NOT NULL AND status IN ('Pending', 'Processing', 'Stuck')
+        DO NOTHING
+    RETURNING id, queue, unique_key
+), existing AS (
+    -- The keyed jobs' (queue, key) pairs come again on their own (`keyed_*`), so that `given`
+    -- is read once, streamed into the INSERT.
+    SELECT j.id, j.queue, j.unique_key
+    FROM unnest(%(keyed_queues)s::text[], %(keyed_keys)s::text[]) AS k(queue, unique_key)
+    JOIN {schema}.jobs AS j ON j.queue = k.queue AND j.unique_key = k.unique_key
+    WHERE j.unique_key IS NOT NULL AND j.status IN ('Pending', 'Processing', 'Stuck')
 ), notified AS (
-    SELECT pg_notify(%(channel)s, left(%(queue)s, 128)) AS sent
+    SELECT count(pg_notify(%(channel)s, left(q, 128))) AS sent
+    FROM unnest(%(notify)s::text[]) AS q
 )
-SELECT inserted.id FROM inserted CROSS JOIN notified ORDER BY inserted.id;
+SELECT r.id, r.queue, r.unique_key, r.duplicate
+FROM (
+    SELECT i.id, i.queue, i.unique_key, false AS duplicate FROM inserted AS i
+    UNION ALL
+    SELECT e.id, e.queue, e.unique_key, true FROM existing AS e
+    WHERE NOT EXISTS (
+        SELECT FROM inserted AS i WHERE i.queue = e.queue AND i.unique_key = e.unique_key
+    )
+) AS r CROSS JOIN notified
+ORDER BY r.id;
 
 -- name: jobs_complete_and_claim
 -- A worker's round trip: complete its finished leases (fenced), then lease due Pending jobs.
@@ -225,7 +264,7 @@ SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 -- large one is cut on the server instead of being sent whole to show its beginning.)
 SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts,
        j.lease_owner, j.lease_until, j.heartbeat_at, j.last_error, j.created_at, j.updated_at,
-       j.finished_at,
+       j.finished_at, j.unique_key,
        CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
             ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
        length(p.text) AS payload_length
