@@ -1,0 +1,113 @@
+"""A handler's own transaction that ends with its job's fenced completion (``ctx.transaction()``).
+
+The handler's writes and ``job_complete_in_transaction`` commit together or not at all. Each
+handler thread that asks gets its own connection, opened on first use and kept outside the
+worker's pool: a handler that holds a transaction open for long never takes a connection the
+dispatcher or the heartbeat needs, and handlers that never ask open none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+
+from leasectl.core.errors import LeaseLost
+from leasectl.core.models import Lease
+from leasectl.db import sql as queries
+from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
+
+
+class HandlerTransactions:
+    """One connection per handler thread (opened when first asked), each for one transaction at
+    a time; all closed with the database."""
+
+    def __init__(self, db: Database, application_name: str) -> None:
+        self._db = db
+        self._application_name = application_name[:63]
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: list[psycopg.Connection[Any]] = []
+        self._closed = False
+        self._complete = queries.get("job_complete_in_transaction").render(db.schema)
+        db.on_close(self.close)
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        if conn is not None:
+            self._forget(conn)
+        with self._db.errors():
+            # autocommit: the transaction is psycopg's `conn.transaction()` block, inside which
+            # an explicit commit() or rollback() by the handler is refused.
+            conn = psycopg.connect(
+                self._db.dsn,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=self._application_name,
+            )
+        with self._lock:
+            if self._closed:
+                conn.close()
+                raise LeaseLost("the worker has shut down")
+            self._open.append(conn)
+        self._local.conn = conn
+        return conn
+
+    def _forget(self, conn: psycopg.Connection[Any]) -> None:
+        conn.close()
+        with self._lock:
+            if conn in self._open:
+                self._open.remove(conn)
+        self._local.conn = None
+
+    @contextlib.contextmanager
+    def completing(
+        self, lease: Lease, before_completion: Callable[[], None]
+    ) -> Iterator[psycopg.Connection[Any]]:
+        """A connection in an open transaction; on a normal exit the lease's fenced completion
+        runs in that transaction, which then commits. Raises ``LeaseLost`` (rolled back) when
+        the fence refuses, a mapped ``LeasectlError`` when the completion or the commit fails
+        (committed or not: a fenced failure written next is refused if it was), and lets an
+        exception from the block propagate (rolled back)."""
+        conn = self._connection()
+        params = {"id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}
+        body_done = False
+        try:
+            with conn.transaction():
+                yield conn
+                body_done = True
+                before_completion()
+                if conn.execute(self._complete, params).fetchone() is None:
+                    raise _Refused
+        except _Refused:
+            raise LeaseLost(
+                f"job {lease.job_id} attempt {lease.attempt}: the lease was lost; "
+                "the transaction was rolled back"
+            ) from None
+        except psycopg.Error as exc:
+            if conn.broken or conn.closed:
+                self._forget(conn)
+            if not body_done:
+                raise  # the handler's own error: its to see as is
+            with self._db.errors():
+                raise exc from None
+        except BaseException:
+            if conn.broken or conn.closed:
+                self._forget(conn)
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._open = self._open, []
+        for conn in conns:
+            conn.close()
+
+
+class _Refused(Exception):
+    """The fence refused the completion (raised inside the transaction to roll it back)."""
