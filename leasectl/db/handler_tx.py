@@ -31,6 +31,7 @@ class HandlerTransactions:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: list[psycopg.Connection[Any]] = []
+        self._busy: set[int] = set()  # ids of the connections inside a transaction now
         self._closed = False
         self._complete = queries.get("job_complete_in_transaction").render(db.schema)
         db.on_close(self.close)
@@ -53,7 +54,7 @@ class HandlerTransactions:
         with self._lock:
             if self._closed:
                 conn.close()
-                raise LeaseLost("the worker has shut down")
+                raise LeaseLost("the worker has shut down: its leases were handed back")
             self._open.append(conn)
         self._local.conn = conn
         return conn
@@ -77,6 +78,8 @@ class HandlerTransactions:
         conn = self._connection()
         params = {"id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}
         body_done = False
+        with self._lock:
+            self._busy.add(id(conn))
         try:
             with conn.transaction():
                 yield conn
@@ -100,12 +103,21 @@ class HandlerTransactions:
             if conn.broken or conn.closed:
                 self._forget(conn)
             raise
+        finally:
+            with self._lock:
+                self._busy.discard(id(conn))
+                closing = self._closed
+            if closing:  # closed meanwhile: this thread closes its own connection
+                self._forget(conn)
 
     def close(self) -> None:
+        """Close the connections no transaction is using; one in use is closed by its own
+        thread when its transaction ends (libpq connections are not for two threads at once)."""
         with self._lock:
             self._closed = True
-            conns, self._open = self._open, []
-        for conn in conns:
+            idle = [c for c in self._open if id(c) not in self._busy]
+            self._open = [c for c in self._open if id(c) in self._busy]
+        for conn in idle:
             conn.close()
 
 

@@ -323,3 +323,36 @@ def test_a_worker_killed_inside_its_transaction_leaves_no_business_row(
     assert attempts(business, job_id) == [(1, "victim", "expired"), (2, "heir", "completed")]
     heir.signal(signal.SIGTERM)
     assert heir.wait() == 0
+
+
+def test_a_transaction_still_open_after_the_grace_period_is_rolled_back(
+    store: Stores, run_worker: Any, business: psycopg.Connection[Any]
+) -> None:
+    """Shutdown hands the job back while its handler's transaction is open: the block's end is
+    refused, nothing of it stays, and the job is Pending again for the next worker."""
+    gate = Gate()
+    ended = threading.Event()
+
+    def handler(ctx: JobContext) -> None:
+        try:
+            with ctx.transaction() as conn:
+                capture(conn, ctx)
+                gate.hold()
+        except LeaseLost as exc:
+            gate.seen.append(exc)
+        finally:
+            ended.set()
+
+    worker = run_worker(handler, queues=(Q,), concurrency=2, grace=timedelta(milliseconds=100))
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    assert gate.inside.wait(10)
+    worker.stop()
+    assert worker.closed.wait(15)
+    assert worker.stats.released == 1
+    gate.go.set()
+    assert ended.wait(10)
+    assert len(gate.seen) == 1
+    assert captured(business) == []
+    job = store.ops.get_job(job_id)
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
+    assert attempts(business, job_id) == [(1, worker.worker_id, "released")]
