@@ -247,6 +247,7 @@ class Worker:
         self.paused: set[str] = set()  # our queues last seen paused (logged once each)
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._handler_tx: HandlerTransactions | None = None  # made when a handler first asks
+        self._open_transaction = self._transaction  # (bound once, not per job)
 
     @property
     def worker_id(self) -> str:
@@ -438,7 +439,7 @@ class Worker:
             finished = []
             deadline = sent + self.config.lease_ttl.total_seconds()
             for lease in leases:
-                ctx = JobContext(lease, deadline=deadline, _open_transaction=self._transaction)
+                ctx = JobContext(lease, deadline=deadline, _open_transaction=self._open_transaction)
                 with self._lock:
                     self._held[lease.job_id] = ctx
                     self._running += 1
@@ -564,7 +565,7 @@ class Worker:
             with transactions.completing(ctx.lease, completing) as conn:
                 yield conn
         except LeaseLost:
-            self._mark_lost(ctx, "the database refused the completion: lease taken over")
+            self._mark_lost(ctx, "the database refused the completion: the lease was lost")
             raise
         except BaseException:
             ctx.finishing = False  # rolled back, or its commit is unknown: the handler goes on
