@@ -240,6 +240,62 @@ def test_heartbeats_renew_the_lease_while_the_transaction_is_open(
     assert worker.stats.lost == 0
 
 
+def test_a_heartbeat_that_waits_for_the_completions_row_lock_loses_nothing(
+    store: Stores, run_worker: Any, business: psycopg.Connection[Any]
+) -> None:
+    """The completion locks the job's row until the commit; a heartbeat of the same lease
+    waits for it, then finds the job Completed: not a lost lease, and no deadlock. (The commit
+    is held open by a deferred trigger that waits for an advisory lock the test holds.)"""
+    business.execute(
+        "CREATE FUNCTION public.hold_commit() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN PERFORM pg_advisory_xact_lock(4242); RETURN NULL; END$$"
+    )
+    business.execute(
+        "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON public.captured "
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.hold_commit()"
+    )
+    business.execute("SELECT pg_advisory_lock(4242)")
+    gate = Gate()
+    seen: list[JobContext] = []
+
+    def handler(ctx: JobContext) -> None:
+        seen.append(ctx)
+        with ctx.transaction() as conn:
+            capture(conn, ctx)
+        gate.hold()  # still running after the commit: its lease is still held, not renewed
+
+    worker = run_worker(
+        handler,
+        queues=(Q,),
+        lease_ttl=timedelta(seconds=5),
+        heartbeat_every=timedelta(milliseconds=100),
+    )
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    # The commit waits for the advisory lock, the heartbeat for the job's row.
+    wait_until(
+        lambda: (
+            business.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ).fetchone()
+            == (2,)
+        ),
+        what="the commit and a heartbeat both waiting",
+    )
+    assert store.ops.get_job(job_id).status == JobStatus.PROCESSING
+    business.execute("SELECT pg_advisory_unlock(4242)")
+    assert gate.inside.wait(10)
+    assert store.ops.get_job(job_id).status == JobStatus.COMPLETED
+    try:
+        worker.beat()  # a heartbeat past the commit: refused (Completed), which is no lost lease
+        assert worker.stats.lost == 0 and not seen[0].is_cancelled()
+    finally:
+        gate.go.set()
+    wait_until(lambda: worker.stats.completed == 1)
+    assert (worker.stats.lost, worker.stats.failed) == (0, 0)
+    assert captured(business) == [(job_id, 1, worker.worker_id)]
+
+
 def test_a_second_transaction_is_an_error_and_a_raise_after_the_commit_keeps_the_completion(
     store: Stores, run_worker: Any, business: psycopg.Connection[Any]
 ) -> None:
