@@ -96,7 +96,7 @@ class HandlerTransactions:
             if conn.broken or conn.closed:
                 self._forget(conn)
             if not body_done:
-                raise  # the handler's own error: its to see as is
+                raise  # the handler's own error, for it to see as it is
             with self._db.errors():
                 raise exc from None
         except BaseException:
