@@ -624,6 +624,13 @@ class Chaos:
             time.sleep(0.5)
 
     def stop_workers(self) -> None:
+        # A worker (re)started just before the end may still be importing: a SIGTERM before it
+        # installs its handler kills it (exit -15), which says nothing about the worker. Wait
+        # (a bounded time) until each one is ready.
+        deadline = time.monotonic() + 30
+        for slot in self.slots:
+            while slot.alive and not slot.ready and time.monotonic() < deadline:
+                time.sleep(0.1)
         for slot in self.slots:
             if slot.alive:
                 slot.expect_exit = "term"
