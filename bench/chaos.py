@@ -75,6 +75,9 @@ class Settings:
     long_fraction: float = 0.02  # jobs that outlive their first lease: heartbeats must carry them
     stubborn_fraction: float = 0.05  # handlers that ignore ctx.cancelled: only fencing stops them
     fail_fraction: float = 0.01  # handlers that raise on their first attempt
+    # Jobs whose handler writes a business row and completes in one transaction
+    # (ctx.transaction()); the others complete on the worker's round trip.
+    transaction_fraction: float = 0.5
     action_gap: float | None = None  # mean seconds between chaos actions (default: from duration)
     drain_timeout: float = 300.0
     keep: bool = False
@@ -268,6 +271,11 @@ class Chaos:
             " worker text NOT NULL, started_at timestamptz NOT NULL,"
             " ended_at timestamptz NOT NULL, outcome text NOT NULL)"
         )
+        # The business rows written in ctx.transaction(): no key, so a double write would show.
+        self.q(
+            "CREATE TABLE {s}.chaos_business ("
+            " job_id bigint NOT NULL, attempt integer NOT NULL, worker text NOT NULL)"
+        )
         # Append-only: a trigger refuses every UPDATE and DELETE.
         self.q(
             "CREATE FUNCTION {s}.chaos_append_only() RETURNS trigger LANGUAGE plpgsql AS "
@@ -307,6 +315,7 @@ class Chaos:
             "ms": round(ms, 1),
             "stubborn": r.random() < s.stubborn_fraction,
             "fail": r.random() < s.fail_fraction,
+            "tx": r.random() < s.transaction_fraction,
         }
 
     # -- the run --------------------------------------------------------------------------------
@@ -615,6 +624,13 @@ class Chaos:
             time.sleep(0.5)
 
     def stop_workers(self) -> None:
+        # A worker (re)started just before the end may still be importing: a SIGTERM before it
+        # installs its handler kills it (exit -15), which says nothing about the worker. Wait
+        # (a bounded time) until each one is ready.
+        deadline = time.monotonic() + 30
+        for slot in self.slots:
+            while slot.alive and not slot.ready and time.monotonic() < deadline:
+                time.sleep(0.1)
         for slot in self.slots:
             if slot.alive:
                 slot.expect_exit = "term"
@@ -825,6 +841,27 @@ class Chaos:
             " (action = 'fail' AND after->>'status' = 'Failed'))"
         )
         add("every event's action matches its new state", bad, f"{len(bad)} inconsistent events")
+        bad = self.q(
+            "SELECT j.id, j.status::text, j.payload->>'tx', count(b.job_id), "
+            "       max(b.attempt), j.attempts, max(b.worker), j.lease_owner "
+            "FROM {s}.jobs AS j LEFT JOIN {s}.chaos_business AS b ON b.job_id = j.id "
+            "GROUP BY j.id "
+            "HAVING count(b.job_id) <> CASE WHEN j.status = 'Completed' "
+            "                               AND (j.payload->>'tx')::boolean THEN 1 ELSE 0 END "
+            "    OR max(b.attempt) <> j.attempts OR max(b.worker) <> j.lease_owner "
+            "UNION ALL "
+            "SELECT b.job_id, 'no such job', NULL, count(*), NULL, NULL, NULL, NULL "
+            "FROM {s}.chaos_business AS b WHERE NOT EXISTS "
+            "  (SELECT 1 FROM {s}.jobs AS j WHERE j.id = b.job_id) GROUP BY b.job_id"
+        )
+        business = self.q("SELECT count(*) FROM {s}.chaos_business")[0][0]
+        tx_jobs = self.q("SELECT count(*) FROM {s}.jobs WHERE (payload->>'tx')::boolean")[0][0]
+        add(
+            "every Completed job of ctx.transaction() has exactly one business row, written by "
+            "its completing lease, and no other job has one",
+            bad,
+            f"{business} business rows for {tx_jobs} transaction jobs; {len(bad)} jobs wrong",
+        )
         logs = self.scan_logs()
         add(
             "no worker crashed, died on its own or failed to stop",
@@ -864,6 +901,8 @@ class Chaos:
             "operator_events": total_op_events,
             "completed_after_lapse_without_takeover": late,
             "max_attempts_of_a_job": max_attempts,
+            "transaction_jobs": tx_jobs,
+            "business_rows": business,
             **logs,
         }
         return Report(
@@ -884,6 +923,7 @@ class Chaos:
         problems: list[str] = []
         needles = {
             "refused the result": "results_refused_by_the_fence",
+            "refused the completion": "transactions_refused_by_the_fence",
             "heartbeat rejected": "heartbeats_rejected",
             "could not heartbeat before the lease lapsed": "leases_presumed_lost_offline",
             "database unreachable past the lease": "results_dropped_offline",
@@ -966,6 +1006,9 @@ def render(report: Report, where: str) -> str:
         f"  requeues by the watcher    {c['watcher_moves']}",
         f"  operator events            {c['operator_events']}",
         f"  results refused by fence   {c['results_refused_by_the_fence']}",
+        f"  in ctx.transaction()       {c['transaction_jobs']} jobs, {c['business_rows']} "
+        f"business rows, {c['transactions_refused_by_the_fence']} completions refused (rolled "
+        "back)",
         f"  heartbeats rejected        {c['heartbeats_rejected']} (worker warnings; most are "
         "jobs the worker had just finished itself, see RELIABILITY.md)",
         f"  leases given up offline    {c['leases_presumed_lost_offline']}",
@@ -1064,6 +1107,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heartbeat", default="500ms")
     p.add_argument("--watch-interval", default="500ms")
     p.add_argument("--action-gap", default=None, help="mean time between chaos actions")
+    p.add_argument(
+        "--transaction-fraction",
+        type=float,
+        default=0.5,
+        help="share of jobs completed inside the handler's transaction (ctx.transaction())",
+    )
     p.add_argument("--drain-timeout", default="5m")
     p.add_argument("--keep", action="store_true", help="keep the server directory and logs")
     p.add_argument("--json", type=Path, default=None, help="also write the report as JSON")
@@ -1084,6 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
             watch_interval=seconds(a.watch_interval, "--watch-interval"),
             action_gap=seconds(a.action_gap, "--action-gap") if a.action_gap else None,
             drain_timeout=seconds(a.drain_timeout, "--drain-timeout"),
+            transaction_fraction=a.transaction_fraction,
             keep=a.keep,
         )
         run(settings, a.json)

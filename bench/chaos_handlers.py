@@ -4,7 +4,9 @@ processes.
 Every execution (job id, attempt, worker, start and end on the database clock) is recorded in
 ``chaos_executions`` through the handler's own connection, committed before the handler
 returns. The payload steers it: ``ms`` of work, ``stubborn`` (ignore ``ctx.cancelled``, so only
-fencing can stop the result), ``fail`` (raise on the first attempt, to exercise retries).
+fencing can stop the result), ``fail`` (raise on the first attempt, to exercise retries), ``tx``
+(write the job's business row in ``chaos_business`` and complete the job in one transaction,
+``ctx.transaction()``; a failing first attempt raises inside it, after its write).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class Recorder:
             "INSERT INTO {}.chaos_executions "
             "(key, job_id, attempt, worker, started_at, ended_at, outcome) "
             "VALUES (%s, %s, %s, %s, %s, clock_timestamp(), %s) ON CONFLICT (key) DO NOTHING"
+        ).format(sql.Identifier(schema))
+        self.business = sql.SQL(
+            "INSERT INTO {}.chaos_business (job_id, attempt, worker) VALUES (%s, %s, %s)"
         ).format(sql.Identifier(schema))
         self._local = threading.local()
 
@@ -131,5 +136,10 @@ def handle(ctx: JobContext) -> None:
     rec.record(ctx, started_at, outcome)
     if cancelled:
         raise Cancelled(f"job {ctx.job.id} attempt {ctx.lease.attempt}")
+    if payload.get("tx"):
+        with ctx.transaction() as conn:
+            conn.execute(rec.business, (ctx.job.id, ctx.lease.attempt, ctx.lease.owner))
+            if fail:
+                raise RuntimeError("injected failure on the first attempt, inside its transaction")
     if fail:
         raise RuntimeError("injected failure on the first attempt")

@@ -7,3 +7,10 @@ from leasectl.runtime.worker import JobContext
 
 def noop(ctx: JobContext) -> None:
     """The job does nothing: the benchmark measures the queue, not the work."""
+
+
+def in_transaction(ctx: JobContext) -> None:
+    """The job completes inside its handler's transaction (``ctx.transaction()``), which holds
+    no other write: the cost of the transaction itself (BEGIN, the completion, COMMIT)."""
+    with ctx.transaction():
+        pass

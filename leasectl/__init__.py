@@ -1,18 +1,21 @@
 """leasectl: a leased-job queue on PostgreSQL, its worker runtime, CLI and console.
 
-A handler module needs only ``from leasectl import JobContext, PermanentError``. An application
-enqueues inside its own transaction with ``leasectl.enqueue(conn, queue=..., payload=...)``
-(``enqueue_many``, and ``enqueue_async``/``enqueue_many_async`` on an ``AsyncConnection``):
-README, "Enqueue inside your transaction". The layers: ``leasectl.core`` (models, errors,
-configuration), ``leasectl.db`` (the data layer), ``leasectl.runtime`` (worker, watcher),
-``leasectl.present`` (Rich output), ``leasectl.cli``, ``leasectl.console``, ``leasectl.demo``;
-docs/architecture.md has the map.
+A handler module needs only ``from leasectl import JobContext, PermanentError`` (and
+``LeaseLost``, raised by ``with ctx.transaction()`` when the job's lease was lost). An
+application enqueues inside its own transaction with ``leasectl.enqueue(conn, queue=...,
+payload=...)`` (``enqueue_many``, and ``enqueue_async``/``enqueue_many_async`` on an
+``AsyncConnection``): README, "Enqueue inside your transaction". The layers: ``leasectl.core``
+(models, errors, configuration), ``leasectl.db`` (the data layer), ``leasectl.runtime`` (worker,
+watcher), ``leasectl.present`` (Rich output), ``leasectl.cli``, ``leasectl.console``,
+``leasectl.demo``; docs/architecture.md has the map.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from leasectl.core.errors import LeaseLost
 
 if TYPE_CHECKING:
     from leasectl.core.enqueue import Enqueued, NewJob
@@ -37,6 +40,7 @@ _WHERE = {
 __all__ = [
     "Enqueued",
     "JobContext",
+    "LeaseLost",
     "LeasectlError",
     "NewJob",
     "PermanentError",

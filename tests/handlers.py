@@ -78,3 +78,17 @@ def succeed_once_cancelled(ctx: JobContext) -> None:
         tmp = out / "cancelled.tmp"
         tmp.write_text(f"{time.monotonic()}")
         tmp.replace(out / "cancelled")
+
+
+def capture_in_transaction(ctx: JobContext) -> None:
+    """Write the job's row of ``public.captured`` and complete it in one transaction. The first
+    attempt then says so (a file ``inside`` in the payload's ``dir``) and holds the transaction
+    open until its lease is lost, for a test that kills the worker there."""
+    with ctx.transaction() as conn:
+        conn.execute(
+            "INSERT INTO public.captured (job_id, attempt, worker) VALUES (%s, %s, %s)",
+            (ctx.job.id, ctx.lease.attempt, ctx.lease.owner),
+        )
+        if ctx.lease.attempt == 1:
+            (Path(ctx.payload["dir"]) / "inside").write_text(ctx.lease.owner)
+            ctx.cancelled.wait(60)

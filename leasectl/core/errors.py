@@ -48,3 +48,9 @@ class TerminalGone(LeasectlError):
     the one a shell reports for a process killed by SIGHUP."""
 
     exit_code = 129
+
+
+class LeaseLost(Exception):
+    """Raised by ``with ctx.transaction()`` when the job's fenced completion was refused (the
+    lease was lost: taken over, requeued or cancelled): the transaction was rolled back, the
+    handler's writes in it are gone, and the job is someone else's now. Not a user error."""

@@ -6,10 +6,13 @@ statement; a LISTEN thread that wakes the dispatcher on enqueues; a deadline thr
 ``concurrency`` handler threads (none at concurrency 1: the dispatcher runs the handler). A
 handler learns that its lease is gone through ``JobContext.cancelled``; its result is then never
 written (and the database would refuse it anyway: completion is fenced by owner and attempt).
+A handler may instead complete its job inside its own transaction (``JobContext.transaction``):
+its writes and the fenced completion commit together, on a connection of its own thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import math
@@ -21,7 +24,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
@@ -29,11 +33,12 @@ from typing import Any
 
 from leasectl.core.backoff import reconnect_delay, retry_delay
 from leasectl.core.config import check_queue_length, default_worker_id
-from leasectl.core.errors import ConnectionFailed, LeasectlError, UsageError
+from leasectl.core.errors import ConnectionFailed, LeasectlError, LeaseLost, UsageError
 from leasectl.core.literal import echo, shorten
 from leasectl.core.models import ClaimKey, Job, Lease
 from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.connection import Database
+from leasectl.db.handler_tx import HandlerTransactions
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 
 log = logging.getLogger("leasectl.worker")
@@ -60,7 +65,14 @@ class JobContext:
     lost: bool = False
     deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
     finishing: bool = False  # the handler returned; its result is being written
+    committed: bool = False  # the handler's transaction() committed the job's completion
     _cancelled: threading.Event | None = field(default=None, repr=False, compare=False)
+    # The worker's way to open a handler transaction (None: outside a worker), and whether
+    # this attempt has opened one.
+    _open_transaction: Callable[[JobContext], AbstractContextManager[Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _transaction_used: bool = field(default=False, repr=False, compare=False)
 
     @property
     def cancelled(self) -> threading.Event:
@@ -78,6 +90,22 @@ class JobContext:
         """``cancelled.is_set()``, without making the event when nobody has asked for it."""
         event = self._cancelled
         return event is not None and event.is_set()
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """``with ctx.transaction() as conn:`` a psycopg connection in an open transaction;
+        leaving the block normally completes the job (fenced) in that transaction and commits:
+        the handler's writes on ``conn`` and the completion commit together or not at all.
+
+        When the fence refuses (the lease was lost), the transaction rolls back, ``cancelled``
+        is set and the block raises ``LeaseLost``. An exception inside the block rolls back and
+        propagates (the job fails or is retried, as any handler exception). Once per attempt.
+        """
+        if self._open_transaction is None:
+            raise RuntimeError("ctx.transaction() works only in a handler run by a worker")
+        if self._transaction_used:
+            raise RuntimeError("ctx.transaction() may be entered only once per attempt")
+        self._transaction_used = True
+        return self._open_transaction(self)
 
     @property
     def job(self) -> Job:
@@ -218,6 +246,8 @@ class Worker:
         # (or one was paused or resumed)
         self.paused: set[str] = set()  # our queues last seen paused (logged once each)
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
+        self._handler_tx: HandlerTransactions | None = None  # made when a handler first asks
+        self._open_transaction = self._transaction  # (bound once, not per job)
 
     @property
     def worker_id(self) -> str:
@@ -409,7 +439,7 @@ class Worker:
             finished = []
             deadline = sent + self.config.lease_ttl.total_seconds()
             for lease in leases:
-                ctx = JobContext(lease, deadline=deadline)
+                ctx = JobContext(lease, deadline=deadline, _open_transaction=self._open_transaction)
                 with self._lock:
                     self._held[lease.job_id] = ctx
                     self._running += 1
@@ -496,6 +526,9 @@ class Worker:
             except Exception as exc:
                 error = exc
         ctx.finishing = True
+        if ctx.committed:
+            self._committed(ctx, error)
+            return
         if error is None and not (ctx.lost or ctx.is_cancelled()):
             with self._lock:
                 self._running -= 1
@@ -511,6 +544,50 @@ class Worker:
                 self._held.pop(ctx.job.id, None)
                 self._running -= 1
             self._wake.set()
+
+    # -- a handler's own transaction -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _transaction(self, ctx: JobContext) -> Iterator[Any]:
+        """JobContext.transaction: the job's completion commits with the handler's writes."""
+        with self._lock:
+            if self._handler_tx is None:
+                name = f"leasectl handler {self.worker_id}"
+                self._handler_tx = HandlerTransactions(self.store.db, name)
+            transactions = self._handler_tx
+
+        def completing() -> None:
+            # From here a refused heartbeat means the job was completed, not lost (the
+            # completion's row lock makes a concurrent heartbeat wait for the commit).
+            ctx.finishing = True
+
+        try:
+            with transactions.completing(ctx.lease, completing) as conn:
+                yield conn
+        except LeaseLost:
+            self._mark_lost(ctx, "the database refused the completion: the lease was lost")
+            raise
+        except BaseException:
+            ctx.finishing = False  # rolled back, or its commit is unknown: the handler goes on
+            raise
+        ctx.committed = True
+
+    def _committed(self, ctx: JobContext, error: BaseException | None) -> None:
+        """The handler's transaction completed the job: nothing left to write."""
+        if error is not None:
+            log.warning(
+                "worker %s: job %d attempt %d completed in its transaction; the handler then "
+                "raised %s (not recorded)",
+                self.worker_id,
+                ctx.job.id,
+                ctx.lease.attempt,
+                echo(shorten(_error_text(error), 200)),
+            )
+        with self._lock:
+            self.stats.completed += 1
+            self._held.pop(ctx.job.id, None)
+            self._running -= 1
+        self._wake.set()
 
     def _write_finished(self, finished: list[JobContext], deadline: float) -> None:
         """Write results outside the dispatch loop (shutdown): retry until written or lost."""

@@ -1,5 +1,6 @@
 """The chaos soak, short: 3 worker processes, 1,500 jobs, kills, a SIGSTOP past the lease, and
-server restarts (fast and immediate) while they work; then every invariant of bench/chaos.py.
+server restarts (fast and immediate) while they work; then every invariant of bench/chaos.py
+(among them: each job completed in its handler's transaction has exactly one business row).
 
 The full run is ``python -m bench.chaos`` (10 minutes, 6 workers, 20,000 jobs); see
 RELIABILITY.md.
@@ -46,3 +47,7 @@ def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
     assert counts["jobs"] == 1500
     assert counts["attempts_by_outcome"]["completed"] == 1500
     assert counts["executions"] >= 1500
+    # About half the jobs complete inside their handler's transaction (ctx.transaction()), each
+    # with exactly one business row (an invariant checked above).
+    assert 0 < counts["transaction_jobs"] < 1500
+    assert counts["business_rows"] == counts["transaction_jobs"]

@@ -23,7 +23,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from leasectl.core.errors import LeaseLost
 from leasectl.core.models import JobStatus, Lease, SeenState
+from leasectl.db.handler_tx import HandlerTransactions
 from leasectl.runtime import retention
 from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
@@ -117,6 +119,15 @@ def test_same_owner_stale_attempt_complete_is_refused(
     assert store.work.complete([live]) == {live.job_id}
 
 
+def test_same_owner_stale_attempt_transaction_is_refused(
+    store: Stores, reclaimed: tuple[Lease, Lease]
+) -> None:
+    stale, live = reclaimed
+    assert complete_in_transaction(store, stale) is False
+    _untouched_by_stale(store, stale, live)
+    assert complete_in_transaction(store, live) is True
+
+
 def test_same_owner_stale_attempt_fail_is_refused(
     store: Stores, reclaimed: tuple[Lease, Lease]
 ) -> None:
@@ -136,12 +147,27 @@ def test_same_owner_stale_attempt_release_is_refused(
 
 # -- the owner, the status and the job id of a fence, each on its own ------------------------
 
+
+def complete_in_transaction(store: Stores, lease: Lease) -> bool:
+    """A handler's transaction (``ctx.transaction()``) that ends with the lease's completion."""
+    transactions = HandlerTransactions(store.db, "fence test")
+    try:
+        with transactions.completing(lease, lambda: None) as conn:
+            conn.execute("SELECT 1")
+    except LeaseLost:
+        return False
+    finally:
+        transactions.close()
+    return True
+
+
 LeaseCall = Callable[[Stores, Lease], bool]
 """A fenced call on one lease; True when the store accepted it."""
 
 FENCED_CALLS: dict[str, LeaseCall] = {
     "heartbeat": lambda s, lease: bool(s.work.heartbeat([lease], TTL)),
     "complete": lambda s, lease: bool(s.work.complete([lease])),
+    "transaction": complete_in_transaction,
     "fail": lambda s, lease: s.work.fail(lease, "x", retry_delay=timedelta(0)) is not None,
     "release": lambda s, lease: bool(s.work.release([lease])),
 }

@@ -30,6 +30,7 @@ from leasectl.core.errors import PermissionDenied
 from leasectl.core.models import JobStatus
 from leasectl.db import grants
 from leasectl.db import sql as queries
+from leasectl.db.handler_tx import HandlerTransactions
 from tests.integration.test_cli import SECRET, _env, assert_one_line_error, cli, snapshot
 from tests.seed import seed_states_at
 from tests.stores import Stores
@@ -518,6 +519,14 @@ def test_worker_role_runs_the_lease_protocol_only(granted: Roles, db_dsn: str) -
         assert store.work.fail(leases[1], "boom", retry_delay=timedelta(0)) == JobStatus.PENDING
         lease = store.work.claim_by_id(third, "w-role", ttl)
         assert lease is not None and store.work.release([lease]) == {third}
+        # A handler's ctx.transaction() completes with the worker's privileges, in its own
+        # connection.
+        lease = store.work.claim_by_id(third, "w-role", ttl)
+        assert lease is not None
+        transactions = HandlerTransactions(store.db, "w-role handler")
+        with transactions.completing(lease, lambda: None) as conn:
+            conn.execute("SELECT 1")
+        assert store.ops.get_job(third).status == JobStatus.COMPLETED
         store.work.worker_seen("w-role")
         store.work.worker_stopped("w-role")
         with pytest.raises(PermissionDenied, match=r"^permission denied"):

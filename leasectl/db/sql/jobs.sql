@@ -196,6 +196,25 @@ WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
   AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
 RETURNING j.id, j.lease_until;
 
+-- name: job_complete_in_transaction
+-- Complete one lease inside a handler's own transaction (JobContext.transaction): the fence of
+-- jobs_complete_and_claim's completions (id, attempt, owner, Processing), the same row changes.
+-- Times are statement_timestamp(): now() is the transaction's start, maybe long before.
+WITH changed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Completed', lease_until = NULL, finished_at = statement_timestamp(),
+        last_error = NULL, updated_at = statement_timestamp()
+    WHERE j.id = %(id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
+      AND j.status = 'Processing'
+    RETURNING j.id, j.attempts, j.heartbeat_at
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    SET outcome = 'completed', ended_at = statement_timestamp(), heartbeat_at = c.heartbeat_at
+    FROM changed AS c
+    WHERE a.job_id = c.id AND a.attempt = c.attempts
+)
+SELECT id FROM changed;
+
 -- name: job_fail
 -- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed;
 -- the attempt keeps the error and the handler's traceback (detail; NULL when none).
