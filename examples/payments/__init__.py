@@ -1,0 +1,1 @@
+"""A worked example: payment capture with leasectl (README.md in this directory)."""
