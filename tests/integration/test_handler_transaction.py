@@ -71,16 +71,18 @@ class Gate:
         self.inside.set()
         assert self.go.wait(30), "the test never let the handler go"
 
+    def capture_and_hold(self, ctx: JobContext) -> None:
+        """A handler: the business row written inside ``ctx.transaction()``, then held there."""
+        with ctx.transaction() as conn:
+            capture(conn, ctx)
+            self.hold()
+
 
 def test_the_business_row_and_the_completion_commit_together(
     store: Stores, run_worker: Any, business: psycopg.Connection[Any]
 ) -> None:
     gate = Gate()
-
-    def handler(ctx: JobContext) -> None:
-        with ctx.transaction() as conn:
-            capture(conn, ctx)
-            gate.hold()
+    handler = gate.capture_and_hold
 
     worker = run_worker(handler, queues=(Q,), lease_ttl=LONG)
     [job_id] = store.ops.enqueue([{}], queue=Q)
@@ -209,11 +211,7 @@ def test_heartbeats_renew_the_lease_while_the_transaction_is_open(
     store: Stores, run_worker: Any, business: psycopg.Connection[Any]
 ) -> None:
     gate = Gate()
-
-    def handler(ctx: JobContext) -> None:
-        with ctx.transaction() as conn:
-            capture(conn, ctx)
-            gate.hold()
+    handler = gate.capture_and_hold
 
     worker = run_worker(
         handler,
