@@ -8,6 +8,8 @@ handler learns that its lease is gone through ``JobContext.cancelled``; its resu
 written (and the database would refuse it anyway: completion is fenced by owner and attempt).
 A handler may instead complete its job inside its own transaction (``JobContext.transaction``):
 its writes and the fenced completion commit together, on a connection of its own thread.
+An ``async def`` handler replaces the handler threads with one event loop thread that runs
+each job as a task (``AsyncJobContext``); everything else is the same.
 """
 
 from __future__ import annotations
@@ -394,11 +396,13 @@ class Worker:
             threading.Thread(target=self._listen_loop, name="leasectl-listen", daemon=True),
             threading.Thread(target=self._deadline_loop, name="leasectl-deadline", daemon=True),
         ]
+        loop_thread = None
         if self.is_async:
             self._loop = asyncio.new_event_loop()
-            threads.append(
-                threading.Thread(target=self._loop_main, name="leasectl-loop", daemon=True)
+            loop_thread = threading.Thread(
+                target=self._loop_main, name="leasectl-loop", daemon=True
             )
+            threads.append(loop_thread)
         elif self.config.concurrency > 1:
             threads += [
                 threading.Thread(target=self._handler_loop, name=f"leasectl-job-{n}", daemon=True)
@@ -414,8 +418,8 @@ class Worker:
             unwritten = self._dispatch_loop()
         finally:
             self._shutdown(unwritten)  # heartbeats go on while running handlers finish
-            if self._loop is not None:
-                self._stop_loop(threads[-1])
+            if loop_thread is not None:
+                self._stop_loop(loop_thread)
             self.closed.set()
             for _ in range(self.config.concurrency):
                 self._jobs.put(None)
