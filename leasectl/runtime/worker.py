@@ -337,7 +337,7 @@ class Worker:
         self._sync_handler = cast(Handler, handler)
         self._async_handler = cast(AsyncHandler, handler)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # touched on the loop only
+        self._wake_soon = False  # a wake-up of the dispatcher is scheduled on the loop
         self._async_tx: AsyncHandlerTransactions | None = None  # (on the loop only)
         self._store = store
         self._owns_store = store is None
@@ -652,9 +652,12 @@ class Worker:
         )
         return UnusableJob(ctx.lease.unusable)
 
-    def _handler_ended(self, ctx: LeaseContext, error: BaseException | None) -> bool:
+    def _handler_ended(
+        self, ctx: LeaseContext, error: BaseException | None, *, wake: bool = True
+    ) -> bool:
         """Hand a success to the dispatcher's next trip; True when a failure (or a lost lease)
-        is left to record (``_record_failure``, which blocks on the database)."""
+        is left to record (``_record_failure``, which blocks on the database). ``wake``: wake
+        the dispatcher now (else the caller does, once for several jobs)."""
         ctx.finishing = True
         if ctx.committed:
             self._committed(ctx, error)
@@ -663,7 +666,8 @@ class Worker:
             with self._lock:
                 self._running -= 1
                 self._finished.append(ctx)  # written by the dispatcher's next trip
-            self._wake.set()
+            if wake:
+                self._wake.set()
             return False
         return True
 
@@ -710,13 +714,21 @@ class Worker:
         loop.call_soon_threadsafe(self._start_tasks, contexts)
 
     def _start_tasks(self, contexts: list[AsyncJobContext]) -> None:
+        # (The held context keeps its task referenced until the job is written.)
+        create = asyncio.get_running_loop().create_task
         for ctx in contexts:
-            task = asyncio.get_running_loop().create_task(
-                self._run_job_async(ctx), name=f"leasectl-job-{ctx.job.id}"
-            )
-            ctx._task = task
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            ctx._task = create(self._run_job_async(ctx))
+
+    def _wake_after_this_round(self) -> None:
+        """Wake the dispatcher once for all the tasks that finish in this round of the loop
+        (a batch's jobs often end together), not once per task."""
+        if not self._wake_soon:
+            self._wake_soon = True
+            asyncio.get_running_loop().call_soon(self._wake_now)
+
+    def _wake_now(self) -> None:
+        self._wake_soon = False
+        self._wake.set()
 
     async def _run_job_async(self, ctx: AsyncJobContext) -> None:
         error: BaseException | None = self._unusable(ctx)
@@ -728,7 +740,9 @@ class Worker:
                 # anything else: a failure like any other.)
                 error = exc
         ctx._returned = True
-        if self._handler_ended(ctx, error):
+        if not self._handler_ended(ctx, error, wake=False):
+            self._wake_after_this_round()
+        else:
             # Writing a failure blocks (and retries while the database is away): off the loop.
             await asyncio.to_thread(self._record_failure, ctx, error)
 
@@ -767,7 +781,11 @@ class Worker:
         thread.join(timeout=LOOP_STOP_S)
 
     async def _end_tasks(self) -> None:
-        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        tasks = [
+            ctx._task
+            for ctx in self.held()
+            if isinstance(ctx, AsyncJobContext) and ctx._task is not None and not ctx._task.done()
+        ]
         for task in tasks:
             task.cancel()
         if tasks:
