@@ -169,3 +169,16 @@ async def ignore_cancelled(ctx: AsyncJobContext) -> None:
 async def sleep_async(ctx: AsyncJobContext) -> None:
     """Sleep the payload's ``seconds`` (on the loop), ignoring ``ctx.cancelled``."""
     await asyncio.sleep(float(ctx.payload.get("seconds", 0.5)))
+
+
+async def capture_in_transaction_async(ctx: AsyncJobContext) -> None:
+    """``capture_in_transaction`` with ``async with ctx.transaction()``; with ``hold`` in the
+    payload, say so (``inside`` in ``dir``) and stay in the transaction until cancelled."""
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO public.captured (job_id, attempt, worker) VALUES (%s, %s, %s)",
+            (ctx.job.id, ctx.lease.attempt, ctx.lease.owner),
+        )
+        if ctx.payload.get("hold"):
+            _write(Path(ctx.payload["dir"]) / "inside", ctx.lease.owner)
+            await asyncio.sleep(60)

@@ -635,7 +635,13 @@ class Worker:
         error: BaseException | None = self._unusable(ctx)
         if error is None:
             try:
-                self._sync_handler(ctx)
+                result = self._sync_handler(ctx)
+                if inspect.iscoroutine(result):  # e.g. a lambda around an async def
+                    result.close()
+                    raise TypeError(
+                        "the handler returned a coroutine, which the worker does not await: "
+                        "make the handler itself async def"
+                    )
             except Exception as exc:
                 error = exc
         if self._handler_ended(ctx, error):

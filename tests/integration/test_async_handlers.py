@@ -56,6 +56,19 @@ def test_async_functions_and_objects_are_told_from_sync_ones() -> None:
     assert not is_async_handler(sync)
 
 
+def test_a_sync_handler_that_returns_a_coroutine_fails_the_job_and_says_why(
+    store: Stores, run_worker: Any
+) -> None:
+    async def work(ctx: AsyncJobContext) -> None:
+        return None
+
+    worker = run_worker(lambda ctx: work(ctx), queues=("w",))
+    assert not worker.is_async
+    [job_id] = store.ops.enqueue([{}], queue="w", max_attempts=1)
+    wait_until(lambda: store.ops.get_job(job_id).status == JobStatus.FAILED)
+    assert "returned a coroutine" in (store.ops.get_job(job_id).last_error or "")
+
+
 def test_jobs_run_at_once_as_tasks_of_one_loop_thread(
     store: Stores, workers: Any, tmp_path: Path
 ) -> None:
@@ -405,6 +418,28 @@ def test_a_task_cancelled_inside_its_transaction_rolls_back_and_closes_nothing_i
     job = store.ops.get_job(job_id)
     assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
     wait_until(lambda: handler_sessions(business, worker.worker_id) == 0)
+
+
+def test_the_worker_command_commits_async_transactions_and_rolls_back_at_sigterm(
+    store: Stores, business: psycopg.Connection[Any], workers: Any, tmp_path: Path
+) -> None:
+    ids = store.ops.enqueue([{}] * 6, queue="x")
+    w = workers(
+        "x", "tests.handlers:capture_in_transaction_async", "txw", "--concurrency", "3",
+        "--grace", "300ms",
+    )  # fmt: skip
+    for job_id in ids:
+        wait_until(lambda job_id=job_id: store.ops.get_job(job_id).status == JobStatus.COMPLETED)
+    assert captured(business) == [(job_id, 1, "txw") for job_id in ids]
+    [held] = store.ops.enqueue([{"hold": True, "dir": str(tmp_path)}], queue="x")
+    wait_until(lambda: (tmp_path / "inside").exists(), what="the handler inside its transaction")
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+    assert captured(business) == [(job_id, 1, "txw") for job_id in ids]
+    job = store.ops.get_job(held)
+    assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
+    assert attempts(business, held) == [(1, "txw", "released")]
+    assert "Traceback" not in w.text()
 
 
 def test_a_second_transaction_is_an_error_and_outside_a_worker_too(store: Stores) -> None:
