@@ -337,7 +337,9 @@ class Worker:
         self._sync_handler = cast(Handler, handler)
         self._async_handler = cast(AsyncHandler, handler)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake_soon = False  # a wake-up of the dispatcher is scheduled on the loop
+        # Async jobs that succeeded in this round of the loop, handed to the dispatcher at its
+        # end, together (a batch's jobs often end together): one lock and one wake-up.
+        self._round: list[AsyncJobContext] = []
         self._async_tx: AsyncHandlerTransactions | None = None  # (on the loop only)
         self._store = store
         self._owns_store = store is None
@@ -658,12 +660,9 @@ class Worker:
         )
         return UnusableJob(ctx.lease.unusable)
 
-    def _handler_ended(
-        self, ctx: LeaseContext, error: BaseException | None, *, wake: bool = True
-    ) -> bool:
+    def _handler_ended(self, ctx: LeaseContext, error: BaseException | None) -> bool:
         """Hand a success to the dispatcher's next trip; True when a failure (or a lost lease)
-        is left to record (``_record_failure``, which blocks on the database). ``wake``: wake
-        the dispatcher now (else the caller does, once for several jobs)."""
+        is left to record (``_record_failure``, which blocks on the database)."""
         ctx.finishing = True
         if ctx.committed:
             self._committed(ctx, error)
@@ -672,8 +671,7 @@ class Worker:
             with self._lock:
                 self._running -= 1
                 self._finished.append(ctx)  # written by the dispatcher's next trip
-            if wake:
-                self._wake.set()
+            self._wake.set()
             return False
         return True
 
@@ -725,15 +723,11 @@ class Worker:
         for ctx in contexts:
             ctx._task = create(self._run_job_async(ctx))
 
-    def _wake_after_this_round(self) -> None:
-        """Wake the dispatcher once for all the tasks that finish in this round of the loop
-        (a batch's jobs often end together), not once per task."""
-        if not self._wake_soon:
-            self._wake_soon = True
-            asyncio.get_running_loop().call_soon(self._wake_now)
-
-    def _wake_now(self) -> None:
-        self._wake_soon = False
+    def _end_round(self) -> None:
+        done, self._round = self._round, []
+        with self._lock:
+            self._running -= len(done)
+            self._finished += done  # written by the dispatcher's next trip
         self._wake.set()
 
     async def _run_job_async(self, ctx: AsyncJobContext) -> None:
@@ -746,9 +740,12 @@ class Worker:
                 # anything else: a failure like any other.)
                 error = exc
         ctx._returned = True
-        if not self._handler_ended(ctx, error, wake=False):
-            self._wake_after_this_round()
-        else:
+        if error is None and not (ctx.committed or ctx.lost or ctx.is_cancelled()):
+            ctx.finishing = True
+            if not self._round:
+                asyncio.get_running_loop().call_soon(self._end_round)
+            self._round.append(ctx)
+        elif self._handler_ended(ctx, error):
             # Writing a failure blocks (and retries while the database is away): off the loop.
             await asyncio.to_thread(self._record_failure, ctx, error)
 
