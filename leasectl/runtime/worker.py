@@ -724,6 +724,7 @@ class Worker:
             ctx._task = create(self._run_job_async(ctx))
 
     def _end_round(self) -> None:
+        """Scheduled by the first success of a round of the loop, run after its last."""
         done, self._round = self._round, []
         with self._lock:
             self._running -= len(done)
