@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leasectl.runtime.worker import JobContext
+from leasectl.runtime.worker import AsyncJobContext, JobContext
 
 
 def noop(ctx: JobContext) -> None:
@@ -14,3 +14,8 @@ def in_transaction(ctx: JobContext) -> None:
     no other write: the cost of the transaction itself (BEGIN, the completion, COMMIT)."""
     with ctx.transaction():
         pass
+
+
+async def noop_async(ctx: AsyncJobContext) -> None:
+    """``noop`` as an ``async def`` handler: the worker runs its jobs as tasks of one event
+    loop instead of on ``--concurrency`` handler threads."""

@@ -1,7 +1,8 @@
 """leasectl: a leased-job queue on PostgreSQL, its worker runtime, CLI and console.
 
 A handler module needs only ``from leasectl import JobContext, PermanentError`` (and
-``LeaseLost``, raised by ``with ctx.transaction()`` when the job's lease was lost). An
+``LeaseLost``, raised by ``with ctx.transaction()`` when the job's lease was lost); an
+``async def`` handler takes an ``AsyncJobContext`` instead. An
 application enqueues inside its own transaction with ``leasectl.enqueue(conn, queue=...,
 payload=...)`` (``enqueue_many``, and ``enqueue_async``/``enqueue_many_async`` on an
 ``AsyncConnection``): README, "Enqueue inside your transaction". The layers: ``leasectl.core``
@@ -21,10 +22,11 @@ if TYPE_CHECKING:
     from leasectl.core.enqueue import Enqueued, NewJob
     from leasectl.core.errors import LeasectlError, UsageError
     from leasectl.db.producer import enqueue, enqueue_async, enqueue_many, enqueue_many_async
-    from leasectl.runtime.worker import JobContext, PermanentError
+    from leasectl.runtime.worker import AsyncJobContext, JobContext, PermanentError
 
 # Lazy: importing leasectl.core must not load the worker runtime and psycopg.
 _WHERE = {
+    "AsyncJobContext": "leasectl.runtime.worker",
     "JobContext": "leasectl.runtime.worker",
     "PermanentError": "leasectl.runtime.worker",
     "enqueue": "leasectl.db.producer",
@@ -38,6 +40,7 @@ _WHERE = {
 }
 
 __all__ = [
+    "AsyncJobContext",
     "Enqueued",
     "JobContext",
     "LeaseLost",

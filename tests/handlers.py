@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
 import time
 from pathlib import Path
 
-from leasectl.runtime.worker import JobContext, PermanentError
+from leasectl.runtime.worker import AsyncJobContext, JobContext, PermanentError
 
 
 def noop(ctx: JobContext) -> None:
@@ -92,3 +95,90 @@ def capture_in_transaction(ctx: JobContext) -> None:
         if ctx.lease.attempt == 1:
             (Path(ctx.payload["dir"]) / "inside").write_text(ctx.lease.owner)
             ctx.cancelled.wait(60)
+
+
+# -- async def handlers (one event loop per worker) -------------------------------------------
+
+_arrived: list[int] = []
+_all_here = asyncio.Event()
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+async def noop_async(ctx: AsyncJobContext) -> None:
+    return None
+
+
+async def rendezvous(ctx: AsyncJobContext) -> None:
+    """Wait (at most 30 s) until the payload's ``n`` jobs are all inside this handler at once,
+    then write which thread ran this one and which threads the process had, to ``dir``."""
+    _arrived.append(ctx.job.id)
+    if len(_arrived) >= int(ctx.payload["n"]):
+        _all_here.set()
+    await asyncio.wait_for(_all_here.wait(), 30)
+    seen = {
+        "thread": threading.current_thread().name,
+        "ident": threading.get_ident(),
+        "threads": sorted(t.name for t in threading.enumerate()),
+        "arrived": len(_arrived),
+    }
+    _write(Path(ctx.payload["dir"]) / str(ctx.job.id), json.dumps(seen))
+
+
+async def boom_async(ctx: AsyncJobContext) -> None:
+    await asyncio.sleep(0)
+    await _charge_async(ctx.lease.attempt)
+
+
+async def _charge_async(attempt: int) -> None:
+    raise RuntimeError(f"async boom on attempt {attempt}")
+
+
+async def permanent_async(ctx: AsyncJobContext) -> None:
+    raise PermanentError("bad payload (async)")
+
+
+async def succeed_once_cancelled_async(ctx: AsyncJobContext) -> None:
+    """``succeed_once_cancelled`` awaiting ``ctx.cancelled`` (``await ctx.cancelled`` itself, or
+    ``.wait()`` when the payload says ``"wait"``); writes ``is_cancelled()`` too."""
+    out = Path(ctx.payload["dir"])
+    _write(out / "started", ctx.lease.owner)
+    waiting = ctx.cancelled.wait() if ctx.payload.get("wait") else ctx.cancelled
+    await asyncio.wait_for(waiting, 60)
+    _write(out / "cancelled", json.dumps({"is_cancelled": ctx.is_cancelled()}))
+
+
+async def ignore_cancelled(ctx: AsyncJobContext) -> None:
+    """With ``hold`` in the payload: never look at ``ctx.cancelled`` (sleep a minute); write
+    ``task-cancelled`` to ``dir`` when the worker cancels the task. Else return at once."""
+    if not ctx.payload.get("hold"):
+        return
+    out = Path(ctx.payload["dir"])
+    _write(out / "started", ctx.lease.owner)
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        _write(out / "task-cancelled", json.dumps({"is_cancelled": ctx.is_cancelled()}))
+        raise
+
+
+async def sleep_async(ctx: AsyncJobContext) -> None:
+    """Sleep the payload's ``seconds`` (on the loop), ignoring ``ctx.cancelled``."""
+    await asyncio.sleep(float(ctx.payload.get("seconds", 0.5)))
+
+
+async def capture_in_transaction_async(ctx: AsyncJobContext) -> None:
+    """``capture_in_transaction`` with ``async with ctx.transaction()``; with ``hold`` in the
+    payload, say so (``inside`` in ``dir``) and stay in the transaction until cancelled."""
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO public.captured (job_id, attempt, worker) VALUES (%s, %s, %s)",
+            (ctx.job.id, ctx.lease.attempt, ctx.lease.owner),
+        )
+        if ctx.payload.get("hold"):
+            _write(Path(ctx.payload["dir"]) / "inside", ctx.lease.owner)
+            await asyncio.sleep(60)

@@ -32,7 +32,11 @@ def worker(
     ],
     handler: Annotated[
         str,
-        typer.Option(metavar="MODULE:FUNCTION", help="Called with a JobContext per job."),
+        typer.Option(
+            metavar="MODULE:FUNCTION",
+            help="Called with a JobContext per job; an async def handler gets an "
+            "AsyncJobContext and runs its jobs as tasks of one event loop.",
+        ),
     ],
     concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Jobs at once.")] = 1,
     lease_ttl: Annotated[str, typer.Option(metavar="DURATION", help="Lease length.")] = "30s",

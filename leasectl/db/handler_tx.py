@@ -3,14 +3,16 @@
 The handler's writes and ``job_complete_in_transaction`` commit together or not at all. Each
 handler thread that asks gets its own connection, opened on first use and kept outside the
 worker's pool: a handler that holds a transaction open for long never takes a connection the
-dispatcher or the heartbeat needs, and handlers that never ask open none.
+dispatcher or the heartbeat needs, and handlers that never ask open none. Async handlers
+(``async with ctx.transaction()``) get an ``AsyncConnection`` from ``AsyncHandlerTransactions``,
+a small set of them kept by the worker's event loop (one per transaction open at once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -119,6 +121,96 @@ class HandlerTransactions:
             self._open = [c for c in self._open if id(c) in self._busy]
         for conn in idle:
             conn.close()
+
+
+class AsyncHandlerTransactions:
+    """``AsyncConnection``s for async handlers' transactions, used only on the worker's event
+    loop: one per transaction open at once, kept idle between them, closed by ``aclose``."""
+
+    def __init__(self, db: Database, application_name: str) -> None:
+        self._db = db
+        self._application_name = application_name[:63]
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._busy: set[psycopg.AsyncConnection[Any]] = set()
+        self._closed = False
+        self._complete = queries.get("job_complete_in_transaction").render(db.schema)
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._idle) + len(self._busy)
+
+    async def _acquire(self) -> psycopg.AsyncConnection[Any]:
+        if self._closed:
+            raise LeaseLost("the worker has shut down: its leases were handed back")
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not conn.broken:
+                self._busy.add(conn)
+                return conn
+            await conn.close()
+        with self._db.errors():
+            conn = await psycopg.AsyncConnection.connect(
+                self._db.dsn,
+                autocommit=True,  # the transaction is the `conn.transaction()` block
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name=self._application_name,
+            )
+        self._busy.add(conn)
+        return conn
+
+    async def _release(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Keep a connection that is idle and healthy; close any other (a cancelled task may
+        leave one mid-transaction or mid-query: it is never used again)."""
+        self._busy.discard(conn)
+        clean = (
+            not self._closed
+            and not conn.closed
+            and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        )
+        if clean:
+            self._idle.append(conn)
+        else:
+            await conn.close()
+
+    @contextlib.asynccontextmanager
+    async def completing(
+        self, lease: Lease, before_completion: Callable[[], None]
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """``HandlerTransactions.completing`` on an ``AsyncConnection``: the lease's fenced
+        completion runs last in the block's transaction, which then commits; ``LeaseLost``
+        (rolled back) when the fence refuses. A task cancelled inside the block rolls back
+        (or, cancelled during the rollback itself, its connection is closed)."""
+        conn = await self._acquire()
+        params = {"id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner}
+        body_done = False
+        try:
+            async with conn.transaction():
+                yield conn
+                body_done = True
+                before_completion()
+                cursor = await conn.execute(self._complete, params)
+                if await cursor.fetchone() is None:
+                    raise _Refused
+        except _Refused:
+            raise LeaseLost(
+                f"job {lease.job_id} attempt {lease.attempt}: the lease was lost; "
+                "the transaction was rolled back"
+            ) from None
+        except psycopg.Error as exc:
+            if not body_done:
+                raise  # the handler's own error, for it to see as it is
+            with self._db.errors():
+                raise exc from None
+        finally:
+            await self._release(conn)
+
+    async def aclose(self) -> None:
+        """Close the idle connections; one in use is closed when its transaction ends."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
 
 
 class _Refused(Exception):

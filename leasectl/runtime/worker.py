@@ -8,12 +8,16 @@ handler learns that its lease is gone through ``JobContext.cancelled``; its resu
 written (and the database would refuse it anyway: completion is fenced by owner and attempt).
 A handler may instead complete its job inside its own transaction (``JobContext.transaction``):
 its writes and the fenced completion commit together, on a connection of its own thread.
+An ``async def`` handler replaces the handler threads with one event loop thread that runs
+each job as a task (``AsyncJobContext``); everything else is the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
+import inspect
 import logging
 import math
 import os
@@ -24,12 +28,12 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 from leasectl.core.backoff import reconnect_delay, retry_delay
 from leasectl.core.config import check_queue_length, default_worker_id
@@ -38,7 +42,7 @@ from leasectl.core.literal import echo, shorten
 from leasectl.core.models import ClaimKey, Job, Lease
 from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.connection import Database
-from leasectl.db.handler_tx import HandlerTransactions
+from leasectl.db.handler_tx import AsyncHandlerTransactions, HandlerTransactions
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 
 log = logging.getLogger("leasectl.worker")
@@ -53,19 +57,39 @@ class UnusableJob(PermanentError):
     without calling the handler; its message is the job's last error, as is."""
 
 
-# Guards the first use of a JobContext's event (made on demand: most jobs never need one).
+# Guards the first use of a context's event (made on demand: most jobs never need one).
 _EVENT_LOCK = threading.Lock()
 
 
 @dataclass
-class JobContext:
-    """What a handler gets: the job, its lease, and a flag raised when the lease is lost."""
+class LeaseContext:
+    """What the worker keeps per held job, whichever kind of handler runs it."""
 
     lease: Lease
     lost: bool = False
     deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
     finishing: bool = False  # the handler returned; its result is being written
     committed: bool = False  # the handler's transaction() committed the job's completion
+
+    @property
+    def job(self) -> Job:
+        return self.lease.job
+
+    @property
+    def payload(self) -> Any:
+        return self.lease.job.payload
+
+    def is_cancelled(self) -> bool:
+        raise NotImplementedError
+
+    def _set_cancelled(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class JobContext(LeaseContext):
+    """What a handler gets: the job, its lease, and a flag raised when the lease is lost."""
+
     _cancelled: threading.Event | None = field(default=None, repr=False, compare=False)
     # The worker's way to open a handler transaction (None: outside a worker), and whether
     # this attempt has opened one.
@@ -91,6 +115,9 @@ class JobContext:
         event = self._cancelled
         return event is not None and event.is_set()
 
+    def _set_cancelled(self) -> None:
+        self.cancelled.set()
+
     def transaction(self) -> AbstractContextManager[Any]:
         """``with ctx.transaction() as conn:`` a psycopg connection in an open transaction;
         leaving the block normally completes the job (fenced) in that transaction and commits:
@@ -107,19 +134,93 @@ class JobContext:
         self._transaction_used = True
         return self._open_transaction(self)
 
-    @property
-    def job(self) -> Job:
-        return self.lease.job
+
+class CancelledEvent:
+    """An async handler's ``ctx.cancelled``: ``await ctx.cancelled`` (or ``.wait()``) returns
+    once the lease is lost or the worker shuts down. Set from any of the worker's threads; an
+    ``asyncio.Event`` of the worker's loop underneath, set on that loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._flag = False
+        self._event = asyncio.Event()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        if self._flag:
+            return
+        self._flag = True
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self) -> bool:
+        if not self._flag:
+            await self._event.wait()
+        return True
+
+    def __await__(self) -> Generator[Any, None, bool]:
+        return self.wait().__await__()
+
+
+@dataclass
+class AsyncJobContext(LeaseContext):
+    """What an ``async def`` handler gets: as ``JobContext``, with an awaitable ``cancelled``
+    and ``async with ctx.transaction() as conn:`` (a ``psycopg.AsyncConnection``)."""
+
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
+    _cancelled: CancelledEvent | None = field(default=None, repr=False, compare=False)
+    _open_transaction: Callable[[AsyncJobContext], AbstractAsyncContextManager[Any]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    _transaction_used: bool = field(default=False, repr=False, compare=False)
+    _task: asyncio.Task[None] | None = field(default=None, repr=False, compare=False)
+    _returned: bool = field(default=False, repr=False, compare=False)  # the handler ended
 
     @property
-    def payload(self) -> Any:
-        return self.lease.job.payload
+    def cancelled(self) -> CancelledEvent:
+        """Set when the lease is lost or the worker shuts down: ``await ctx.cancelled``. The
+        task is cancelled (``CancelledError``) if it is still running a grace period later."""
+        event = self._cancelled
+        if event is None:
+            with _EVENT_LOCK:
+                if self._cancelled is None:
+                    self._cancelled = CancelledEvent(self._loop or asyncio.get_running_loop())
+                event = self._cancelled
+        return event
+
+    def is_cancelled(self) -> bool:
+        event = self._cancelled
+        return event is not None and event.is_set()
+
+    def _set_cancelled(self) -> None:
+        self.cancelled.set()
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """``async with ctx.transaction() as conn:`` ``JobContext.transaction`` on an
+        ``AsyncConnection``: the handler's writes and the job's fenced completion commit
+        together; ``LeaseLost`` (rolled back) when the lease was lost. Once per attempt."""
+        if self._open_transaction is None:
+            raise RuntimeError("ctx.transaction() works only in a handler run by a worker")
+        if self._transaction_used:
+            raise RuntimeError("ctx.transaction() may be entered only once per attempt")
+        self._transaction_used = True
+        return self._open_transaction(self)
 
 
 Handler = Callable[[JobContext], object]
+AsyncHandler = Callable[[AsyncJobContext], Awaitable[object]]
 
 
-def load_handler(spec: str) -> Handler:
+def is_async_handler(handler: object) -> bool:
+    """An ``async def`` function (or a callable object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 (the method, not callability)
+    )
+
+
+def load_handler(spec: str) -> Handler | AsyncHandler:
     """``package.module:function`` -> the callable; any failure is a one-line usage error."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -141,7 +242,7 @@ def load_handler(spec: str) -> Handler:
             )
     if not callable(target):
         raise UsageError(f"handler {echo(spec)} is not callable")
-    handler: Handler = target
+    handler: Handler | AsyncHandler = target
     return handler
 
 
@@ -206,6 +307,7 @@ class WorkerStats:
 
 
 BATCH_WAIT = 0.01  # seconds a busy worker may wait to claim a fuller batch
+LOOP_STOP_S = 5.0  # at shutdown, how long cancelled async tasks get to end
 
 
 class Worker:
@@ -222,7 +324,7 @@ class Worker:
         dsn: str,
         schema: str,
         config: WorkerConfig,
-        handler: Handler,
+        handler: Handler | AsyncHandler,
         *,
         store: WorkerStore | None = None,
     ) -> None:
@@ -230,6 +332,15 @@ class Worker:
         self.schema = schema
         self.config = config
         self.handler = handler
+        # An async def handler: its jobs run as tasks on one event loop thread (made in run()).
+        self.is_async = is_async_handler(handler)
+        self._sync_handler = cast(Handler, handler)
+        self._async_handler = cast(AsyncHandler, handler)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Async jobs that succeeded in this round of the loop, handed to the dispatcher at its
+        # end, together (a batch's jobs often end together): one lock and one wake-up.
+        self._round: list[AsyncJobContext] = []
+        self._async_tx: AsyncHandlerTransactions | None = None  # (on the loop only)
         self._store = store
         self._owns_store = store is None
         self.stats = WorkerStats()
@@ -237,10 +348,10 @@ class Worker:
         self.closed = threading.Event()  # shut down: nothing held any more
         self.started = threading.Event()
         self.listening = threading.Event()  # LISTEN took effect once: enqueues wake us
-        self._held: dict[int, JobContext] = {}
+        self._held: dict[int, LeaseContext] = {}
         self._lock = threading.Lock()
         self._running = 0  # jobs handed to a handler whose handler has not returned
-        self._finished: list[JobContext] = []  # handlers returned: results to write
+        self._finished: list[LeaseContext] = []  # handlers returned: results to write
         self._wake = threading.Event()  # a handler returned, or a NOTIFY said there is work
         self._announced = threading.Event()  # a NOTIFY said a job was enqueued on our queues
         # (or one was paused or resumed)
@@ -248,6 +359,7 @@ class Worker:
         self._jobs: queue.SimpleQueue[JobContext | None] = queue.SimpleQueue()
         self._handler_tx: HandlerTransactions | None = None  # made when a handler first asks
         self._open_transaction = self._transaction  # (bound once, not per job)
+        self._open_async_transaction = self._async_transaction
 
     @property
     def worker_id(self) -> str:
@@ -263,7 +375,7 @@ class Worker:
         self.stopping.set()
         self._wake.set()
 
-    def held(self) -> list[JobContext]:
+    def held(self) -> list[LeaseContext]:
         with self._lock:
             return list(self._held.values())
 
@@ -286,7 +398,14 @@ class Worker:
             threading.Thread(target=self._listen_loop, name="leasectl-listen", daemon=True),
             threading.Thread(target=self._deadline_loop, name="leasectl-deadline", daemon=True),
         ]
-        if self.config.concurrency > 1:
+        loop_thread = None
+        if self.is_async:
+            self._loop = asyncio.new_event_loop()
+            loop_thread = threading.Thread(
+                target=self._loop_main, name="leasectl-loop", daemon=True
+            )
+            threads.append(loop_thread)
+        elif self.config.concurrency > 1:
             threads += [
                 threading.Thread(target=self._handler_loop, name=f"leasectl-job-{n}", daemon=True)
                 for n in range(self.config.concurrency)
@@ -296,11 +415,13 @@ class Worker:
         log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
         self._look_for_pauses()
         self.started.set()
-        unwritten: list[JobContext] = []
+        unwritten: list[LeaseContext] = []
         try:
             unwritten = self._dispatch_loop()
         finally:
             self._shutdown(unwritten)  # heartbeats go on while running handlers finish
+            if loop_thread is not None:
+                self._stop_loop(loop_thread)
             self.closed.set()
             for _ in range(self.config.concurrency):
                 self._jobs.put(None)
@@ -337,7 +458,7 @@ class Worker:
         log.info("worker %s: signal %d, stopping", self.worker_id, signum)
         self.stop()
 
-    def _dispatch_loop(self) -> list[JobContext]:
+    def _dispatch_loop(self) -> list[LeaseContext]:
         """Complete what finished and claim for the free slots, one statement per trip.
 
         Returns the finished jobs whose results are not written yet (when stopping).
@@ -348,7 +469,7 @@ class Worker:
         # BATCH_WAIT) for a quarter of them to free up rather than making one trip per job.
         min_batch = max(1, self.config.concurrency // 4)
         short_since: float | None = None
-        finished: list[JobContext] = []
+        finished: list[LeaseContext] = []
         poll_s = self.config.poll_interval.total_seconds()
         expired_checked: dict[str, float] = {}  # queue -> when lapsed leases were looked for
         # queue -> (claim key to resume from, when the queue was last read from its head).
@@ -438,7 +559,9 @@ class Worker:
             self._written(finished, refused)
             finished = []
             deadline = sent + self.config.lease_ttl.total_seconds()
-            for lease in leases:
+            if self._loop is not None and leases:
+                self._hand_to_loop(self._loop, leases, deadline)
+            for lease in leases if self._loop is None else ():
                 ctx = JobContext(lease, deadline=deadline, _open_transaction=self._open_transaction)
                 with self._lock:
                     self._held[lease.job_id] = ctx
@@ -481,7 +604,7 @@ class Worker:
         self.paused = names
         return True
 
-    def _drop_lost(self, finished: list[JobContext]) -> list[JobContext]:
+    def _drop_lost(self, finished: list[LeaseContext]) -> list[LeaseContext]:
         """Finished jobs whose lease is known lost are not written; the rest are."""
         live = []
         for ctx in finished:
@@ -492,7 +615,7 @@ class Worker:
                 live.append(ctx)
         return live
 
-    def _written(self, finished: list[JobContext], refused: set[int]) -> None:
+    def _written(self, finished: list[LeaseContext], refused: set[int]) -> None:
         for ctx in finished:
             if ctx.job.id in refused:
                 self._mark_lost(ctx, "the database refused the result: lease taken over")
@@ -500,7 +623,7 @@ class Worker:
                 self.stats.completed += 1
             self._forget(ctx)
 
-    def _forget(self, ctx: JobContext) -> None:
+    def _forget(self, ctx: LeaseContext) -> None:
         with self._lock:
             self._held.pop(ctx.job.id, None)
 
@@ -511,30 +634,48 @@ class Worker:
             self._run_job(ctx)
 
     def _run_job(self, ctx: JobContext) -> None:
-        error: BaseException | None = None
-        if ctx.lease.unusable is not None:
-            error = UnusableJob(ctx.lease.unusable)
-            log.warning(
-                "worker %s: job %d failed without running: %s",
-                self.worker_id,
-                ctx.job.id,
-                ctx.lease.unusable,
-            )
-        else:
+        error: BaseException | None = self._unusable(ctx)
+        if error is None:
             try:
-                self.handler(ctx)
+                result = self._sync_handler(ctx)
+                if inspect.iscoroutine(result):  # e.g. a lambda around an async def
+                    result.close()
+                    raise TypeError(
+                        "the handler returned a coroutine, which the worker does not await: "
+                        "make the handler itself async def"
+                    )
             except Exception as exc:
                 error = exc
+        if self._handler_ended(ctx, error):
+            self._record_failure(ctx, error)
+
+    def _unusable(self, ctx: LeaseContext) -> UnusableJob | None:
+        if ctx.lease.unusable is None:
+            return None
+        log.warning(
+            "worker %s: job %d failed without running: %s",
+            self.worker_id,
+            ctx.job.id,
+            ctx.lease.unusable,
+        )
+        return UnusableJob(ctx.lease.unusable)
+
+    def _handler_ended(self, ctx: LeaseContext, error: BaseException | None) -> bool:
+        """Hand a success to the dispatcher's next trip; True when a failure (or a lost lease)
+        is left to record (``_record_failure``, which blocks on the database)."""
         ctx.finishing = True
         if ctx.committed:
             self._committed(ctx, error)
-            return
+            return False
         if error is None and not (ctx.lost or ctx.is_cancelled()):
             with self._lock:
                 self._running -= 1
                 self._finished.append(ctx)  # written by the dispatcher's next trip
             self._wake.set()
-            return
+            return False
+        return True
+
+    def _record_failure(self, ctx: LeaseContext, error: BaseException | None) -> None:
         try:
             self._finish_failed(ctx, error)
         except Exception:
@@ -544,6 +685,147 @@ class Worker:
                 self._held.pop(ctx.job.id, None)
                 self._running -= 1
             self._wake.set()
+
+    # -- async handlers: one event loop thread ------------------------------------------------
+
+    def _loop_main(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.close()
+
+    def _hand_to_loop(
+        self, loop: asyncio.AbstractEventLoop, leases: list[Lease], deadline: float
+    ) -> None:
+        """The dispatcher's side: hold the jobs, then start their tasks on the loop (one
+        wake-up of the loop per claim trip)."""
+        contexts = [
+            AsyncJobContext(
+                lease,
+                deadline=deadline,
+                _loop=loop,
+                _open_transaction=self._open_async_transaction,
+            )
+            for lease in leases
+        ]
+        with self._lock:
+            for ctx in contexts:
+                self._held[ctx.job.id] = ctx
+            self._running += len(contexts)
+        self.stats.claimed += len(contexts)
+        loop.call_soon_threadsafe(self._start_tasks, contexts)
+
+    def _start_tasks(self, contexts: list[AsyncJobContext]) -> None:
+        # (The held context keeps its task referenced until the job is written.)
+        create = asyncio.get_running_loop().create_task
+        for ctx in contexts:
+            ctx._task = create(self._run_job_async(ctx))
+
+    def _end_round(self) -> None:
+        """Scheduled by the first success of a round of the loop, run after its last."""
+        done, self._round = self._round, []
+        with self._lock:
+            self._running -= len(done)
+            self._finished += done  # written by the dispatcher's next trip
+        self._wake.set()
+
+    async def _run_job_async(self, ctx: AsyncJobContext) -> None:
+        error: BaseException | None = self._unusable(ctx)
+        if error is None:
+            try:
+                await self._async_handler(ctx)
+            except (Exception, asyncio.CancelledError) as exc:
+                # (Cancelled by the worker: the lease is lost, nothing will be written. By
+                # anything else: a failure like any other.)
+                error = exc
+        ctx._returned = True
+        if error is None and not (ctx.committed or ctx.lost or ctx.is_cancelled()):
+            ctx.finishing = True
+            if not self._round:
+                asyncio.get_running_loop().call_soon(self._end_round)
+            self._round.append(ctx)
+        elif self._handler_ended(ctx, error):
+            # Writing a failure blocks (and retries while the database is away): off the loop.
+            await asyncio.to_thread(self._record_failure, ctx, error)
+
+    def _cancel_after_grace(self, ctx: LeaseContext) -> None:
+        """A lost lease's task is told at once (``cancelled``) and cancelled after ``--grace``
+        if it is still running (a sync handler keeps its thread until it returns)."""
+        loop = self._loop
+        if loop is None or not isinstance(ctx, AsyncJobContext):
+            return
+
+        def cancel() -> None:
+            task = ctx._task
+            if task is not None and not ctx._returned and not task.done():
+                log.info(
+                    "worker %s: job %d: cancelling its task (lease lost %gs ago)",
+                    self.worker_id,
+                    ctx.job.id,
+                    self.config.grace.total_seconds(),
+                )
+                task.cancel()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no task is left
+            loop.call_soon_threadsafe(loop.call_later, self.config.grace.total_seconds(), cancel)
+
+    def _stop_loop(self, thread: threading.Thread) -> None:
+        """After shutdown: cancel the tasks still running (their leases were handed back), let
+        them roll back and end, close the async transactions' connections, stop the loop."""
+        loop = self._loop
+        assert loop is not None
+        done = asyncio.run_coroutine_threadsafe(self._end_tasks(), loop)
+        try:
+            done.result(timeout=LOOP_STOP_S + 1)
+        except Exception as exc:
+            log.warning("worker %s: stopping the event loop: %r", self.worker_id, exc)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=LOOP_STOP_S)
+
+    async def _end_tasks(self) -> None:
+        tasks = [
+            ctx._task
+            for ctx in self.held()
+            if isinstance(ctx, AsyncJobContext) and ctx._task is not None and not ctx._task.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=LOOP_STOP_S)
+            if pending:
+                log.warning(
+                    "worker %s: %d tasks did not end when cancelled", self.worker_id, len(pending)
+                )
+        if self._async_tx is not None:
+            await self._async_tx.aclose()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                asyncio.get_running_loop().shutdown_default_executor(), LOOP_STOP_S
+            )
+
+    @contextlib.asynccontextmanager
+    async def _async_transaction(self, ctx: AsyncJobContext) -> AsyncIterator[Any]:
+        """AsyncJobContext.transaction: ``_transaction`` on the loop's AsyncConnections."""
+        if self._async_tx is None:
+            name = f"leasectl handler {self.worker_id}"
+            self._async_tx = AsyncHandlerTransactions(self.store.db, name)
+        transactions = self._async_tx
+
+        def completing() -> None:
+            ctx.finishing = True  # (as in _transaction)
+
+        try:
+            async with transactions.completing(ctx.lease, completing) as conn:
+                yield conn
+        except LeaseLost:
+            self._mark_lost(ctx, "the database refused the completion: the lease was lost")
+            raise
+        except BaseException:
+            ctx.finishing = False
+            raise
+        ctx.committed = True
 
     # -- a handler's own transaction -----------------------------------------------------------
 
@@ -572,7 +854,7 @@ class Worker:
             raise
         ctx.committed = True
 
-    def _committed(self, ctx: JobContext, error: BaseException | None) -> None:
+    def _committed(self, ctx: LeaseContext, error: BaseException | None) -> None:
         """The handler's transaction completed the job: nothing left to write."""
         if error is not None:
             log.warning(
@@ -589,7 +871,7 @@ class Worker:
             self._running -= 1
         self._wake.set()
 
-    def _write_finished(self, finished: list[JobContext], deadline: float) -> None:
+    def _write_finished(self, finished: list[LeaseContext], deadline: float) -> None:
         """Write results outside the dispatch loop (shutdown): retry until written or lost."""
         while finished:
             finished = self._drop_lost(finished)
@@ -605,7 +887,7 @@ class Worker:
             return
 
     def _lost_past_deadline(
-        self, finished: list[JobContext], exc: ConnectionFailed, *, grace_end: float = math.inf
+        self, finished: list[LeaseContext], exc: ConnectionFailed, *, grace_end: float = math.inf
     ) -> None:
         """The database is unreachable: give up the results whose lease (or grace) ran out."""
         now = time.monotonic()
@@ -613,7 +895,7 @@ class Worker:
             if now >= min(ctx.deadline, grace_end):
                 self._mark_lost(ctx, f"database unreachable past the lease ({exc})")
 
-    def _finish_failed(self, ctx: JobContext, error: BaseException | None) -> None:
+    def _finish_failed(self, ctx: LeaseContext, error: BaseException | None) -> None:
         """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
         while True:
             if ctx.lost or ctx.is_cancelled() or error is None:
@@ -642,7 +924,7 @@ class Worker:
                 self.stats.failed += 1
             return
 
-    def _mark_lost(self, ctx: JobContext, why: str) -> None:
+    def _mark_lost(self, ctx: LeaseContext, why: str) -> None:
         if not ctx.lost:
             ctx.lost = True
             self.stats.lost += 1
@@ -653,7 +935,8 @@ class Worker:
                 ctx.lease.attempt,
                 why,
             )
-        ctx.cancelled.set()
+            self._cancel_after_grace(ctx)
+        ctx._set_cancelled()
 
     # -- wake-ups ---------------------------------------------------------------------------
 
@@ -738,7 +1021,7 @@ class Worker:
 
     # -- shutdown ---------------------------------------------------------------------------
 
-    def _shutdown(self, unwritten: list[JobContext]) -> None:
+    def _shutdown(self, unwritten: list[LeaseContext]) -> None:
         """Let running handlers finish within the grace period, writing their results, then
         release what is left."""
         deadline = time.monotonic() + self.config.grace.total_seconds()
@@ -758,7 +1041,7 @@ class Worker:
         leftover = [c for c in self.held() if not c.lost]
         for ctx in leftover:
             ctx.lost = True  # never write a result for a job we hand back
-            ctx.cancelled.set()
+            ctx._set_cancelled()
         if leftover:
             try:
                 released = self.store.release([c.lease for c in leftover])
