@@ -43,6 +43,13 @@ def first_line(exc: BaseException) -> str:
     return line.removeprefix("connection failed: ").strip()
 
 
+def read_only(exc: BaseException) -> bool:
+    """A write the server refused as read-only (SQLSTATE 25006): it is a standby, the old
+    primary after a failover. The connection is of no use to us: it is dropped, not reused, and
+    the next one (a multi-host DSN's target_session_attrs=read-write) finds the primary."""
+    return isinstance(exc, pg_errors.ReadOnlySqlTransaction)
+
+
 def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -108,7 +115,12 @@ class ErrorMapping:
         if not isinstance(exc, psycopg.Error):
             return False
         mapped: LeasectlError | None = None
-        if self.schema is not None and isinstance(exc, _SCHEMA_MISSING):
+        if read_only(exc):
+            # A standby answered: as good as no server, and retried as an outage is.
+            mapped = ConnectionFailed(
+                f"the database at {self.where} is read-only (a standby?): {first_line(exc)}"
+            )
+        elif self.schema is not None and isinstance(exc, _SCHEMA_MISSING):
             mapped = SchemaMissing(schema_missing_message(self.schema, self.where))
         elif isinstance(exc, pg_errors.InsufficientPrivilege):
             mapped = PermissionDenied(self.denied(exc.diag.message_primary, exc))
@@ -244,16 +256,31 @@ class Database:
     @contextlib.contextmanager
     def connection(self, **mapping: Any) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection for several statements; failures mapped (``errors(**mapping)``)."""
-        with self.errors(**mapping), self._pool.connection() as conn:
+        with self.errors(**mapping), self._pooled() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection that goes back to the pool, or is closed (and so replaced) when
+        its server refused a write as read-only."""
+        with self._pool.connection() as conn:
+            try:
+                yield conn
+            except psycopg.Error as exc:
+                if read_only(exc):
+                    conn.close()
+                raise
 
     def borrow(self) -> psycopg.Connection[Any]:
         """A connection out of the pool until ``give_back``: the worker's hot path keeps one
         per thread."""
         return self._pool.getconn()
 
-    def give_back(self, conn: psycopg.Connection[Any]) -> None:
-        """Return a borrowed connection (the pool checks it, and replaces it if broken)."""
+    def give_back(self, conn: psycopg.Connection[Any], error: BaseException | None = None) -> None:
+        """Return a borrowed connection (the pool checks it, and replaces it if broken or
+        closed); ``error``, the failure it was given back after: a read-only refusal closes it."""
+        if error is not None and read_only(error):
+            conn.close()
         self._pool.putconn(conn)
 
     def run(
@@ -261,7 +288,7 @@ class Database:
     ) -> list[dict[str, Any]]:
         """Run a named query in this schema: its rows as dicts."""
         statement = query.render(self.schema)
-        with self.errors(**mapping), self._pool.connection() as conn:
+        with self.errors(**mapping), self._pooled() as conn:
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(statement, params)
             return cur.fetchall() if cur.description is not None else []
@@ -278,7 +305,7 @@ class Database:
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """A query's column names and its rows as tuples (for many rows: no dict per row)."""
         query = queries.get(name).render(self.schema)
-        with self._errors, self._pool.connection() as conn:
+        with self._errors, self._pooled() as conn:
             cur = conn.execute(query, params)
             if cur.description is None:
                 return [], []
