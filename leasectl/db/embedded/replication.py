@@ -2,9 +2,10 @@
 
 A standby is an `EmbeddedServer` whose pgdata comes from ``pg_basebackup -R`` of the primary
 (initdb is skipped: PG_VERSION is there), started with its own port. A synchronous standby is
-named in the primary's synchronous_standby_names, and the primary's commits wait for it
-(synchronous_commit on, which the non-durable embedded server turns off). The standby never
-inherits the synchronous names itself: promoted, it would wait for a standby that is not there.
+named in the primary's synchronous_standby_names, and the primary's commits wait for it. Either
+way the primary runs with synchronous_commit on (which the non-durable embedded server turns
+off), and so does its standby once promoted. The standby never inherits the synchronous names
+itself: promoted, it would wait for a standby that is not there.
 
 These are test and chaos tools on loopback trust auth, like the embedded server itself.
 """
@@ -100,7 +101,15 @@ def _prepare_primary(primary: EmbeddedServer) -> None:
             f"{primary} cannot feed a standby: wal_level={row['wal_level']}, "
             f"max_wal_senders={row['max_wal_senders']}"
         )
-    _alter_system(primary, [("replication_set_wal_keep", {"size": WAL_KEEP})])
+    # A commit waits for its own WAL (the non-durable embedded server does not), as on a
+    # production primary: what a failover loses is then what replication had not carried.
+    _alter_system(
+        primary,
+        [
+            ("replication_set_wal_keep", {"size": WAL_KEEP}),
+            ("replication_set_sync_commit", {"value": "on"}),
+        ],
+    )
 
 
 def make_standby(
@@ -167,13 +176,7 @@ def make_standby(
         time.monotonic() - started,
     )
     if synchronous:
-        _alter_system(
-            primary,
-            [
-                ("replication_set_sync_commit", {"value": "on"}),
-                ("replication_set_sync_names", {"names": name}),
-            ],
-        )
+        _alter_system(primary, [("replication_set_sync_names", {"names": name})])
     wait_streaming(primary, standby, timeout=timeout, synchronous=synchronous)
     return standby
 
@@ -250,6 +253,14 @@ def kill_primary(server: EmbeddedServer) -> None:
     if not wait_dead([pid, *children], 10.0):
         raise EmbeddedServerError(f"processes of {server} survived SIGKILL")
     logger.info("killed %s (postmaster %d and %d children)", server.base_dir, pid, len(children))
+
+
+def sender_pid(primary: EmbeddedServer, standby: EmbeddedServer) -> int | None:
+    """The pid of the primary's WAL sender to ``standby``: a chaos run stops it (SIGSTOP) to
+    let the standby fall behind, as a slow network would (WAL not sent is WAL a failover
+    loses; WAL sent but not yet read would still reach the standby from its socket)."""
+    row = _one(primary, "replication_standby_state", {"name": application_name(standby)})
+    return None if row is None else int(row["pid"])
 
 
 def multi_host_dsn(

@@ -37,6 +37,7 @@ SELECT coalesce(pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn, false) AS replayed
 
 -- name: replication_standby_state
 -- The primary's view of one standby's connection, by its application_name.
-SELECT state, sync_state, replay_lsn::text AS replay_lsn
+SELECT pid, state, sync_state, replay_lsn::text AS replay_lsn
 FROM pg_stat_replication
 WHERE application_name = %(name)s
+
