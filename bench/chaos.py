@@ -1043,21 +1043,25 @@ def render(report: Report, where: str) -> str:
         f"  SIGTERM workers            {t['terms']}",
         f"  SIGSTOP/SIGCONT            {t['stops']} (longest stop {t['longest_stop_s']:.1f}s)",
         f"  worker (re)starts          {t['worker_starts']}",
-        f"  server restarts            {sum(restarts.values())} "
-        f"(fast {restarts.get('fast', 0)}, immediate {restarts.get('immediate', 0)}, "
-        f"postmaster SIGKILL {restarts.get('crash', 0)}; longest outage "
-        f"{t['longest_outage_s']:.1f}s)",
         f"  operator calls             {t['operator_calls']} ({t['operator_changed']} jobs "
         f"changed, {t['operator_unknown']} calls lost with the connection)",
     ]
-    if "failover" in c:
+    if "failover" not in c:
+        out.insert(
+            -1,
+            f"  server restarts            {sum(restarts.values())} "
+            f"(fast {restarts.get('fast', 0)}, immediate {restarts.get('immediate', 0)}, "
+            f"postmaster SIGKILL {restarts.get('crash', 0)}; longest outage "
+            f"{t['longest_outage_s']:.1f}s)",
+        )
+    else:
         f = c["failover"]
         out += [
-            f"  failovers, {f['mode']:<5}       {f['failovers']} (each: WAL sending held back "
+            f"  {'failovers (' + f['mode'] + ')':<27}{f['failovers']} (each: WAL sending held back "
             f"{s['lag']:g}s, the primary SIGKILLed, the standby promoted)",
-            f"    longest outage           {f['longest_outage_s']:.1f}s (kill to promoted); new "
+            f"  {'  longest outage':<27}{f['longest_outage_s']:.1f}s (kill to promoted); new "
             f"standby seeded in {f['longest_reseed_s']:.1f}s at most",
-            f"    WAL not replayed at kill {f['lag_bytes_at_kill']} bytes",
+            f"  {'  WAL unreplayed at kill':<27}{f['lag_bytes_at_kill']} bytes",
         ]
     out += [
         "",
