@@ -14,6 +14,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from leasectl.core.errors import (
     ConnectionFailed,
@@ -149,6 +150,26 @@ class ErrorMapping:
         raise mapped from None
 
 
+class _Reconnect(AttemptWithBackoff):
+    """The pool's backoff between attempts to replace a lost connection, capped: psycopg_pool
+    doubles it without bound (until reconnect_timeout, a year here), so after an outage of T
+    seconds the pool went on waiting up to about T more before trying the server that came back
+    or was promoted (RELIABILITY.md, "Failover")."""
+
+    MAX_DELAY = 2.0
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.MAX_DELAY)
+
+
+class _Pool(ConnectionPool):
+    """A ConnectionPool whose reconnection backoff is ``_Reconnect``'s."""
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(attempt or _Reconnect(timeout=self.reconnect_timeout), growing)
+
+
 class Database:
     """Named queries over a small connection pool (autocommit: each call is one transaction)."""
 
@@ -194,7 +215,7 @@ class Database:
                 f"cannot connect to {safe_dsn(dsn)}: {first_line(exc)}"
             ) from None
         probe.close()
-        pool = ConnectionPool(
+        pool = _Pool(
             dsn,
             min_size=1,
             max_size=max(1, max_size),

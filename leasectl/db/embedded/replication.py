@@ -19,7 +19,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,8 @@ def _q(name: str) -> sql.SQL:
     return sql.SQL(queries.get(name).text)  # replication's statements name no schema
 
 
-def _connect(server: EmbeddedServer, *, timeout: float = 5.0) -> psycopg.Connection[Any]:
-    return psycopg.connect(
-        server.dsn(), autocommit=True, connect_timeout=max(2, int(timeout)), row_factory=dict_row
-    )
+def _connect(server: EmbeddedServer) -> psycopg.Connection[Any]:
+    return psycopg.connect(server.dsn(), autocommit=True, connect_timeout=5, row_factory=dict_row)
 
 
 def _one(server: EmbeddedServer, name: str, params: dict[str, Any] | None = None) -> Any:
@@ -78,7 +76,7 @@ def in_recovery(server: EmbeddedServer) -> bool:
     return bool(_one(server, "replication_in_recovery")["in_recovery"])
 
 
-def _poll(what: str, predicate: Any, timeout: float) -> None:
+def _poll(what: str, predicate: Callable[[], object], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while True:
