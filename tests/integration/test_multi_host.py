@@ -10,13 +10,17 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
 
+from leasectl.console.source import DatabaseSource
+from leasectl.console.view import ConsoleFilter
 from leasectl.core.errors import ConnectionFailed
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.embedded.replication import (
@@ -26,6 +30,7 @@ from leasectl.db.embedded.replication import (
     replicated_pair,
     wait_caught_up,
 )
+from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -35,6 +40,7 @@ SCHEMA = "leasectl"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 Pair = tuple[EmbeddedServer, EmbeddedServer]
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -99,6 +105,18 @@ def enqueue(dsn: str, count: int) -> list[int]:
             return None
 
     return wait_until(attempt, timeout=60, interval=0.2, what="an enqueue on the primary")
+
+
+def eventually(fn: Callable[[], T], what: str) -> T:
+    """fn's result once it stops raising ConnectionFailed (while no primary answers)."""
+
+    def attempt() -> tuple[T] | None:
+        try:
+            return (fn(),)
+        except ConnectionFailed:
+            return None
+
+    return wait_until(attempt, timeout=60, interval=0.1, what=what)[0]
 
 
 def status_totals(dsn: str) -> dict[str, int]:
@@ -177,3 +195,45 @@ def test_a_read_only_server_is_a_lost_connection_and_its_connection_is_dropped(
             store.work.claim("q", "w-standby", ttl=timedelta(seconds=5))
         with store.db.connection() as conn:
             assert conn.info.backend_pid != replaced
+
+
+def test_the_watcher_and_the_console_follow_a_failover(pair: Pair) -> None:
+    """Both keep their pools across the failover and find the promoted primary by themselves:
+    the console refreshes again, and the watcher requeues a lease that lapses afterwards."""
+    primary, standby = pair
+    dsn = multi_host_dsn(primary, standby)
+    store = Stores.connect(dsn, SCHEMA, pool_timeout=2)
+    watcher_store = Stores.connect(dsn, SCHEMA, pool_timeout=2)
+    watcher = Watcher(
+        watcher_store.ops,
+        WatcherConfig(interval=timedelta(milliseconds=200), actor="watcher@failover"),
+    )
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    source = DatabaseSource.connect(dsn, SCHEMA)
+    thread.start()
+    try:
+        store.ops.enqueue([{}] * 3, queue="q")
+        assert source.snapshot(ConsoleFilter(), 10).counts.pending == 3
+
+        kill_primary(primary)
+        promote(standby)
+
+        snap = eventually(lambda: source.snapshot(ConsoleFilter(), 10), "a console refresh")
+        assert snap.counts.pending == 3
+        [ghost] = eventually(lambda: store.ops.enqueue([{}], queue="ghosts"), "an enqueue")
+        store.work.claim("ghosts", "ghost-owner", timedelta(seconds=30))
+        with psycopg.connect(standby.dsn(), autocommit=True) as conn:
+            conn.execute(
+                "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+                (ghost,),
+            )
+        wait_until(lambda: watcher.moved >= 1, timeout=60, what="the watcher to requeue it")
+        with psycopg.connect(standby.dsn(), autocommit=True) as conn:
+            row = conn.execute("SELECT status::text FROM leasectl.jobs WHERE id = %s", (ghost,))
+            assert row.fetchone() == ("Pending",)
+    finally:
+        watcher.stop()
+        thread.join(30)
+        source.close()
+        watcher_store.close()
+        store.close()
