@@ -133,9 +133,12 @@ def safe_dsn(dsn: str) -> str:
     ports = str(params.get("port") or os.environ.get("PGPORT") or "").split(",")
     if len(ports) == 1:
         ports *= len(hosts)
-    where = ",".join(
-        _place(h or "localhost", p or "5432") for h, p in zip(hosts, ports, strict=True)
-    )
+    if len(ports) == len(hosts):
+        where = ",".join(
+            _place(h or "localhost", p or "5432") for h, p in zip(hosts, ports, strict=True)
+        )
+    else:  # PGHOST and PGPORT that libpq cannot pair either
+        where = f"{','.join(hosts)}:{','.join(ports)}"
     dbname = str(params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE") or "")
     return f"{where}/{dbname}" if dbname else where
 

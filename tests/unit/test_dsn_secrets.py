@@ -95,6 +95,15 @@ def test_safe_dsn_of_accepted_dsns(dsn: str, shown: str) -> None:
     assert dsnlib.safe_dsn(dsn) == shown
 
 
+def test_safe_dsn_of_hosts_and_ports_from_the_environment(
+    no_dsn_env: pytest.MonkeyPatch,
+) -> None:
+    no_dsn_env.setenv("PGPORT", "5432,5433")
+    assert dsnlib.safe_dsn("host=a,b dbname=orders") == "a:5432,b:5433/orders"
+    # Three hosts for two ports: libpq refuses to connect; the message still shows them.
+    assert dsnlib.safe_dsn("host=a,b,c dbname=orders") == "a,b,c:5432,5433/orders"
+
+
 # Tokens between the characters that matter, so that a message showing any of them is caught.
 _PASSWORDS = st.lists(
     st.sampled_from([*SECRET_TOKENS, *"/@:%?#&=,[] '\"\\é"]), min_size=1, max_size=10
