@@ -11,6 +11,7 @@ fencing can stop the result), ``fail`` (raise on the first attempt, to exercise 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -24,6 +25,8 @@ from psycopg import sql
 
 from leasectl.core.errors import ConnectionFailed
 from leasectl.runtime.worker import JobContext
+
+LEDGER_ENV = "LEASECTL_CHAOS_LEDGER"  # bench/failover.py's: where the ledger files go
 
 T = TypeVar("T")
 
@@ -47,6 +50,7 @@ class Recorder:
             "INSERT INTO {}.chaos_business (job_id, attempt, worker) VALUES (%s, %s, %s)"
         ).format(sql.Identifier(schema))
         self._local = threading.local()
+        self.ledger = Ledger(os.environ.get(LEDGER_ENV), worker_id)
 
     def _conn(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
@@ -94,13 +98,38 @@ class Recorder:
         return self.retry(now, timeout=30, give_up=give_up)
 
     def record(self, ctx: JobContext, started_at: Any, outcome: str) -> None:
-        params = (uuid.uuid4(), ctx.job.id, ctx.lease.attempt, self.worker_id, started_at, outcome)
+        key = uuid.uuid4()
+        params = (key, ctx.job.id, ctx.lease.attempt, self.worker_id, started_at, outcome)
         self.retry(lambda c: c.execute(self.insert, params), timeout=60, give_up=lambda: False)
+        self.ledger.append(
+            k="exec",
+            key=str(key),
+            job=ctx.job.id,
+            attempt=ctx.lease.attempt,
+            worker=self.worker_id,
+            out=outcome,
+        )
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
+
+
+class Ledger:
+    """The handlers' own ledger, outside the database (the failover soak's, bench/failover.py):
+    a line appended after the database acknowledged a write. One write(2) per line on an
+    O_APPEND descriptor: no buffer for a SIGKILL to lose, no interleaving between threads."""
+
+    def __init__(self, directory: str | None, worker_id: str) -> None:
+        self.fd: int | None = None
+        if directory:
+            path = os.path.join(directory, f"ledger-{worker_id}.jsonl")
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, **entry: Any) -> None:
+        if self.fd is not None:
+            os.write(self.fd, (json.dumps(entry) + "\n").encode())
 
 
 _RECORDER: Recorder | None = None
@@ -141,5 +170,7 @@ def handle(ctx: JobContext) -> None:
             conn.execute(rec.business, (ctx.job.id, ctx.lease.attempt, ctx.lease.owner))
             if fail:
                 raise RuntimeError("injected failure on the first attempt, inside its transaction")
+        # Committed and acknowledged: the business row and the job's completion.
+        rec.ledger.append(k="tx", job=ctx.job.id, attempt=ctx.lease.attempt, worker=rec.worker_id)
     if fail:
         raise RuntimeError("injected failure on the first attempt")

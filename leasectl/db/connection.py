@@ -14,6 +14,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool.base import AttemptWithBackoff
 
 from leasectl.core.errors import (
     ConnectionFailed,
@@ -41,6 +42,13 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     line = text.splitlines()[0].strip()
     return line.removeprefix("connection failed: ").strip()
+
+
+def read_only(exc: BaseException) -> bool:
+    """A write the server refused as read-only (SQLSTATE 25006): it is a standby, the old
+    primary after a failover. The connection is of no use to us: it is dropped, not reused, and
+    the next one (a multi-host DSN's target_session_attrs=read-write) finds the primary."""
+    return isinstance(exc, pg_errors.ReadOnlySqlTransaction)
 
 
 def quote_ident(name: str) -> str:
@@ -108,7 +116,12 @@ class ErrorMapping:
         if not isinstance(exc, psycopg.Error):
             return False
         mapped: LeasectlError | None = None
-        if self.schema is not None and isinstance(exc, _SCHEMA_MISSING):
+        if read_only(exc):
+            # A standby answered: as good as no server, and retried as an outage is.
+            mapped = ConnectionFailed(
+                f"the database at {self.where} is read-only (a standby?): {first_line(exc)}"
+            )
+        elif self.schema is not None and isinstance(exc, _SCHEMA_MISSING):
             mapped = SchemaMissing(schema_missing_message(self.schema, self.where))
         elif isinstance(exc, pg_errors.InsufficientPrivilege):
             mapped = PermissionDenied(self.denied(exc.diag.message_primary, exc))
@@ -135,6 +148,26 @@ class ErrorMapping:
         if mapped is None:
             return False
         raise mapped from None
+
+
+class _Reconnect(AttemptWithBackoff):
+    """The pool's backoff between attempts to replace a lost connection, capped: psycopg_pool
+    doubles it without bound (until reconnect_timeout, a year here), so after an outage of T
+    seconds the pool went on waiting up to about T more before trying the server that came back
+    or was promoted (RELIABILITY.md, "Failover")."""
+
+    MAX_DELAY = 2.0
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.MAX_DELAY)
+
+
+class _Pool(ConnectionPool):
+    """A ConnectionPool whose reconnection backoff is ``_Reconnect``'s."""
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(attempt or _Reconnect(timeout=self.reconnect_timeout), growing)
 
 
 class Database:
@@ -182,7 +215,7 @@ class Database:
                 f"cannot connect to {safe_dsn(dsn)}: {first_line(exc)}"
             ) from None
         probe.close()
-        pool = ConnectionPool(
+        pool = _Pool(
             dsn,
             min_size=1,
             max_size=max(1, max_size),
@@ -244,16 +277,31 @@ class Database:
     @contextlib.contextmanager
     def connection(self, **mapping: Any) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection for several statements; failures mapped (``errors(**mapping)``)."""
-        with self.errors(**mapping), self._pool.connection() as conn:
+        with self.errors(**mapping), self._pooled() as conn:
             yield conn
+
+    @contextlib.contextmanager
+    def _pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection that goes back to the pool, or is closed (and so replaced) when
+        its server refused a write as read-only."""
+        with self._pool.connection() as conn:
+            try:
+                yield conn
+            except psycopg.Error as exc:
+                if read_only(exc):
+                    conn.close()
+                raise
 
     def borrow(self) -> psycopg.Connection[Any]:
         """A connection out of the pool until ``give_back``: the worker's hot path keeps one
         per thread."""
         return self._pool.getconn()
 
-    def give_back(self, conn: psycopg.Connection[Any]) -> None:
-        """Return a borrowed connection (the pool checks it, and replaces it if broken)."""
+    def give_back(self, conn: psycopg.Connection[Any], error: BaseException | None = None) -> None:
+        """Return a borrowed connection (the pool checks it, and replaces it if broken or
+        closed); ``error``, the failure it was given back after: a read-only refusal closes it."""
+        if error is not None and read_only(error):
+            conn.close()
         self._pool.putconn(conn)
 
     def run(
@@ -261,7 +309,7 @@ class Database:
     ) -> list[dict[str, Any]]:
         """Run a named query in this schema: its rows as dicts."""
         statement = query.render(self.schema)
-        with self.errors(**mapping), self._pool.connection() as conn:
+        with self.errors(**mapping), self._pooled() as conn:
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(statement, params)
             return cur.fetchall() if cur.description is not None else []
@@ -278,7 +326,7 @@ class Database:
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """A query's column names and its rows as tuples (for many rows: no dict per row)."""
         query = queries.get(name).render(self.schema)
-        with self._errors, self._pool.connection() as conn:
+        with self._errors, self._pooled() as conn:
             cur = conn.execute(query, params)
             if cur.description is None:
                 return [], []

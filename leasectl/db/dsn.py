@@ -53,7 +53,29 @@ def validate_dsn(dsn: str) -> dict[str, Any]:
     if not all(p.strip().isdigit() for p in str(params.get("port") or "").split(",") if p.strip()):
         hint = f"; {PERCENT_ENCODE_HINT}" if is_uri(dsn) else ""
         raise ConfigError(f"invalid DSN: the port is not a number{hint}")
+    hosts = len(_hosts(params))
+    ports = len(str(params.get("port") or "").split(","))
+    if ports not in (1, hosts):
+        raise ConfigError(
+            f"invalid DSN: {ports} ports for {hosts} hosts (give one port for all, or one per host)"
+        )
+    attrs = params.get("target_session_attrs")
+    if attrs is not None and attrs not in SESSION_ATTRS:
+        raise ConfigError(
+            "invalid DSN: target_session_attrs must be one of " + ", ".join(SESSION_ATTRS)
+        )
     return params
+
+
+# libpq's values of target_session_attrs; read-write is the one that follows a failover.
+SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
+
+
+def _hosts(params: dict[str, Any]) -> list[str]:
+    """The servers libpq tries, in order (a multi-host DSN names several, comma-separated;
+    hostaddr, when given, counts them instead of host)."""
+    given = params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or ""
+    return str(given).split(",")
 
 
 def is_uri(dsn: str) -> bool:
@@ -98,7 +120,8 @@ def _unquoted(message: str) -> str:
 
 
 def safe_dsn(dsn: str) -> str:
-    """host:port/dbname for messages, from the parameters libpq reads; never the password.
+    """host:port/dbname for messages, from the parameters libpq reads; never the password. A
+    multi-host DSN shows each server: ``a:5432,b:5433/dbname``.
 
     A DSN that validate_dsn refuses shows as "<invalid DSN>": the host, port or database libpq
     reads from an ambiguous URI may be pieces of the password."""
@@ -106,11 +129,22 @@ def safe_dsn(dsn: str) -> str:
         params = validate_dsn(dsn)
     except ConfigError:
         return "<invalid DSN>"
-    host = str(params.get("host") or os.environ.get("PGHOST") or "localhost")
-    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    hosts = _hosts(params)
+    ports = str(params.get("port") or os.environ.get("PGPORT") or "").split(",")
+    if len(ports) == 1:
+        ports *= len(hosts)
+    if len(ports) == len(hosts):
+        where = ",".join(
+            _place(h or "localhost", p or "5432") for h, p in zip(hosts, ports, strict=True)
+        )
+    else:  # PGHOST and PGPORT that libpq cannot pair either
+        where = f"{','.join(hosts)}:{','.join(ports)}"
     dbname = str(params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE") or "")
-    where = f"{host}:{port}" if not host.startswith("/") else f"{host} (socket, port {port})"
     return f"{where}/{dbname}" if dbname else where
+
+
+def _place(host: str, port: str) -> str:
+    return f"{host}:{port}" if not host.startswith("/") else f"{host} (socket, port {port})"
 
 
 def dsn_params(dsn: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import psycopg
 from leasectl.core.errors import LeaseLost
 from leasectl.core.models import Lease
 from leasectl.db import sql as queries
-from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
+from leasectl.db.connection import CONNECT_TIMEOUT_S, Database, read_only
 
 
 class HandlerTransactions:
@@ -95,7 +95,7 @@ class HandlerTransactions:
                 "the transaction was rolled back"
             ) from None
         except psycopg.Error as exc:
-            if conn.broken or conn.closed:
+            if conn.broken or conn.closed or read_only(exc):
                 self._forget(conn)
             if not body_done:
                 raise  # the handler's own error, for it to see as it is

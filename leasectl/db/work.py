@@ -179,8 +179,8 @@ class WorkerStore:
             kept = HotConnection(conn, self.db.schema, fast_adapters(conn))
         try:
             yield kept
-        except BaseException:
-            self.db.give_back(kept.conn)  # after any failure the pool checks it
+        except BaseException as exc:
+            self.db.give_back(kept.conn, exc)  # after any failure the pool checks it
             raise
         self._kept[key] = kept
 

@@ -61,6 +61,9 @@ def test_ambiguous_uri(dsn: str, ambiguous: bool) -> None:
         ("host=db port=Kq7v password=Zr9p", "the port is not a number"),
         ("postgresql://app:Zr9p@db:Kq7v/x", "the port is not a number; percent-encode"),
         ("postgresql://app:Zr9p@db/x?port=Kq7v", "the port is not a number"),
+        ("host=a,b,c port=5432,5433 password=Kq7v", "2 ports for 3 hosts"),
+        ("postgresql://app:Kq7v@a:5432,b/x?port=1,2,3", "3 ports for 2 hosts"),
+        ("host=a,b target_session_attrs=Kq7v password=Zr9p", "target_session_attrs must be"),
     ],
 )
 def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
@@ -77,14 +80,28 @@ def test_refusals_quote_nothing_of_the_dsn(dsn: str, fragment: str) -> None:
     ("dsn", "shown"),
     [
         ("postgresql://app:Kq7v%2FWm3x@db:6432/orders", "db:6432/orders"),
-        ("postgresql://app:Kq7v@h1:5432,h2:5433/orders", "h1,h2:5432,5433/orders"),
-        ("postgresql://h1,h2:5433/orders", "h1,h2:,5433/orders"),
+        ("postgresql://app:Kq7v@h1:5432,h2:5433/orders", "h1:5432,h2:5433/orders"),
+        ("postgresql://h1,h2:5433/orders", "h1:5432,h2:5433/orders"),
+        ("host=h1,h2 port=5433 dbname=orders password=Kq7v", "h1:5433,h2:5433/orders"),
+        (
+            "host=h1,h2 port=5432,5433 target_session_attrs=read-write user=app password=Kq7v",
+            "h1:5432,h2:5433/app",
+        ),
         ("host=db port=' 6432 ' dbname=orders password='Kq7v Wm3x'", "db: 6432 /orders"),
     ],
 )
 def test_safe_dsn_of_accepted_dsns(dsn: str, shown: str) -> None:
     dsnlib.validate_dsn(dsn)
     assert dsnlib.safe_dsn(dsn) == shown
+
+
+def test_safe_dsn_of_hosts_and_ports_from_the_environment(
+    no_dsn_env: pytest.MonkeyPatch,
+) -> None:
+    no_dsn_env.setenv("PGPORT", "5432,5433")
+    assert dsnlib.safe_dsn("host=a,b dbname=orders") == "a:5432,b:5433/orders"
+    # Three hosts for two ports: libpq refuses to connect; the message still shows them.
+    assert dsnlib.safe_dsn("host=a,b,c dbname=orders") == "a,b,c:5432,5433/orders"
 
 
 # Tokens between the characters that matter, so that a message showing any of them is caught.
