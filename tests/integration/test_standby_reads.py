@@ -8,6 +8,7 @@ a schema of its own on the primary.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -23,7 +24,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
+from textual.pilot import Pilot
+from textual.widgets import Static
 
+from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter, DbClock
 from leasectl.core.errors import ConnectionFailed
@@ -32,7 +36,7 @@ from leasectl.core.readlag import countdowns_stale
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.embedded.replication import replicated_pair, wait_caught_up
 from tests.stores import Stores
-from tests.util import wait_until
+from tests.util import wait_until, wait_until_pilot
 
 pytestmark = pytest.mark.slow
 
@@ -270,3 +274,55 @@ def test_an_unreachable_read_server_leaves_the_actions_working(pair: Pair, schem
     proc = cli("status", "--read-dsn", nowhere, schema=schema)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_the_console_header_says_the_countdowns_are_stale_then_caught_up(
+    pair: Pair, schema: str, resumes: EmbeddedServer
+) -> None:
+    """The console on a standby whose replay is paused: the header names the read server and
+    says how far behind it is, the countdowns' clock stays at its replay time while the app
+    ticks; resumed, the header says it caught up."""
+    primary, standby = pair
+    with Stores.connect(primary.dsn(), schema) as s:
+        s.work.worker_register(
+            OWNER,
+            hostname="h",
+            pid=1,
+            queues=["q"],
+            lease_ttl=timedelta(seconds=1),
+            heartbeat_every=timedelta(milliseconds=300),
+        )
+        s.ops.enqueue([{}], queue="q")
+        s.work.claim("q", OWNER, timedelta(minutes=5))
+    wait_caught_up(primary, standby, timeout=20)
+    pause_replay(standby)
+    source = DatabaseSource.connect(primary.dsn(), schema, read_dsn=standby.dsn())
+    app = ConsoleApp(source, refresh=timedelta(milliseconds=300))
+
+    def header() -> str:
+        left = str(app.main.query_one("#status-left", Static).render())
+        return left + " | " + str(app.main.query_one("#status-right", Static).render())
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_until_pilot(
+            pilot, lambda: "countdowns stale: standby" in header(), "the stale warning", 30
+        )
+        assert source.read_where is not None and f"reads {source.read_where}" in header()
+        assert app.snapshot is not None
+        frozen = app.snapshot.db_now
+        await pilot.pause(1.2)  # the app ticks and polls meanwhile
+        assert app.db_now() == frozen
+        await asyncio.to_thread(one, standby.dsn(), "SELECT pg_wal_replay_resume()::text")
+        await wait_until_pilot(
+            pilot, lambda: "standby caught up" in header(), "the standby to catch up", 30
+        )
+        assert "countdowns stale" not in header()
+
+    async def run() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await scenario(pilot)
+
+    try:
+        asyncio.run(run())
+    finally:
+        source.close()
