@@ -33,6 +33,7 @@ from leasectl.console.view import ConsoleFilter, DbClock
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import JobStatus, SeenState, Snapshot
 from leasectl.core.readlag import countdowns_stale
+from leasectl.db import grants
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.embedded.replication import replicated_pair, wait_caught_up
 from tests.stores import Stores
@@ -160,7 +161,7 @@ def test_reads_go_to_the_standby_and_send_it_nothing_that_writes(pair: Pair, sch
     lines = logged_statements(standby.log_path, offset)
     sent = "\n".join(lines)
     # The log holds the reads (read_clock, the console's counts), so it would hold any write.
-    assert "pg_last_xact_replay_timestamp" in sent and "set_config('leasectl.clock'" in sent
+    assert "pg_last_xact_replay_timestamp" in sent and "'leasectl.clock'" in sent
     assert "default_transaction_read_only" in sent  # the read-only session
     assert [line for line in lines if WRITES.search(line)] == []
     # The action reached the primary only.
@@ -326,3 +327,40 @@ def test_the_console_header_says_the_countdowns_are_stale_then_caught_up(
         asyncio.run(run())
     finally:
         source.close()
+
+
+def test_a_viewer_role_reads_a_standby_that_is_behind(
+    pair: Pair, schema: str, resumes: EmbeddedServer
+) -> None:
+    """The role a standby console runs as (`leasectl grant --viewer`) may call everything the
+    read clock reads (replay state and time), on a standby that is behind."""
+    primary, standby = pair
+    role = f"lc_viewer_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
+    try:
+        with Stores.connect(primary.dsn(), schema) as s:
+            grants.apply(s.db, [grants.Grant(grants.Kind.VIEWER, role)])
+            s.ops.enqueue([{}], queue="q")
+        wait_caught_up(primary, standby, timeout=20)
+        pause_replay(standby)
+        with Stores.connect(primary.dsn(), schema) as s:
+            s.ops.enqueue([{}], queue="q")  # not replayed: the standby is behind
+        viewer = make_conninfo(standby.dsn(), user=role)
+        proc = cli("status", "--json", "--read-dsn", viewer, schema=schema)
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["read_lag_s"] > 0 and doc["totals"]["pending"] == 1
+        source = DatabaseSource.connect(primary.dsn(), schema, read_dsn=viewer)
+        try:
+            snap = source.snapshot(ConsoleFilter(), 100)
+        finally:
+            source.close()
+        assert snap.read_lag is not None and snap.read_lag > timedelta(0)
+        assert len(snap.pending) == 1
+    finally:
+        one(standby.dsn(), "SELECT pg_wal_replay_resume()::text")
+        with psycopg.connect(primary.dsn(), autocommit=True) as conn:
+            ident = psycopg.sql.Identifier(role)
+            conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(ident))
+            conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(ident))

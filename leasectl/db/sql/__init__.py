@@ -19,9 +19,12 @@ _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _SCHEMA_TOKEN = "{schema}"
 _NOW_TOKEN = "{now}"
 # The read clock: what "now" is for a read. ``read_clock`` sets leasectl.clock for its
-# transaction (on a hot standby, the time of the last transaction it replayed); without it
-# (or after it: the setting then reads as ''), the transaction's now().
-NOW_SQL = "coalesce(nullif(current_setting('leasectl.clock', true), '')::timestamptz, now())"
+# transaction (on a hot standby, the time of the last transaction it replayed), in seconds since
+# the epoch (whatever the session's DateStyle); without it (or after it: the setting then reads
+# as ''), the transaction's now().
+NOW_SQL = (
+    "coalesce(to_timestamp(nullif(current_setting('leasectl.clock', true), '')::float8), now())"
+)
 
 
 @dataclass(frozen=True)

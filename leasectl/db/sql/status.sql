@@ -1,5 +1,5 @@
 -- name: read_clock
--- The read clock of this transaction, set as leasectl.clock for its other statements ({now}).
+-- The read clock of this transaction, set as leasectl.clock (epoch seconds) for the others' {now}.
 -- On a primary: now(). On a hot standby: the commit time of the last transaction it replayed
 -- (pg_last_xact_replay_timestamp(), a lower bound of what the data read describes) while it is
 -- behind (it has received WAL it has not replayed, or replay is paused); caught up, now(). Its
@@ -18,7 +18,7 @@ WITH s AS (
     FROM s
 )
 SELECT c.standby, c.clock, CASE WHEN c.standby THEN now() - c.clock END AS lag,
-       set_config('leasectl.clock', c.clock::text, true) IS NOT NULL AS set
+       set_config('leasectl.clock', extract(epoch FROM c.clock)::text, true) IS NOT NULL AS set
 FROM c;
 
 -- name: status_live_counts
