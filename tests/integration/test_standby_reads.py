@@ -34,6 +34,7 @@ from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import JobStatus, SeenState, Snapshot
 from leasectl.core.readlag import countdowns_stale
 from leasectl.db import grants
+from leasectl.db.connection import Database
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.embedded.replication import replicated_pair, wait_caught_up
 from tests.stores import Stores
@@ -364,3 +365,16 @@ def test_a_viewer_role_reads_a_standby_that_is_behind(
             ident = psycopg.sql.Identifier(role)
             conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(ident))
             conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(ident))
+
+
+def test_the_read_session_cannot_write_even_on_a_primary(pair: Pair, schema: str) -> None:
+    """A read DSN that names a primary by mistake still gets a read-only session."""
+    primary, _ = pair
+    db = Database.connect(primary.dsn(), schema, read_only=True)
+    try:
+        with db.connection() as conn:
+            assert conn.execute(b"SHOW default_transaction_read_only").fetchone() == ("on",)
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                conn.execute(b"CREATE TABLE written_through_the_read_session (v int)")
+    finally:
+        db.close()
