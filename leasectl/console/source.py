@@ -287,7 +287,8 @@ class DatabaseSource:
             self.read_dsn if reads and self.read_dsn is not None else self.dsn,
             self.schema,
             max_size=1 if role == POLL_ROLE else 2,
-            check_schema=role == POLL_ROLE,
+            # The poll's server is checked; the primary too when the poll reads elsewhere.
+            check_schema=role == POLL_ROLE or self.read_dsn is not None,
             application_name=f"leasectl console ({role})",
             pool_timeout=POOL_TIMEOUT_S,
             read_only=reads,
