@@ -678,6 +678,19 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# The read clock (read_clock): a standby that is behind is read as of its replay time. Its two
+# predicates of "behind" (replay paused; WAL received and not replayed) have no mutant each: while
+# replay is paused, any WAL the primary writes (a read that sets hint bits is enough) makes the
+# second true as well, so no test tells them apart reliably. The mutant turns "behind" off.
+STANDBY = "tests/integration/test_standby_reads.py::"
+
+MUTANTS += (
+    mutant("read-clock-behind", "status.sql", "read_clock",
+           "CASE WHEN behind AND replayed_at", "CASE WHEN false AND replayed_at",
+           (STANDBY + "test_countdowns_use_the_standbys_replay_time_not_the_clock",)),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 
