@@ -21,9 +21,11 @@ _NOW_TOKEN = "{now}"
 # The read clock: what "now" is for a read. ``read_clock`` sets leasectl.clock for its
 # transaction (on a hot standby, the time of the last transaction it replayed), in seconds since
 # the epoch (whatever the session's DateStyle); without it (or after it: the setting then reads
-# as ''), the transaction's now().
+# as ''), the transaction's now(). A scalar subquery: evaluated once per statement (an
+# InitPlan), not once per row a filter compares.
 NOW_SQL = (
-    "coalesce(to_timestamp(nullif(current_setting('leasectl.clock', true), '')::float8), now())"
+    "(SELECT coalesce(to_timestamp(nullif(current_setting('leasectl.clock', true), '')::float8),"
+    " now()))"
 )
 
 
