@@ -638,7 +638,7 @@ TRUNCATED = (
 
 MUTANTS += (
     mutant("console-counts-due-range", "console.sql", "console_counts",
-           "AND run_at <= now()\n          ) AS d", "AND TRUE\n          ) AS d",
+           "AND run_at <= {now}\n          ) AS d", "AND TRUE\n          ) AS d",
            (BACKLOG_CONSOLE,)),
     mutant("console-counts-due-cap", "console.sql", "console_counts",
            "WHERE g.n <= %(group_limit)s\n          LIMIT %(budget)s::bigint + 1) AS x",
@@ -653,7 +653,7 @@ MUTANTS += (
            "coalesce((SELECT max(n) FROM grp) > %(group_limit)s, false) AS truncated",
            "false AS truncated", (TRUNCATED,)),
     mutant("status-counts-due-range", "status.sql", "status_live_counts",
-           "AND run_at <= now()\n          ) AS r", "AND TRUE\n          ) AS r",
+           "AND run_at <= {now}\n          ) AS r", "AND TRUE\n          ) AS r",
            (STATUS_BOUNDED,)),
     mutant("status-counts-due-queue", "status.sql", "status_live_counts",
            "WHERE g.queue = q.queue AND g.n", "WHERE g.n", (STATUS_BOUNDED,)),
@@ -670,11 +670,24 @@ MUTANTS += (
            "greatest(%(stuck_floor)s::bigint", "greatest(%(floor)s::bigint",
            (BACKLOG + "test_max_stuck_is_decided_by_a_count_taken_past_it",)),
     mutant("status-counts-oldest-due", "status.sql", "status_live_counts",
-           "CASE WHEN q.oldest <= now()", "CASE WHEN TRUE",
+           "CASE WHEN q.oldest <= {now}", "CASE WHEN TRUE",
            (BACKLOG + "test_a_queue_with_nothing_due_has_no_oldest_due",)),
     mutant("status-counts-truncated", "status.sql", "status_live_counts",
            "(SELECT max(n) FROM grp) > %(group_limit)s AS truncated", "false AS truncated",
            (BACKLOG + "test_more_groups_than_status_reads_is_said",)),
+)  # fmt: skip
+
+
+# The read clock (read_clock): a standby that is behind is read as of its replay time. Its two
+# predicates of "behind" (replay paused; WAL received and not replayed) have no mutant each: while
+# replay is paused, any WAL the primary writes (a read that sets hint bits is enough) makes the
+# second true as well, so no test tells them apart reliably. The mutant turns "behind" off.
+STANDBY = "tests/integration/test_standby_reads.py::"
+
+MUTANTS += (
+    mutant("read-clock-behind", "status.sql", "read_clock",
+           "CASE WHEN behind AND replayed_at", "CASE WHEN false AND replayed_at",
+           (STANDBY + "test_countdowns_use_the_standbys_replay_time_not_the_clock",)),
 )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import typer
 from leasectl.cli.root import (
     EXIT_INTERRUPTED,
     QueueOpt,
+    ReadDsnOpt,
     _duration,
     _emit_json,
     _globals,
@@ -17,7 +18,7 @@ from leasectl.cli.root import (
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.terminal import require_terminal
-from leasectl.db.dsn import validate_dsn
+from leasectl.db.dsn import resolve_read_dsn, validate_dsn
 
 
 def demo(
@@ -79,9 +80,11 @@ def tui(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Disable requeue and mark-stuck.")
     ] = False,
+    read_dsn: ReadDsnOpt = None,
 ) -> None:
     """Open the console."""
     dsn, schema = _globals(ctx).resolve()
+    reads = resolve_read_dsn(read_dsn)
     every = _duration(refresh, "--refresh")
     if queue is not None:
         queue = _queue_name(queue)
@@ -93,4 +96,4 @@ def tui(
         if exc.name in ("leasectl.console", "leasectl.console.app"):
             raise LeasectlError("the console is not part of this build of leasectl") from None
         raise LeasectlError(f"the console cannot start: {exc}") from None
-    run(dsn, schema, refresh=every, queue=queue, read_only=read_only)
+    run(dsn, schema, refresh=every, queue=queue, read_only=read_only, read_dsn=reads)

@@ -12,6 +12,7 @@ from leasectl.cli.root import (
     EXIT_CHECK_FAILED,
     JsonOpt,
     QueueOpt,
+    ReadDsnOpt,
     _duration,
     _emit_json,
     _globals,
@@ -26,7 +27,7 @@ from leasectl.core.checks import Thresholds, violations
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.db.connection import Database
-from leasectl.db.dsn import safe_dsn
+from leasectl.db.dsn import resolve_read_dsn, safe_dsn
 from leasectl.db.sql import migrations
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
@@ -215,8 +216,10 @@ def status(
             show_default=False,
         ),
     ] = None,
+    read_dsn: ReadDsnOpt = None,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    reads = resolve_read_dsn(read_dsn)
     if queue is not None:
         queue = _queue_name(queue)
     limits = None
@@ -230,7 +233,7 @@ def status(
                 else None
             ),
         )
-    with _operations(ctx) as ops:
+    with _operations(ctx, read_dsn=reads) as ops:
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
     if as_json:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from leasectl.db.dsn import ambiguous_uri, dsn_params, is_uri
+from leasectl.db.dsn import READ_DSN_ENV, ambiguous_uri, dsn_params, is_uri
 
 # Up to the LAST "@": a raw "/" or "@" in the password makes libpq stop earlier, so this takes
 # more than libpq does; the generous reading is the right one for scrubbing.
@@ -19,12 +19,13 @@ MIN_PIECE = 3  # shorter pieces of a password are not scrubbed: they would garbl
 
 
 def _dsn_candidates(args: Sequence[str]) -> list[str]:
-    found = [os.environ.get("LEASECTL_DSN"), os.environ.get("DATABASE_URL")]
+    found = [os.environ.get(name) for name in ("LEASECTL_DSN", "DATABASE_URL", READ_DSN_ENV)]
     for i, arg in enumerate(args):
-        if arg == "--dsn" and i + 1 < len(args):
-            found.append(args[i + 1])
-        elif arg.startswith("--dsn="):
-            found.append(arg.removeprefix("--dsn="))
+        for option in ("--dsn", "--read-dsn"):
+            if arg == option and i + 1 < len(args):
+                found.append(args[i + 1])
+            elif arg.startswith(option + "="):
+                found.append(arg.removeprefix(option + "="))
     return [c for c in found if c]
 
 

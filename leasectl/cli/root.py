@@ -92,9 +92,13 @@ def _globals(ctx: typer.Context) -> Globals:
 
 
 @contextlib.contextmanager
-def _operations(ctx: typer.Context) -> Iterator[Operations]:
-    dsn, schema = _globals(ctx).resolve()
-    db = Database.connect(dsn, schema)
+def _operations(ctx: typer.Context, *, read_dsn: str | None = None) -> Iterator[Operations]:
+    """``read_dsn``: connect there instead (reads only, on a read-only session), not to --dsn."""
+    if read_dsn is not None:
+        dsn, schema = read_dsn, config.resolve_schema(_globals(ctx).schema)
+    else:
+        dsn, schema = _globals(ctx).resolve()
+    db = Database.connect(dsn, schema, read_only=read_dsn is not None)
     try:
         yield Operations(db)
     finally:
@@ -128,6 +132,16 @@ def _say(message: str) -> None:
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ReadDsnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--read-dsn",
+        metavar="DSN",
+        help="Read from this server (a hot standby) on a read-only session; actions still go to "
+        "--dsn. Default: $LEASECTL_READ_DSN, else --dsn.",
+        show_default=False,
+    ),
+]
 QueueOpt = Annotated[
     str | None,
     typer.Option(

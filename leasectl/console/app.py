@@ -45,6 +45,7 @@ from leasectl.console.widgets.tables import RowContext
 from leasectl.core.errors import ConnectionFailed, LeasectlError, TerminalGone
 from leasectl.core.literal import visible
 from leasectl.core.models import ActionResult, PanelJob, SeenState, Snapshot
+from leasectl.core.readlag import countdowns_stale
 from leasectl.core.terminal import HangupWatch
 
 DEFAULT_LIMIT = 100
@@ -58,11 +59,13 @@ def run(
     refresh: timedelta,
     queue: str | None,
     read_only: bool,
+    read_dsn: str | None = None,
 ) -> None:
     """Connect (raising the core's typed errors before any screen is drawn), then run the app
     until it is closed or its terminal goes away (then `TerminalGone`, within seconds: see
-    leasectl/core/terminal.py)."""
-    source = DatabaseSource.connect(dsn, schema, risk_window=RISK_WINDOW)
+    leasectl/core/terminal.py). ``read_dsn``: the panels are read there (a hot standby), the
+    actions sent to ``dsn``."""
+    source = DatabaseSource.connect(dsn, schema, risk_window=RISK_WINDOW, read_dsn=read_dsn)
     try:
         app = ConsoleApp(source, refresh=refresh, queue=queue, read_only=read_only)
         with HangupWatch(lambda: app.call_from_thread(app.exit), abandon=source.close) as watch:
@@ -163,7 +166,8 @@ class ConsoleApp(App[None]):
     # -- time -------------------------------------------------------------------------------
 
     def db_now(self) -> datetime | None:
-        """The database clock now: last poll's now() plus local monotonic time elapsed."""
+        """The read clock now: the last poll's, plus local monotonic time elapsed unless it was
+        a standby's replay time (``DbClock.frozen``)."""
         return self.db_clock.at(self.clock()) if self.db_clock is not None else None
 
     def row_context(self) -> RowContext | None:
@@ -180,8 +184,12 @@ class ConsoleApp(App[None]):
 
     def status(self) -> Status:
         mono = self.clock()
+        snap = self.snapshot
         return Status(
             where=self.source.where,
+            read_where=self.source.read_where,
+            read_lag=snap.read_lag if snap is not None else None,
+            lag_stale=snap is not None and countdowns_stale(snap.read_lag, snap.owners),
             server_version=self.snapshot.server_version if self.snapshot else None,
             db_now=self.db_now(),
             since_refresh=mono - self.last_ok if self.last_ok is not None else None,
@@ -267,7 +275,7 @@ class ConsoleApp(App[None]):
             self.poll_now()  # the filter changed while this poll ran: its rows are stale
             return
         self.snapshot = message.snapshot
-        self.db_clock = DbClock(message.snapshot.db_now, message.started)
+        self.db_clock = DbClock.of(message.snapshot, message.started)
         self.last_ok = message.started + message.took
         self.took = message.took
         self.connected = True

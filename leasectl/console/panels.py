@@ -116,6 +116,7 @@ class Panels:
             failed_scan=failed_scan,
             paused=rows.paused,
             paused_total=rows.paused_total,
+            read_lag=rows.read_lag,
         )
 
 

@@ -2,8 +2,10 @@
 
 The app only ever talks to a ``ConsoleSource``, from worker threads. ``DatabaseSource`` keeps
 two databases, hence two connections: the poll never queues behind an action, nor an action behind
-a poll. A database whose connection was lost is dropped and opened afresh on the next call, so the
-console's own backoff (not the pool's) decides how soon it retries.
+a poll. Given a read DSN, the poll reads from that server (a hot standby) on a read-only session;
+the actions, their privilege check, inspect and find stay on the primary. A database whose
+connection was lost is dropped and opened afresh on the next call, so the console's own backoff
+(not the pool's) decides how soon it retries.
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ class ConsoleSource(Protocol):
     @property
     def where(self) -> str: ...
 
+    @property
+    def read_where(self) -> str | None:
+        """Where the panels are read from when not ``where`` (a hot standby); else None."""
+        ...
+
     def snapshot(self, flt: ConsoleFilter, limit: int) -> Snapshot: ...
 
     def inspect(self, job_id: int) -> JobDetail: ...
@@ -111,8 +118,11 @@ class DatabaseSource:
         risk_window: timedelta = timedelta(seconds=10),
         actor: str | None = None,
         find_timeout: timedelta = DEFAULT_TIMEOUT,
+        read_dsn: str | None = None,
     ) -> None:
         self.dsn = dsn
+        # The poll's server when not the primary (a hot standby): read on a read-only session.
+        self.read_dsn = read_dsn
         # The find screen's statement timeout: `leasectl list`'s default.
         self.find_timeout = find_timeout
         self.schema = schema
@@ -132,13 +142,20 @@ class DatabaseSource:
         *,
         risk_window: timedelta = timedelta(seconds=10),
         actor: str | None = None,
+        read_dsn: str | None = None,
     ) -> DatabaseSource:
         """Open both connections now, so that a bad DSN or a missing schema fails before the app
-        starts, with the core's typed one-line errors."""
-        source = cls(dsn, schema, risk_window=risk_window, actor=actor)
+        starts, with the core's typed one-line errors. A read server (``read_dsn``) that cannot
+        be reached does not stop the console: the actions work on the primary, and the header
+        says the reads are failing until the standby answers."""
+        source = cls(dsn, schema, risk_window=risk_window, actor=actor, read_dsn=read_dsn)
         try:
-            source._panels()
             source._operations()
+            try:
+                source._panels()
+            except ConnectionFailed:
+                if read_dsn is None:
+                    raise
         except BaseException:
             source.close()
             raise
@@ -147,6 +164,10 @@ class DatabaseSource:
     @property
     def where(self) -> str:
         return safe_dsn(self.dsn)
+
+    @property
+    def read_where(self) -> str | None:
+        return safe_dsn(self.read_dsn) if self.read_dsn is not None else None
 
     # -- the ConsoleSource protocol ---------------------------------------------------------
 
@@ -261,13 +282,16 @@ class DatabaseSource:
     def _connect(self, role: str) -> Database:
         if self._closed:
             raise ConnectionFailed("the console is closing")
+        reads = role == POLL_ROLE and self.read_dsn is not None
         return Database.connect(
-            self.dsn,
+            self.read_dsn if reads and self.read_dsn is not None else self.dsn,
             self.schema,
             max_size=1 if role == POLL_ROLE else 2,
-            check_schema=role == POLL_ROLE,
+            # The poll's server is checked; the primary too when the poll reads elsewhere.
+            check_schema=role == POLL_ROLE or self.read_dsn is not None,
             application_name=f"leasectl console ({role})",
             pool_timeout=POOL_TIMEOUT_S,
+            read_only=reads,
         )
 
     def _panels(self) -> tuple[Database, Panels]:
@@ -323,6 +347,7 @@ class StaticSource:
     writable: bool = True
     skip: dict[int, Skipped] = field(default_factory=dict)
     where: str = "db.example:5432/payments"
+    read_where: str | None = None
     # What the find screen finds (newest first: by id descending), whatever its filter but
     # the states and the queue; ``find_error``, when set, is raised instead.
     found: tuple[ListedJob, ...] = ()

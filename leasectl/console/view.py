@@ -2,9 +2,11 @@
 database): lease states, diagnoses, the filter, actions and their results. How a value looks
 (styles, time phrases, counts) is leasectl/present's.
 
-Everything time-dependent is computed from the database clock of the last snapshot plus the
+Everything time-dependent is computed from the read clock of the last snapshot plus the
 local *monotonic* time elapsed since it was read: the local wall clock is never consulted, so a
-skewed laptop clock cannot make a live lease look expired (or the reverse).
+skewed laptop clock cannot make a live lease look expired (or the reverse). Read from a hot
+standby behind its primary, the read clock is the time of the last transaction it replayed and
+does not advance between refreshes: the data is as of then, whatever the time is now.
 """
 
 from __future__ import annotations
@@ -36,13 +38,23 @@ from leasectl.present.styles import LeaseState
 
 @dataclass(frozen=True)
 class DbClock:
-    """The database time ``db_now`` was read when the local monotonic clock said ``mono``."""
+    """The read clock ``db_now`` was read when the local monotonic clock said ``mono``.
+    ``frozen``: it is a standby's replay time (the standby was behind), which the local clock
+    does not advance: only the next refresh, as replay goes on, does."""
 
     db_now: datetime
     mono: float
+    frozen: bool = False
+
+    @classmethod
+    def of(cls, snap: Snapshot, mono: float) -> DbClock:
+        """The clock of a snapshot read at ``mono``."""
+        return cls(snap.db_now, mono, frozen=bool(snap.read_lag and snap.read_lag > timedelta(0)))
 
     def at(self, mono: float) -> datetime:
         """The database time now, estimated without ever reading the local wall clock."""
+        if self.frozen:
+            return self.db_now
         return self.db_now + timedelta(seconds=max(0.0, mono - self.mono))
 
 

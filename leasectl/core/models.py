@@ -492,6 +492,9 @@ class StatusReport:
     paused: tuple[PausedQueue, ...] = ()
     # True: more (queue, priority) groups of Pending jobs than status reads; queues are missing.
     truncated: bool = False
+    # Read from a hot standby: how far behind its primary (db_now is its read clock); None: a
+    # primary.
+    read_lag: timedelta | None = None
 
     @property
     def expired(self) -> int:
@@ -610,6 +613,9 @@ class Snapshot:
     # are: no worker claims their jobs until they are resumed.
     paused: tuple[PausedQueue, ...] = ()
     paused_total: int = 0
+    # Read from a hot standby: how far behind its primary (db_now is its read clock, the time
+    # of the last transaction it replayed while behind); None: read from a primary.
+    read_lag: timedelta | None = None
 
     @property
     def filtered(self) -> bool:

@@ -170,6 +170,21 @@ class _Pool(ConnectionPool):
         super()._add_connection(attempt or _Reconnect(timeout=self.reconnect_timeout), growing)
 
 
+def _configure(
+    schema: str, *, generic_plans: bool, read_only: bool
+) -> Callable[[psycopg.Connection[Any]], None]:
+    """A new pooled connection's set-up: its loaders, and a read-only session if asked."""
+    loads = loaders.generic_plans if generic_plans else loaders.configure
+    if not read_only:
+        return loads
+
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        loads(conn)
+        conn.execute(queries.get("session_read_only").render(schema))
+
+    return configure
+
+
 class Database:
     """Named queries over a small connection pool (autocommit: each call is one transaction)."""
 
@@ -194,13 +209,15 @@ class Database:
         application_name: str = "leasectl",
         pool_timeout: float = 10.0,
         generic_plans: bool = False,
+        read_only: bool = False,
     ) -> Database:
         """Connect once directly (for a precise error), then open the pool.
 
         ``generic_plans``: statements run often (psycopg prepares them after a few runs) are
         planned once per connection instead of on every execution, on index paths only; for
         the worker, whose statements are written so that such plans hold for any parameters
-        and any table size.
+        and any table size. ``read_only``: every transaction of every connection is read-only
+        (``session_read_only``): reads sent to a hot standby.
         """
         validate_dsn(dsn)  # an ambiguous URI would connect where its password says
         kwargs: dict[str, Any] = {
@@ -222,7 +239,7 @@ class Database:
             kwargs=kwargs,
             timeout=pool_timeout,
             reconnect_timeout=365 * 86400,
-            configure=loaders.generic_plans if generic_plans else loaders.configure,
+            configure=_configure(schema, generic_plans=generic_plans, read_only=read_only),
             open=False,
             name=application_name,
         )

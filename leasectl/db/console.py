@@ -41,6 +41,8 @@ class ConsoleRows:
     failed: tuple[PanelJob, ...] = ()  # console_failed: newest first
     paused: tuple[PausedQueue, ...] = ()  # console_paused: by name, at most ``paused_limit``
     paused_total: int = 0  # how many queues are paused (``paused`` may list fewer)
+    # read_clock's lag: how far a hot standby is behind its primary (None: read from a primary).
+    read_lag: timedelta | None = None
 
     @property
     def db_now(self) -> datetime:
@@ -74,8 +76,9 @@ class ConsoleReads:
         group_limit: int = 1000,
     ) -> ConsoleRows:
         """What the console shows, read in one read-only REPEATABLE READ transaction so that
-        every count, every panel row, the owners and the database clock describe the same
-        instant. Panels hold at most ``limit`` rows each; finished history is only ever
+        every count, every panel row, the owners and the read clock (``read_clock``: on a hot
+        standby behind its primary, the time of the last transaction it replayed) describe the
+        same instant. Panels hold at most ``limit`` rows each; finished history is only ever
         estimated. ``since``: where the throughput count starts (None: the whole window).
         ``queue_limit``: at most this many names of queues with live jobs. ``failed_scan``:
         the Failed panel looks for Failed jobs among this many of the last finished.
@@ -108,8 +111,10 @@ class ConsoleReads:
         panels = ("console_pending", "console_processing", "console_stuck", "console_failed")
         # (label, query, parameters): what this refresh reads besides the panels. The counts
         # for every queue and what an owner filter matches are read only under such a filter.
+        # read_clock comes first: it sets the read clock ({now}) the other statements use.
         reads: list[tuple[str, str, dict[str, Any]]] = [
             ("begin", "console_snapshot_begin", params),
+            ("clock", "read_clock", {}),
             ("settings", "console_settings", params),
             ("counts", "console_counts", params),
             ("throughput", "console_throughput", params),
@@ -133,9 +138,17 @@ class ConsoleReads:
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
-            counts, per_minute, estimated, owner_rows, queue_rows, paused_rows = (
+            clock, counts, per_minute, estimated, owner_rows, queue_rows, paused_rows = (
                 results[label].fetchall()
-                for label in ("counts", "throughput", "estimate", "owners", "queues", "paused")
+                for label in (
+                    "clock",
+                    "counts",
+                    "throughput",
+                    "estimate",
+                    "owners",
+                    "queues",
+                    "paused",
+                )
             )
             extra = {
                 label: results[label].fetchone()
@@ -161,4 +174,5 @@ class ConsoleReads:
             failed=failed,
             paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
+            read_lag=clock[0]["lag"],
         )

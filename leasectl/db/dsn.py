@@ -38,6 +38,22 @@ def resolve_dsn(cli_value: str | None) -> str:
     raise ConfigError(NO_DSN_MESSAGE)
 
 
+# The read server's DSN (`tui`/`status --read-dsn`): a hot standby the reads go to.
+READ_DSN_ENV = "LEASECTL_READ_DSN"
+
+
+def resolve_read_dsn(cli_value: str | None) -> str | None:
+    """--read-dsn, else LEASECTL_READ_DSN, else None (reads go to the primary); validated."""
+    for value in (cli_value, os.environ.get(READ_DSN_ENV)):
+        if value is not None and value.strip():
+            try:
+                validate_dsn(value)
+            except ConfigError as exc:
+                raise ConfigError(f"--read-dsn/{READ_DSN_ENV}: {exc}") from None
+            return value
+    return None
+
+
 def validate_dsn(dsn: str) -> dict[str, Any]:
     """The connection parameters libpq reads from ``dsn``, or a ConfigError that quotes none of
     it: libpq's own message can hold fragments of the DSN, so any quoted part is dropped."""

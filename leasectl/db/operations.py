@@ -354,8 +354,11 @@ class Operations:
             "stuck_floor": max(COUNT_FLOOR, stuck_floor),
             "group_limit": group_limit,
         }
+        # read_clock first: the read clock ({now}) of the statements after it; on a hot
+        # standby behind its primary, the time of the last transaction it replayed.
         reads: list[tuple[str, dict[str, Any]]] = [
             ("console_snapshot_begin", {}),
+            ("read_clock", {}),
             (
                 "console_settings",
                 {
@@ -363,7 +366,6 @@ class Operations:
                     "setting_values": list(queries.CONSOLE_SETTINGS.values()),
                 },
             ),
-            ("server_info", {}),
             ("status_live_counts", params),
             ("status_finished_recent", {"queue": queue, "window": recent_window}),
             ("status_finished_estimate", {"schema": self.db.schema}),
@@ -380,10 +382,10 @@ class Operations:
                     cur = conn.cursor(row_factory=dict_row)
                     cur.execute(queries.get(name).render(self.db.schema), args)
                     cursors.append(cur)
-            info, live, recent, estimated, owner_rows, paused_rows = (
-                cur.fetchall() for cur in cursors[2:]
+            clock, live, recent, estimated, owner_rows, paused_rows = (
+                cur.fetchall() for cur in (cursors[1], *cursors[3:])
             )
-        db_now = info[0]["db_now"]
+        db_now = clock[0]["clock"]
         counts: dict[str, dict[str, Any]] = {}
         truncated = False
         for r in live:
@@ -413,6 +415,7 @@ class Operations:
             queues=tuple(QueueCounts(**counts[name]) for name in sorted(counts)),
             owners=tuple(owner_health(owner_rows, db_now)),
             finished_estimate={r["status"]: int(r["jobs"]) for r in estimated},
+            read_lag=clock[0]["lag"],
             recent_window=recent_window,
             paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
             truncated=truncated,

@@ -30,6 +30,7 @@ from leasectl.core.models import (
     WatcherResult,
     infinity_label,
 )
+from leasectl.core.readlag import countdowns_stale
 from leasectl.present.status import finished_estimate, totals
 from leasectl.present.times import due_age_s
 
@@ -228,6 +229,10 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         "paused": [paused_queue_json(p) for p in report.paused],
         "check": check_json(report, limits),
         "truncated": report.truncated,
+        # Read from a hot standby (--read-dsn): seconds behind its primary (null: a primary),
+        # and whether that is more than a lease TTL (db_now is then its replay time).
+        "read_lag_s": report.read_lag.total_seconds() if report.read_lag is not None else None,
+        "countdowns_stale": countdowns_stale(report.read_lag, report.owners),
     }
 
 

@@ -19,6 +19,7 @@ from leasectl.core.models import (
     StatusReport,
     finished_estimates,
 )
+from leasectl.core.readlag import countdowns_stale
 from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, lit, num, table
 from leasectl.present.times import (
@@ -26,6 +27,7 @@ from leasectl.present.times import (
     expiry,
     lease_intervals,
     oldest_due,
+    read_lag_text,
     short_window,
     timestamp,
 )
@@ -101,6 +103,10 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         if report.queues
         else Text(f"no live jobs, and none finished in the last {window}", style="dim"),
     ]
+    lag = read_lag_text(report.read_lag, stale=countdowns_stale(report.read_lag, report.owners))
+    if lag is not None:
+        # Read from a hot standby: the clock above is its replay time while it is behind.
+        parts.append(Text.assemble("read from a standby: ", lag))
     # Cancelled by operators: a line of its own (a column more does not fit 80 columns).
     cancelled = [q for q in report.queues if q.cancelled_recent]
     if cancelled:

@@ -171,3 +171,17 @@ def lease_intervals(heartbeat_every: timedelta | None, lease_ttl: timedelta | No
     if heartbeat_every is None and lease_ttl is None:
         return "-"
     return f"{interval(heartbeat_every)}/{interval(lease_ttl)}"
+
+
+def read_lag_text(lag: timedelta | None, *, stale: bool) -> Text | None:
+    """Where the reads stand against the primary, for the console's header and `status`: None
+    when they were read from the primary. ``stale``: behind by more than a lease TTL
+    (``core/readlag.py``), when a countdown may be a whole lease off."""
+    if lag is None:
+        return None
+    behind = seconds_age(max(0.0, lag.total_seconds()))
+    if stale:
+        return Text(f"⚠ countdowns stale: standby {behind} behind", style="bold red")
+    if lag > timedelta(0):
+        return Text(f"standby {behind} behind", style="yellow")
+    return Text("standby caught up", style="dim")

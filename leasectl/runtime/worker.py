@@ -40,6 +40,7 @@ from leasectl.core.config import check_queue_length, default_worker_id
 from leasectl.core.errors import ConnectionFailed, LeasectlError, LeaseLost, UsageError
 from leasectl.core.literal import echo, shorten
 from leasectl.core.models import ClaimKey, Job, Lease
+from leasectl.core.readlag import DEFAULT_LEASE_TTL
 from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.connection import Database
 from leasectl.db.handler_tx import AsyncHandlerTransactions, HandlerTransactions
@@ -250,7 +251,7 @@ def load_handler(spec: str) -> Handler | AsyncHandler:
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
     concurrency: int = 1
-    lease_ttl: timedelta = timedelta(seconds=30)
+    lease_ttl: timedelta = DEFAULT_LEASE_TTL
     heartbeat_every: timedelta | None = None  # default: a third of the lease TTL
     poll_interval: timedelta = timedelta(seconds=1)
     grace: timedelta = timedelta(seconds=30)

@@ -6,6 +6,8 @@ Regenerate with ``--snapshot-update`` and look at the SVGs in __snapshots__/ bef
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from textual.pilot import Pilot
@@ -56,6 +58,18 @@ def test_main_screen_narrow(snap_compare: SnapCompare) -> None:
 
 def test_main_screen_read_only(snap_compare: SnapCompare) -> None:
     assert snap_compare(fixed_app(read_only=True), terminal_size=(120, 30), run_before=settle())
+
+
+def test_main_screen_reading_a_lagging_standby(snap_compare: SnapCompare) -> None:
+    """--read-dsn: the panels come from a standby 45 s behind its primary, more than the
+    owners' 30 s lease TTL; the header names both servers and says the countdowns are stale
+    (the clock is the standby's replay time, frozen between refreshes)."""
+    source = StaticSource(
+        replace(sample_snapshot(), read_lag=timedelta(seconds=45)),
+        read_where="standby.example:5432/payments",
+    )
+    app = ConsoleApp(source, clock=lambda: 1000.0)
+    assert snap_compare(app, terminal_size=(160, 48), run_before=settle())
 
 
 def test_detail_screen(snap_compare: SnapCompare) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,7 +18,7 @@ from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, Snapshot
 from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, estimate_text, lit
-from leasectl.present.times import age, local_clock, oldest_due, seconds_age
+from leasectl.present.times import age, local_clock, oldest_due, read_lag_text, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
 # The summary's paused line: at most this many queues named, each name and reason cut.
@@ -44,6 +44,11 @@ class Status:
     read_only: str | None  # why, or None when writable
     filter: ConsoleFilter
     polling: bool
+    # The reads' server when not ``where`` (a hot standby), its lag behind the primary at the
+    # last refresh, and whether that makes the countdowns stale (core/readlag.py).
+    read_where: str | None = None
+    read_lag: timedelta | None = None
+    lag_stale: bool = False
 
 
 class StatusBar(Horizontal):
@@ -61,12 +66,19 @@ class StatusBar(Horizontal):
             left.append(" ✖ disconnected ", style="bold white on red")
         left.append("  ")
         left.append_text(lit(s.where, "bold"))  # DSN parts: untrusted
+        if s.read_where is not None:
+            left.append("  reads ", style="dim")
+            left.append_text(lit(s.read_where, "bold"))
         if s.server_version:
             version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
             left.append_text(lit(f"  PostgreSQL {version}", "dim"))
         right = Text()
         if s.read_only:
             right.append(" READ-ONLY ", style="bold white on dark_red")
+            right.append("  ")
+        lag = read_lag_text(s.read_lag, stale=s.lag_stale) if s.connected else None
+        if lag is not None:
+            right.append_text(lag)
             right.append("  ")
         if s.db_now is not None:
             right.append("db clock ", style="dim")
@@ -87,7 +99,9 @@ def banner_text(s: Status) -> Text | None:
     if s.error is None:
         return None
     text = Text()
-    if s.connected is False:
+    if s.connected is False and s.read_where is not None:
+        text.append("✖ READ SERVER UNREACHABLE (actions still go to the primary) ", style="bold")
+    elif s.connected is False:
         text.append("✖ DATABASE UNREACHABLE ", style="bold")
     else:
         text.append("✖ REFRESH FAILED ", style="bold")

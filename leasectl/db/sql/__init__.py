@@ -2,7 +2,8 @@
 
 A block starts with ``-- name: entity_verb`` followed by a one-line ``--`` description.
 ``{schema}`` stands for the schema name, which is always rendered through
-``psycopg.sql.Identifier``; values are always bound parameters.
+``psycopg.sql.Identifier``; values are always bound parameters. ``{now}`` stands for the read
+clock (``NOW_SQL``): the reference time ``read_clock`` set for its transaction, else now().
 """
 
 from __future__ import annotations
@@ -16,6 +17,16 @@ from psycopg import sql
 
 _NAME = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 _SCHEMA_TOKEN = "{schema}"
+_NOW_TOKEN = "{now}"
+# The read clock: what "now" is for a read. ``read_clock`` sets leasectl.clock for its
+# transaction (on a hot standby, the time of the last transaction it replayed), in seconds since
+# the epoch (whatever the session's DateStyle); without it (or after it: the setting then reads
+# as ''), the transaction's now(). A scalar subquery: evaluated once per statement (an
+# InitPlan), not once per row a filter compares.
+NOW_SQL = (
+    "(SELECT coalesce(to_timestamp(nullif(current_setting('leasectl.clock', true), '')::float8),"
+    " now()))"
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ _ENUM_VALUE = re.compile(
 
 @cache
 def _render(text: str, schema: str) -> sql.Composed:
-    parts = text.split(_SCHEMA_TOKEN)
+    parts = text.replace(_NOW_TOKEN, NOW_SQL).split(_SCHEMA_TOKEN)
     ident = sql.Identifier(schema)
     pieces: list[sql.Composable] = []
     for i, part in enumerate(parts):

@@ -1,12 +1,16 @@
 -- The console's refresh: run together in one read-only REPEATABLE READ transaction, so that every
--- count, every panel row and now() describe the same instant. Each query reads the live rows
--- through their partial index and never scans finished history.
+-- count, every panel row and the read clock describe the same instant. Each query reads the live
+-- rows through their partial index and never scans finished history.
+--
+-- {now} is the read clock (leasectl/db/sql/__init__.py): the reference time read_clock sets for
+-- the transaction (now() on a primary; on a hot standby behind its primary, the time of the last
+-- transaction it replayed), so that "expired", "due" and the countdowns are as of the data read.
 --
 -- Filters shared by the panels: %(queue)s exact queue, %(owner)s prefix of lease_owner (for
 -- Pending and Stuck jobs, the owner of the last lease), %(job_id)s one job.
 
 -- name: console_snapshot_begin
--- Start the console's snapshot transaction: one MVCC snapshot and one now() for every query.
+-- Start the console's snapshot transaction: one MVCC snapshot and one read clock for every query.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
 
 -- name: console_settings
@@ -68,7 +72,7 @@ WITH RECURSIVE grp AS (
               SELECT 1
               FROM {schema}.jobs
               WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
-                AND run_at <= now()
+                AND run_at <= {now}
           ) AS d
           WHERE g.n <= %(group_limit)s
           LIMIT %(budget)s::bigint + 1) AS x
@@ -83,7 +87,7 @@ WITH RECURSIVE grp AS (
                 ELSE (SELECT count(*)
                       FROM (SELECT 1
                             FROM {schema}.jobs
-                            WHERE status = 'Pending' AND run_at <= now()
+                            WHERE status = 'Pending' AND run_at <= {now}
                               AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
                             LIMIT %(budget)s::bigint + 1) AS x) END AS due,
            CASE WHEN NOT h.truncated THEN h.oldest
@@ -93,21 +97,21 @@ WITH RECURSIVE grp AS (
                         AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)) END AS oldest
     FROM heads AS h
 )
-SELECT now() AS db_now, current_setting('server_version') AS server_version,
+SELECT {now} AS db_now, current_setting('server_version') AS server_version,
        current_database() AS database, p.pending, coalesce(p.due, 0) AS due,
-       CASE WHEN p.oldest <= now() THEN p.oldest END AS oldest_due_at,
+       CASE WHEN p.oldest <= {now} THEN p.oldest END AS oldest_due_at,
        %(budget)s::bigint AS cap,
        r.processing, r.expired, r.at_risk, s.stuck
 FROM p
 CROSS JOIN (
     SELECT count(*) AS processing,
-           count(*) FILTER (WHERE j.lease_until < now()) AS expired,
+           count(*) FILTER (WHERE j.lease_until < {now}) AS expired,
            count(*) FILTER (
-               WHERE j.lease_until >= now()
-                 AND j.lease_until < now() + (
+               WHERE j.lease_until >= {now}
+                 AND j.lease_until < {now} + (
                      SELECT greatest(max(heartbeat_every), %(risk_window)s::interval)
                      FROM {schema}.workers)
-                 AND j.lease_until < now() + coalesce(
+                 AND j.lease_until < {now} + coalesce(
                      (SELECT w.heartbeat_every FROM {schema}.workers AS w
                       WHERE w.worker_id = j.lease_owner),
                      %(risk_window)s::interval)
@@ -126,23 +130,23 @@ CROSS JOIN (
 -- name: console_throughput
 -- Completed and Failed jobs per clock minute that finished at or after %(since)s (NULL: the
 -- window of the last %(minutes)s minutes, the current one included), and the part of each count
--- that finished before now() - %(grace)s: settled, so the console keeps it and next time counts
+-- that finished before {now} - %(grace)s: settled, so the console keeps it and next time counts
 -- only from there (leasectl/core/throughput.py). One bounded range count per minute on the
 -- finished_at index: no per-row bucket arithmetic, no hash aggregate.
 WITH bounds AS (
     SELECT greatest(%(since)s::timestamptz,
-                    date_trunc('minute', now()) - make_interval(mins => %(minutes)s::integer - 1))
+                    date_trunc('minute', {now}) - make_interval(mins => %(minutes)s::integer - 1))
                AS since,
-           now() - %(grace)s::interval AS settled
+           {now} - %(grace)s::interval AS settled
 )
 -- The minutes come from an integer series: its row count is known to the planner (a series
 -- of timestamps is estimated at 1,000 rows, enough to make the plan look costly).
 SELECT m.minute, c.completed, c.failed, c.settled_completed, c.settled_failed
 FROM bounds AS b
 CROSS JOIN LATERAL (
-    SELECT date_trunc('minute', now()) - make_interval(mins => k) AS minute
+    SELECT date_trunc('minute', {now}) - make_interval(mins => k) AS minute
     FROM generate_series(0, %(minutes)s::integer - 1) AS k
-    WHERE date_trunc('minute', now()) - make_interval(mins => k) >= date_trunc('minute', b.since)
+    WHERE date_trunc('minute', {now}) - make_interval(mins => k) >= date_trunc('minute', b.since)
 ) AS m
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE status = 'Completed') AS completed,
@@ -243,7 +247,7 @@ ORDER BY p.run_at, p.id;
 -- The Processing panel: soonest lease expiry first (expired first of all), with the owner's
 -- heartbeat interval that decides "at risk"; bounded. The order is picked on narrow rows and
 -- only the rows shown are read whole and joined to their owner. Its expired rows (lease_until
--- before now()) are also the Stuck panel's expired leases: in this order they come first, so
+-- before {now}) are also the Stuck panel's expired leases: in this order they come first, so
 -- these rows hold all of them or %(limit)s of them, the first ones.
 WITH picked AS (
     SELECT id, lease_until
@@ -335,7 +339,7 @@ FROM (
           LIMIT %(budget)s::bigint + 1) AS x
 ) AS p
 CROSS JOIN (
-    SELECT count(*) AS processing, count(*) FILTER (WHERE lease_until < now()) AS expired
+    SELECT count(*) AS processing, count(*) FILTER (WHERE lease_until < {now}) AS expired
     FROM {schema}.jobs
     WHERE status = 'Processing' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND starts_with(lease_owner, %(owner)s::text)

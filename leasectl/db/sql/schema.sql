@@ -29,6 +29,11 @@ INSERT INTO {schema}.schema_migrations (version, name) VALUES (%(version)s, %(na
 SELECT current_setting('server_version') AS server_version, now() AS db_now,
        current_database() AS database;
 
+-- name: session_read_only
+-- Make every transaction of this session read-only: the connection of reads sent to a hot standby
+-- (`tui`/`status --read-dsn`) can never write, whichever server the DSN names.
+SELECT set_config('default_transaction_read_only', 'on', false);
+
 -- name: jobs_update_privilege
 -- Whether the current role may run the operator's actions (else the console is read-only).
 -- They are the audited functions of migration 6 (an operator has no UPDATE on jobs).

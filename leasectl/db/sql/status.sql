@@ -1,3 +1,26 @@
+-- name: read_clock
+-- The read clock of this transaction, set as leasectl.clock (epoch seconds) for the others' {now}.
+-- On a primary: now(). On a hot standby: the commit time of the last transaction it replayed
+-- (pg_last_xact_replay_timestamp(), a lower bound of what the data read describes) while it is
+-- behind (it has received WAL it has not replayed, or replay is paused); caught up, now(). Its
+-- lag: the standby's now() minus that (NULL on a primary). Reads only; allowed on a standby.
+WITH s AS (
+    SELECT pg_is_in_recovery() AS standby,
+           CASE WHEN pg_is_in_recovery()
+                THEN pg_is_wal_replay_paused()
+                     OR pg_last_wal_receive_lsn() IS DISTINCT FROM pg_last_wal_replay_lsn()
+                ELSE false END AS behind,
+           pg_last_xact_replay_timestamp() AS replayed_at
+), c AS (
+    SELECT standby,
+           CASE WHEN behind AND replayed_at IS NOT NULL THEN least(replayed_at, now())
+                ELSE now() END AS clock
+    FROM s
+)
+SELECT c.standby, c.clock, CASE WHEN c.standby THEN now() - c.clock END AS lag,
+       set_config('leasectl.clock', extract(epoch FROM c.clock)::text, true) IS NOT NULL AS set
+FROM c;
+
 -- name: status_live_counts
 -- Live counts per queue, each from its state's partial index, bounded as the metrics scrape's
 -- are (leasectl/core/counts.py): Pending, due and Stuck counts stop at cap + 1 per queue, where
@@ -64,7 +87,7 @@ WITH RECURSIVE grp AS (
     FROM stuck_q
 )
 SELECT q.queue, 'Pending' AS status, c.jobs, b.cap, d.due,
-       CASE WHEN q.oldest <= now() THEN q.oldest END AS oldest_due_at,
+       CASE WHEN q.oldest <= {now} THEN q.oldest END AS oldest_due_at,
        0::bigint AS expired,
        (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
 FROM heads AS q
@@ -85,13 +108,13 @@ CROSS JOIN LATERAL (
               SELECT 1
               FROM {schema}.jobs
               WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
-                AND run_at <= now()
+                AND run_at <= {now}
           ) AS r
           WHERE g.queue = q.queue AND g.n <= %(group_limit)s
           LIMIT b.cap + 1) AS x
 ) AS d
 UNION ALL
-SELECT queue, 'Processing', count(*), NULL, 0, NULL, count(*) FILTER (WHERE lease_until < now()),
+SELECT queue, 'Processing', count(*), NULL, 0, NULL, count(*) FILTER (WHERE lease_until < {now}),
        false
 FROM {schema}.jobs WHERE status = 'Processing'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -113,7 +136,7 @@ WHERE s.queue IS NOT NULL;
 -- Exact Completed/Failed/Cancelled counts per queue over a recent window, from the finished_at index.
 SELECT queue, status::text AS status, count(*) AS jobs
 FROM {schema}.jobs
-WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at >= now() - %(window)s
+WHERE status IN ('Completed', 'Failed', 'Cancelled') AND finished_at >= {now} - %(window)s
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY queue, status;
 
@@ -134,14 +157,14 @@ WHERE n.nspname = %(schema)s AND c.relname = 'jobs' AND c.reltuples > 0
 -- An owner that holds leases but fell out of the recent window still gets its declared intervals.
 WITH held AS (
     SELECT lease_owner, count(*) AS held,
-           count(*) FILTER (WHERE lease_until < now()) AS expired,
+           count(*) FILTER (WHERE lease_until < {now}) AS expired,
            max(heartbeat_at) AS last_job_heartbeat_at, min(lease_until) AS next_expiry_at
     FROM {schema}.jobs
     WHERE status = 'Processing'
     GROUP BY lease_owner
 ), seen AS (
     SELECT * FROM {schema}.workers
-    WHERE last_seen_at > now() - %(window)s::interval
+    WHERE last_seen_at > {now} - %(window)s::interval
 )
 SELECT coalesce(w.worker_id, h.lease_owner) AS owner,
        coalesce(w.hostname, o.hostname) AS hostname, coalesce(w.pid, o.pid) AS pid,
