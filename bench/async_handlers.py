@@ -1,5 +1,6 @@
-"""Drain with an ``async def`` no-op handler (tasks of one event loop per worker) beside the
-threaded no-op handler (``--concurrency`` handler threads per worker).
+"""Drain with an ``async def`` no-op handler (tasks of one event loop per worker: uvloop, and
+asyncio's own loop) beside the threaded no-op handler (``--concurrency`` handler threads per
+worker).
 
 Each run is ``bench.drain``'s (a fresh database, N jobs pre-enqueued, ``leasectl worker``
 processes: 2 processes x 25 at concurrency 50; the steady rate over the middle 80% of
@@ -17,9 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import Ctx, Sizes, loadavg, log, median, table
-from bench.drain import drain_once
+from bench.drain import System, drain_once
 from bench.transaction import variant
 from leasectl.db.embedded import EmbeddedServer
+
+
+def on_loop(system: System, loop: str) -> System:
+    """The system's workers with ``--event-loop loop``."""
+    base = system.worker_argv
+    system.worker_argv = lambda dsn, k: [*base(dsn, k), "--event-loop", loop]
+    return system
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     variants = {
         "noop (threads)": variant("bench.handlers:noop"),
-        "noop_async (event loop)": variant("bench.handlers:noop_async"),
+        "noop_async (uvloop)": on_loop(variant("bench.handlers:noop_async"), "uvloop"),
+        "noop_async (asyncio loop)": on_loop(variant("bench.handlers:noop_async"), "asyncio"),
     }
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {c: [] for c in a.concurrency} for name in variants

@@ -1,7 +1,7 @@
 """Profile one leasectl worker process while it drains, with py-spy (``pip install py-spy``).
 
     python -m bench.profile [--dsn DSN] [--durable] [--concurrency 50] [--processes N]
-                            [--jobs 100000] [--seconds 8]
+                            [--jobs 100000] [--seconds 8] [--handler MODULE:FN]
 
 Starts the same worker processes as the `drain` benchmark on a fresh database (``--processes
 N``: N processes at ``--concurrency`` each, e.g. ``--processes 16 --concurrency 1`` for
@@ -30,7 +30,8 @@ import psutil
 import psycopg
 
 from bench.common import BENCH, QUICK, Ctx, Proc, ServerCpu, cpu_seconds, log, stop
-from bench.drain import leasectl_system, split
+from bench.drain import split
+from bench.transaction import variant
 
 
 def frames(line: str) -> tuple[list[str], int]:
@@ -141,6 +142,7 @@ def main() -> None:
     p.add_argument("--processes", type=int, help="N processes at --concurrency each")
     p.add_argument("--jobs", type=int, default=100_000)
     p.add_argument("--seconds", type=int, default=8)
+    p.add_argument("--handler", default="bench.handlers:noop", help="module:function")
     a = p.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
@@ -157,9 +159,11 @@ def main() -> None:
     out_dir = BENCH / "results"
     out_dir.mkdir(exist_ok=True)
     label = f"p{a.processes}c{a.concurrency}" if a.processes else f"c{a.concurrency}"
+    if a.handler != "bench.handlers:noop":
+        label += "-" + a.handler.rpartition(":")[2]
     raw = out_dir / f"profile-leasectl-{label}.txt"
     procs: list[Proc] = []
-    system = leasectl_system()
+    system = variant(a.handler)
     db = ctx.fresh_db("profile")
     try:
         system.prepare(db, a.jobs)

@@ -125,6 +125,7 @@ async def rendezvous(ctx: AsyncJobContext) -> None:
         "ident": threading.get_ident(),
         "threads": sorted(t.name for t in threading.enumerate()),
         "arrived": len(_arrived),
+        "loop": type(asyncio.get_running_loop()).__module__.partition(".")[0],
     }
     _write(Path(ctx.payload["dir"]) / str(ctx.job.id), json.dumps(seen))
 

@@ -96,6 +96,13 @@ def worker(
             show_default=False,
         ),
     ] = None,
+    event_loop: Annotated[
+        str,
+        typer.Option(
+            metavar="auto|uvloop|asyncio",
+            help="An async def handler's event loop: uvloop when installed (auto), or asyncio's.",
+        ),
+    ] = "auto",
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
@@ -107,6 +114,7 @@ def worker(
         "poll_interval": _duration(poll_interval, "--poll-interval"),
         "retry_base": _duration(retry_base, "--retry-base", allow_zero=True),
         "retry_cap": _duration(retry_cap, "--retry-cap", allow_zero=True),
+        "event_loop": event_loop,
     }
     if heartbeat_every is not None:
         settings["heartbeat_every"] = _duration(heartbeat_every, "--heartbeat-every")

@@ -247,6 +247,26 @@ def load_handler(spec: str) -> Handler | AsyncHandler:
     return handler
 
 
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def new_event_loop(choice: str) -> tuple[asyncio.AbstractEventLoop, str]:
+    """The loop an async def handler's tasks run on, and its name. uvloop's call_soon and
+    Handle are C, not Python: a task costs a few microseconds less. ``auto`` takes it when it is
+    installed (by default, but on Windows); ``uvloop`` requires it; ``asyncio``: the default."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if choice == "uvloop":
+                raise UsageError(
+                    "--event-loop uvloop: uvloop is not installed (pip install uvloop)"
+                ) from None
+        else:
+            return uvloop.new_event_loop(), "uvloop"
+    return asyncio.new_event_loop(), "asyncio"
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     queues: tuple[str, ...] = ("default",)
@@ -258,8 +278,12 @@ class WorkerConfig:
     worker_id: str = field(default_factory=default_worker_id)
     retry_base: timedelta = timedelta(seconds=1)
     retry_cap: timedelta = timedelta(hours=1)
+    # An async def handler's event loop: "uvloop" when it is installed ("auto"), or asyncio's.
+    event_loop: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.event_loop not in EVENT_LOOPS:
+            raise UsageError(f"--event-loop must be one of {', '.join(EVENT_LOOPS)}")
         if not self.queues:
             raise UsageError("give at least one --queue")
         for name in self.queues:
@@ -390,7 +414,15 @@ class Worker:
         ``start_retry``: how long to keep trying while the database cannot be reached at
         start-up (a worker started with, or during a restart of, its server).
         """
-        store = self._start(start_retry)
+        loop_name = ""
+        if self.is_async:  # (a usage error, before anything is started)
+            self._loop, loop_name = new_event_loop(self.config.event_loop)
+        try:
+            store = self._start(start_retry)
+        except BaseException:
+            if self._loop is not None:
+                self._loop.close()
+            raise
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
@@ -400,8 +432,7 @@ class Worker:
             threading.Thread(target=self._deadline_loop, name="leasectl-deadline", daemon=True),
         ]
         loop_thread = None
-        if self.is_async:
-            self._loop = asyncio.new_event_loop()
+        if self._loop is not None:
             loop_thread = threading.Thread(
                 target=self._loop_main, name="leasectl-loop", daemon=True
             )
@@ -413,7 +444,12 @@ class Worker:
             ]
         for thread in threads:
             thread.start()
-        log.info("worker %s started on %s", self.worker_id, ",".join(self.config.queues))
+        log.info(
+            "worker %s started on %s%s",
+            self.worker_id,
+            ",".join(self.config.queues),
+            f" (async handler, {loop_name} event loop)" if loop_name else "",
+        )
         self._look_for_pauses()
         self.started.set()
         unwritten: list[LeaseContext] = []
@@ -617,12 +653,17 @@ class Worker:
         return live
 
     def _written(self, finished: list[LeaseContext], refused: set[int]) -> None:
-        for ctx in finished:
-            if ctx.job.id in refused:
-                self._mark_lost(ctx, "the database refused the result: lease taken over")
-            else:
-                self.stats.completed += 1
-            self._forget(ctx)
+        completed = len(finished)
+        if refused:
+            for ctx in finished:
+                if ctx.lease.job.id in refused:
+                    self._mark_lost(ctx, "the database refused the result: lease taken over")
+                    completed -= 1
+        self.stats.completed += completed
+        held = self._held
+        with self._lock:  # (one lock for the trip's jobs, not one per job)
+            for ctx in finished:
+                held.pop(ctx.lease.job.id, None)
 
     def _forget(self, ctx: LeaseContext) -> None:
         with self._lock:
@@ -733,8 +774,10 @@ class Worker:
         self._wake.set()
 
     async def _run_job_async(self, ctx: AsyncJobContext) -> None:
-        error: BaseException | None = self._unusable(ctx)
-        if error is None:
+        error: BaseException | None = None
+        if ctx.lease.unusable is not None:
+            error = self._unusable(ctx)
+        else:
             try:
                 await self._async_handler(ctx)
             except (Exception, asyncio.CancelledError) as exc:

@@ -69,18 +69,24 @@ def test_a_sync_handler_that_returns_a_coroutine_fails_the_job_and_says_why(
     assert "returned a coroutine" in (store.ops.get_job(job_id).last_error or "")
 
 
+@pytest.mark.parametrize(
+    ("choice", "loop"), [((), "uvloop"), (("--event-loop", "asyncio"), "asyncio")]
+)
 def test_jobs_run_at_once_as_tasks_of_one_loop_thread(
-    store: Stores, workers: Any, tmp_path: Path
+    store: Stores, workers: Any, tmp_path: Path, choice: tuple[str, ...], loop: str
 ) -> None:
     """Four jobs meet inside the handler (an asyncio.Event rendezvous: none returns until all
-    four are in it), on one thread: the loop's, with no handler threads in the process."""
+    four are in it), on one thread: the loop's, with no handler threads in the process. The
+    loop is uvloop's unless asyncio's is asked for, and the log says which."""
     out = tmp_path / "seen"
     out.mkdir()
     ids = store.ops.enqueue([{"dir": str(out), "n": 4}] * 4, queue="a")
-    workers("a", "tests.handlers:rendezvous", "looper", "--concurrency", "4")
+    w = workers("a", "tests.handlers:rendezvous", "looper", "--concurrency", "4", *choice)
     for job_id in ids:
         wait_until(lambda job_id=job_id: store.ops.get_job(job_id).status == JobStatus.COMPLETED)
     seen = [json.loads((out / str(job_id)).read_text()) for job_id in ids]
+    assert {s["loop"] for s in seen} == {loop}
+    assert f"(async handler, {loop} event loop)" in w.text()
     assert {s["thread"] for s in seen} == {"leasectl-loop"}
     assert len({s["ident"] for s in seen}) == 1
     for s in seen:
@@ -420,13 +426,15 @@ def test_a_task_cancelled_inside_its_transaction_rolls_back_and_closes_nothing_i
     wait_until(lambda: handler_sessions(business, worker.worker_id) == 0)
 
 
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_the_worker_command_commits_async_transactions_and_rolls_back_at_sigterm(
-    store: Stores, business: psycopg.Connection[Any], workers: Any, tmp_path: Path
+    store: Stores, business: psycopg.Connection[Any], workers: Any, tmp_path: Path, loop: str
 ) -> None:
+    """(psycopg's AsyncConnection on either event loop.)"""
     ids = store.ops.enqueue([{}] * 6, queue="x")
     w = workers(
         "x", "tests.handlers:capture_in_transaction_async", "txw", "--concurrency", "3",
-        "--grace", "300ms",
+        "--grace", "300ms", "--event-loop", loop,
     )  # fmt: skip
     for job_id in ids:
         wait_until(lambda job_id=job_id: store.ops.get_job(job_id).status == JobStatus.COMPLETED)

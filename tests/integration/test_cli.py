@@ -159,6 +159,12 @@ BAD_INPUT = [
         id="heartbeat-vs-ttl",
     ),
     pytest.param(
+        ["worker", "-q", "q", "--handler", "os:getcwd", "--event-loop", "trio"],
+        2,
+        ["--event-loop must be one of auto, uvloop, asyncio"],
+        id="event-loop",
+    ),
+    pytest.param(
         ["enqueue", "-q", "q", "--priority", str(2**31)], 2, ["'--priority'"], id="priority"
     ),
     pytest.param(["enqueue", "-q", "q", "--count", "0"], 2, ["'--count'"], id="count"),
