@@ -125,6 +125,46 @@ def test_left_and_right_never_touch_at_any_width() -> None:
     run_fixed(snap, (80, 30), scenario, where=where)
 
 
+def test_both_servers_stay_in_sight_when_the_standby_is_stale() -> None:
+    """With --read-dsn and a stale standby, at 140 columns the header cut the standby's
+    address ("reads standby.exam…"). Narrower, the header gives up the server's version, then
+    the standby's database name when it is the primary's, then the "db clock" label; wide, it
+    shows all of them."""
+    snap = replace(sample_snapshot(), read_lag=timedelta(seconds=45))
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        left = app.main.query_one("#status-left")
+        right = app.main.query_one("#status-right")
+        shown: dict[int, tuple[str, str]] = {}
+        for width, ends in (
+            (200, "PostgreSQL 16.3"),
+            (160, "reads standby.example:5433/payments"),
+            (140, "reads standby.example:5433"),
+            (120, "…"),
+        ):
+            await pilot.resize_terminal(width, 40)
+            # (Laid out again after the resize: the left half then ends with ``ends``.)
+            await wait_until_pilot(
+                pilot,
+                lambda w=width, e=ends: (
+                    app.main.size.width == w and line(left, 0).rstrip().endswith(e)
+                ),
+                f"the header at {width} columns",
+            )
+            shown[width] = (line(left, 0), line(right, 0))
+            assert "⚠ countdowns stale: standby 45s behind" in shown[width][1]
+        assert (
+            "db.example:5432/payments  reads standby.example:5433/payments  PostgreSQL"
+            in (shown[200][0])
+        )
+        assert "db clock 09:30:00" in shown[200][1] and "db clock 09:30:00" in shown[160][1]
+        assert "PostgreSQL" not in shown[160][0]
+        assert "db.example:5432/payments  reads standby.example:5433" in shown[140][0]
+        assert "db clock" not in shown[140][1] and "09:30:00 UTC" in shown[140][1]
+
+    run_fixed(snap, (140, 40), scenario, read_where="standby.example:5433/payments")
+
+
 def test_the_owners_intervals_read_as_leasectl_status_reads_them() -> None:
     """The console said ``1m00s/3m00s`` where `leasectl status` said ``1m/3m`` for the same
     owner: one phrase (present/times.py) for both."""

@@ -52,11 +52,22 @@ class Status:
 
 
 class StatusBar(Horizontal):
+    _last: Status | None = None
+
     def compose(self) -> ComposeResult:
         yield Static(id="status-left")
         yield Static(id="status-right")
 
+    def on_resize(self) -> None:
+        """What the left half leaves out depends on the width: lay it out again at the new one."""
+        self.call_after_refresh(self._reshow)
+
+    def _reshow(self) -> None:
+        if self._last is not None:
+            self.show(self._last)
+
     def show(self, s: Status) -> None:
+        self._last = s
         left = Text()
         if s.connected is None:
             left.append(" ◌ connecting ", style="bold black on yellow")
@@ -66,12 +77,37 @@ class StatusBar(Horizontal):
             left.append(" ✖ disconnected ", style="bold white on red")
         left.append("  ")
         left.append_text(lit(s.where, "bold"))  # DSN parts: untrusted
-        if s.read_where is not None:
-            left.append("  reads ", style="dim")
-            left.append_text(lit(s.read_where, "bold"))
+        # When the bar is too narrow for both halves, the left half gives up, in turn, the
+        # server's version, the standby's database name when it is the primary's, and the right
+        # half its "db clock" label, so that both servers' addresses stay in sight; past that
+        # the left half is cut with "…".
+        right = self._right(s, compact=False)
+        width = self.size.width
+
+        def room(r: Text) -> int:
+            return width - r.cell_len - 2 if width > 0 else 1 << 30  # (the right's padding)
+
+        version = Text()
         if s.server_version:
-            version = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
-            left.append_text(lit(f"  PostgreSQL {version}", "dim"))
+            number = s.server_version.split()[0]  # "15.20 (Debian 15.20-0+deb12u1)"
+            version = lit(f"  PostgreSQL {number}", "dim")
+        if s.read_where is not None:
+            reads = lit(s.read_where, "bold")
+            _, _, database = s.where.rpartition("/")
+            if left.cell_len + 8 + reads.cell_len > room(right):
+                if "/" in s.where and s.read_where.endswith("/" + database):
+                    reads = lit(s.read_where[: -len(database) - 1], "bold")
+                if left.cell_len + 8 + reads.cell_len > room(right):
+                    right = self._right(s, compact=True)
+            left.append("  reads ", style="dim")
+            left.append_text(reads)
+        if left.cell_len + version.cell_len <= room(right):
+            left.append_text(version)
+        show_text(self.query_one("#status-left", Static), left)
+        show_text(self.query_one("#status-right", Static), right)
+
+    @staticmethod
+    def _right(s: Status, *, compact: bool) -> Text:
         right = Text()
         if s.read_only:
             right.append(" READ-ONLY ", style="bold white on dark_red")
@@ -81,7 +117,8 @@ class StatusBar(Horizontal):
             right.append_text(lag)
             right.append("  ")
         if s.db_now is not None:
-            right.append("db clock ", style="dim")
+            if not compact:
+                right.append("db clock ", style="dim")
             right.append(local_clock(s.db_now), style="bold")
             right.append("  ")
         if s.since_refresh is None:
@@ -90,8 +127,7 @@ class StatusBar(Horizontal):
             stale = not s.connected or s.since_refresh > 30
             right.append("refreshed ", style="dim")
             right.append(seconds_age(s.since_refresh) + " ago", style="bold red" if stale else "")
-        show_text(self.query_one("#status-left", Static), left)
-        show_text(self.query_one("#status-right", Static), right)
+        return right
 
 
 def banner_text(s: Status) -> Text | None:
