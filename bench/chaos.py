@@ -90,6 +90,7 @@ class Settings:
     failover: str | None = None  # "sync" or "async": a replicated pair, failed over
     failovers: int = 2
     lag: float = 0.5  # seconds the standby falls behind before each failover's kill
+    async_handlers: bool = False  # the workers run handle_async (tasks of an event loop)
 
     @property
     def gap(self) -> float:
@@ -186,12 +187,13 @@ class Slot:
         env = {**os.environ, "LEASECTL_DSN": self.chaos.dsn, "LEASECTL_SCHEMA": self.chaos.schema}
         if self.chaos.replicas is not None:
             env[LEDGER_ENV] = str(self.chaos.workdir)
+        handler = "handle_async" if s.async_handlers else "handle"
         with self.log_path.open("wb") as out:
             # The command users run; the server may be restarting while it starts (--start-retry).
             self.proc = subprocess.Popen(
                 [
                     sys.executable, "-m", "leasectl", "worker",
-                    "--queue", QUEUE, "--handler", "bench.chaos_handlers:handle",
+                    "--queue", QUEUE, "--handler", f"bench.chaos_handlers:{handler}",
                     "--worker-id", self.worker_id, "--concurrency", str(s.concurrency),
                     "--lease-ttl", f"{s.lease_ttl}s", "--heartbeat-every", f"{s.heartbeat}s",
                     "--grace", "1s", "--poll-interval", "100ms",
@@ -1233,6 +1235,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--failovers", type=int, default=2)
     p.add_argument(
+        "--async-handlers",
+        action="store_true",
+        help="the workers run an async def handler (tasks of one event loop, uvloop's)",
+    )
+    p.add_argument(
         "--lag",
         default="500ms",
         help="before each failover, the standby's WAL receiver is stopped this long (0: none)",
@@ -1258,6 +1265,7 @@ def main(argv: list[str] | None = None) -> int:
             action_gap=seconds(a.action_gap, "--action-gap") if a.action_gap else None,
             drain_timeout=seconds(a.drain_timeout, "--drain-timeout"),
             transaction_fraction=a.transaction_fraction,
+            async_handlers=a.async_handlers,
             keep=a.keep,
             failover=a.failover,
             failovers=a.failovers,

@@ -7,10 +7,13 @@ returns. The payload steers it: ``ms`` of work, ``stubborn`` (ignore ``ctx.cance
 fencing can stop the result), ``fail`` (raise on the first attempt, to exercise retries), ``tx``
 (write the job's business row in ``chaos_business`` and complete the job in one transaction,
 ``ctx.transaction()``; a failing first attempt raises inside it, after its write).
+``handle_async`` is the same as an ``async def`` handler (``python -m bench.chaos
+--async-handlers``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -24,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from leasectl.core.errors import ConnectionFailed
-from leasectl.runtime.worker import JobContext
+from leasectl.runtime.worker import AsyncJobContext, JobContext, LeaseContext
 
 LEDGER_ENV = "LEASECTL_CHAOS_LEDGER"  # bench/failover.py's: where the ledger files go
 
@@ -97,7 +100,7 @@ class Recorder:
 
         return self.retry(now, timeout=30, give_up=give_up)
 
-    def record(self, ctx: JobContext, started_at: Any, outcome: str) -> None:
+    def record(self, ctx: LeaseContext, started_at: Any, outcome: str) -> None:
         key = uuid.uuid4()
         params = (key, ctx.job.id, ctx.lease.attempt, self.worker_id, started_at, outcome)
         self.retry(lambda c: c.execute(self.insert, params), timeout=60, give_up=lambda: False)
@@ -171,6 +174,39 @@ def handle(ctx: JobContext) -> None:
             if fail:
                 raise RuntimeError("injected failure on the first attempt, inside its transaction")
         # Committed and acknowledged: the business row and the job's completion.
+        rec.ledger.append(k="tx", job=ctx.job.id, attempt=ctx.lease.attempt, worker=rec.worker_id)
+    if fail:
+        raise RuntimeError("injected failure on the first attempt")
+
+
+async def handle_async(ctx: AsyncJobContext) -> None:
+    """``handle`` as an ``async def`` handler, a task of the worker's event loop: the recorder's
+    blocking statements run on the loop's executor threads, the work awaits ``ctx.cancelled``
+    (a stubborn one sleeps through it, until the worker cancels its task), and the business row
+    and the completion commit in one ``async with ctx.transaction()``."""
+    rec = recorder(ctx.lease.owner)
+    payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+    stubborn = bool(payload.get("stubborn"))
+    started_at = await asyncio.to_thread(rec.clock, lambda: ctx.cancelled.is_set() and not stubborn)
+    seconds = float(payload.get("ms", 10)) / 1000
+    cancelled = False
+    if stubborn:
+        await asyncio.sleep(seconds)
+    else:
+        try:
+            cancelled = await asyncio.wait_for(ctx.cancelled.wait(), seconds)
+        except TimeoutError:
+            pass
+    fail = bool(payload.get("fail")) and ctx.lease.attempt == 1
+    outcome = "cancelled" if cancelled else "error" if fail else "ok"
+    await asyncio.to_thread(rec.record, ctx, started_at, outcome)
+    if cancelled:
+        raise Cancelled(f"job {ctx.job.id} attempt {ctx.lease.attempt}")
+    if payload.get("tx"):
+        async with ctx.transaction() as conn:
+            await conn.execute(rec.business, (ctx.job.id, ctx.lease.attempt, ctx.lease.owner))
+            if fail:
+                raise RuntimeError("injected failure on the first attempt, inside its transaction")
         rec.ledger.append(k="tx", job=ctx.job.id, attempt=ctx.lease.attempt, worker=rec.worker_id)
     if fail:
         raise RuntimeError("injected failure on the first attempt")

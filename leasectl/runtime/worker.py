@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -600,9 +600,7 @@ class Worker:
                 self._hand_to_loop(self._loop, leases, deadline)
             for lease in leases if self._loop is None else ():
                 ctx = JobContext(lease, deadline=deadline, _open_transaction=self._open_transaction)
-                with self._lock:
-                    self._held[lease.job_id] = ctx
-                    self._running += 1
+                self._hold([ctx])
                 self.stats.claimed += 1
                 if self.config.concurrency == 1:
                     self._run_job(ctx)  # inline: its result rides on the next trip
@@ -652,6 +650,32 @@ class Worker:
                 live.append(ctx)
         return live
 
+    def _hold(self, contexts: Sequence[LeaseContext]) -> None:
+        """Hold newly claimed jobs (heartbeated, released at shutdown) and count them running.
+
+        A job held under an earlier attempt was taken over by this very worker: that lease
+        lapsed while its handler still ran (no heartbeat got through), and a claim of lapsed
+        leases took the job again. The earlier attempt is lost (its handler is told); only the
+        new one is held, and the earlier one's end must not let go of it (``_let_go``)."""
+        replaced = []
+        with self._lock:
+            for ctx in contexts:
+                earlier = self._held.get(ctx.job.id)
+                if earlier is not None:
+                    replaced.append((earlier, ctx.lease.attempt))
+                self._held[ctx.job.id] = ctx
+            self._running += len(contexts)
+        for earlier, attempt in replaced:
+            self._mark_lost(
+                earlier, f"lease lapsed; this worker took the job over (attempt {attempt})"
+            )
+
+    def _let_go(self, ctx: LeaseContext) -> None:
+        """(Under the lock.) Stop holding ``ctx``'s job, unless it is held under a later
+        attempt (``_hold``)."""
+        if self._held.get(ctx.job.id) is ctx:
+            del self._held[ctx.job.id]
+
     def _written(self, finished: list[LeaseContext], refused: set[int]) -> None:
         completed = len(finished)
         if refused:
@@ -660,14 +684,13 @@ class Worker:
                     self._mark_lost(ctx, "the database refused the result: lease taken over")
                     completed -= 1
         self.stats.completed += completed
-        held = self._held
         with self._lock:  # (one lock for the trip's jobs, not one per job)
             for ctx in finished:
-                held.pop(ctx.lease.job.id, None)
+                self._let_go(ctx)
 
     def _forget(self, ctx: LeaseContext) -> None:
         with self._lock:
-            self._held.pop(ctx.job.id, None)
+            self._let_go(ctx)
 
     # -- one job ----------------------------------------------------------------------------
 
@@ -724,7 +747,7 @@ class Worker:
             log.exception("worker %s: job %d: unexpected error", self.worker_id, ctx.job.id)
         finally:
             with self._lock:
-                self._held.pop(ctx.job.id, None)
+                self._let_go(ctx)
                 self._running -= 1
             self._wake.set()
 
@@ -752,10 +775,7 @@ class Worker:
             )
             for lease in leases
         ]
-        with self._lock:
-            for ctx in contexts:
-                self._held[ctx.job.id] = ctx
-            self._running += len(contexts)
+        self._hold(contexts)
         self.stats.claimed += len(contexts)
         loop.call_soon_threadsafe(self._start_tasks, contexts)
 
@@ -911,7 +931,7 @@ class Worker:
             )
         with self._lock:
             self.stats.completed += 1
-            self._held.pop(ctx.job.id, None)
+            self._let_go(ctx)
             self._running -= 1
         self._wake.set()
 

@@ -1,6 +1,7 @@
 """The chaos soak, short: 3 worker processes, 1,500 jobs, kills, a SIGSTOP past the lease, and
 server restarts (fast and immediate) while they work; then every invariant of bench/chaos.py
-(among them: each job completed in its handler's transaction has exactly one business row).
+(among them: each job completed in its handler's transaction has exactly one business row);
+with threaded handlers, and with async def ones.
 
 The full run is ``python -m bench.chaos`` (10 minutes, 6 workers, 20,000 jobs); see
 RELIABILITY.md.
@@ -19,14 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path) -> None:
+@pytest.mark.parametrize("handlers", [(), ("--async-handlers",)], ids=["threads", "async"])
+def test_short_chaos_soak_keeps_every_invariant(tmp_path: Path, handlers: tuple[str, ...]) -> None:
+    """(``async``: the handler is ``async def``; its jobs are tasks of the worker's event loop,
+    its transactions ``async with ctx.transaction()`` on AsyncConnections.)"""
     report_path = tmp_path / "chaos.json"
     proc = subprocess.run(
         [
             sys.executable, "-m", "bench.chaos",
             "--workers", "3", "--jobs", "1500", "--duration", "25s",
             "--action-gap", "1.5s", "--seed", "6", "--drain-timeout", "90s",
-            "--json", str(report_path),
+            "--json", str(report_path), *handlers,
         ],
         cwd=ROOT,
         capture_output=True,

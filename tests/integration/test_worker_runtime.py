@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import timedelta
 from typing import Any
@@ -9,8 +10,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from leasectl import AsyncJobContext
+from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import JobStatus
 from leasectl.runtime.worker import JobContext, PermanentError
+from tests.integration.test_worker_processes import attempts
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -188,3 +192,75 @@ def test_cancelled_is_one_event_made_on_first_use_by_any_thread(store: Stores) -
     ctx.cancelled.set()
     assert ctx.is_cancelled() and ctx.cancelled.wait(0)
     assert job_id == lease.job_id
+
+
+@pytest.mark.parametrize("kind", ["threads", "async"])
+def test_a_worker_that_takes_over_its_own_lapsed_lease_keeps_heartbeating_the_new_one(
+    store: Stores,
+    run_worker: Any,
+    sql_conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """No heartbeat gets through (the database is away for this worker), so attempt 1's lease
+    lapses while its handler runs, and this very worker takes the job over as attempt 2. When
+    attempt 1's handler then ends, the worker must go on holding (and heartbeating) attempt 2:
+    it once let go of the job by its id, attempt 2's lease lapsed in turn, and the worker took
+    it over again and again (attempts 6, 7, 8 of one job in a chaos soak)."""
+    blocked = threading.Event()
+    blocked.set()
+    second = threading.Event()  # attempt 2's handler is running
+    finish = threading.Event()  # the test lets attempt 2 end
+
+    def work(ctx: JobContext) -> None:
+        if ctx.lease.attempt == 1:
+            assert second.wait(30)
+            return  # (its lease is lost: nothing is written)
+        second.set()
+        blocked.clear()  # heartbeats get through again
+        assert finish.wait(30)
+
+    async def work_async(ctx: AsyncJobContext) -> None:
+        await asyncio.to_thread(work, ctx)  # type: ignore[arg-type]
+
+    worker = run_worker(
+        work if kind == "threads" else work_async,
+        queues=("self",),
+        concurrency=2,
+        lease_ttl=timedelta(seconds=1),
+        heartbeat_every=timedelta(milliseconds=200),
+        poll_interval=timedelta(milliseconds=100),
+        grace=timedelta(seconds=5),
+    )
+    heartbeat = worker.store.heartbeat
+
+    def heartbeat_unless_blocked(*args: Any, **kwargs: Any) -> Any:
+        if blocked.is_set():
+            raise ConnectionFailed("the database is away (the test)")
+        return heartbeat(*args, **kwargs)
+
+    monkeypatch.setattr(worker.store, "heartbeat", heartbeat_unless_blocked)
+    [job_id] = store.ops.enqueue([{}], queue="self")
+    try:
+        assert second.wait(30)
+        started = store.ops.get_job(job_id).heartbeat_at
+        assert started is not None
+        # Attempt 1's handler has ended meanwhile; attempt 2's heartbeats go on well past the
+        # 1 s its lease would last without them.
+        wait_until(
+            lambda: (
+                (store.ops.get_job(job_id).heartbeat_at or started)
+                > started + timedelta(seconds=2.5)
+            ),
+            what="attempt 2's heartbeats, 2.5 s on",
+        )
+        job = store.ops.get_job(job_id)
+        assert (job.status, job.attempts, job.lease_owner) == (
+            JobStatus.PROCESSING,
+            2,
+            worker.worker_id,
+        )
+    finally:
+        finish.set()
+    wait_until(lambda: store.ops.get_job(job_id).status == JobStatus.COMPLETED)
+    assert [row[2] for row in attempts(sql_conn, job_id)] == ["expired", "completed"]
