@@ -27,9 +27,9 @@ import statistics
 import types
 
 import psycopg
-from psycopg import conninfo, sql
+from psycopg import sql
 
-from bench.pause_cost import CHECK, NAME, SCHEMA, Variant
+from bench.pause_cost import CHECK, NAME, SCHEMA, Variant, fresh_database
 from leasectl.db import hot
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -94,21 +94,8 @@ def main() -> None:
     jobs = len(chosen) * (a.rounds + 1) * a.trips + 10_000
     name = "leasectl_claim_cost"
     try:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        dsn = conninfo.make_conninfo(base, dbname=name)
-        with Database.connect(dsn, SCHEMA, check_schema=False) as db:
-            db.migrate()
+        dsn = fresh_database(base, name, jobs)
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO leasectl.jobs (queue, run_at) SELECT 'q', now() - interval '1 hour' "
-                "+ interval '1 ms' * i FROM generate_series(1, %s) AS i",
-                (jobs,),
-            )
-            conn.execute("VACUUM ANALYZE leasectl.jobs")
             settings = conn.execute(
                 "SELECT string_agg(name || '=' || setting, ' ') FROM pg_settings WHERE name IN "
                 "('fsync', 'synchronous_commit', 'full_page_writes', 'server_version')"

@@ -49,6 +49,26 @@ def without_check() -> queries.Query:
     return queries.Query(NAME + "_before", shipped.description, shipped.text.replace(CHECK, ""))
 
 
+def fresh_database(base: str, name: str, jobs: int) -> str:
+    """A new database ``name`` on ``base``'s server (dropped first if it exists), migrated,
+    with ``jobs`` due Pending jobs in queue ``q`` (VACUUM ANALYZEd); returns its DSN."""
+    with psycopg.connect(base, autocommit=True) as conn:
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        conn.execute(drop)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = conninfo.make_conninfo(base, dbname=name)
+    with Database.connect(dsn, SCHEMA, check_schema=False) as db:
+        db.migrate()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.jobs (queue, run_at) SELECT 'q', now() - interval '1 hour' "
+            "+ interval '1 ms' * i FROM generate_series(1, %s) AS i",
+            (jobs,),
+        )
+        conn.execute("VACUUM ANALYZE leasectl.jobs")
+    return dsn
+
+
 class Variant:
     """One statement variant on its own connection, keeping its leases between trips."""
 
@@ -105,25 +125,13 @@ def main() -> None:
     a = p.parse_args()
     jobs = 2 * a.rounds * (a.single + 50 * a.batch_trips) + 10_000
     name = "leasectl_pause_cost"
-    with psycopg.connect(a.dsn, autocommit=True) as conn:
-        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        conn.execute(drop)
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = conninfo.make_conninfo(a.dsn, dbname=name)
+    dsn = fresh_database(a.dsn, name, jobs)
     try:
-        with Database.connect(dsn, SCHEMA, check_schema=False) as db:
-            db.migrate()
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO leasectl.jobs (queue, run_at) SELECT 'q', now() - interval '1 hour' "
-                "+ interval '1 ms' * i FROM generate_series(1, %s) AS i",
-                (jobs,),
-            )
             conn.execute(
                 "INSERT INTO leasectl.queue_state (queue, paused_by, reason) "
                 "VALUES ('other', 'bench', 'another queue is paused')"
             )
-            conn.execute("VACUUM ANALYZE leasectl.jobs")
             conn.execute("VACUUM ANALYZE leasectl.queue_state")
         before = without_check()
         real = queries
