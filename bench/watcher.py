@@ -10,7 +10,11 @@ afterwards from finished_at: nothing polls the server meanwhile). Three settings
 before the adaptive pace) and ``--pace 1.0`` (the watcher waits as long as each batch took).
 Each setting runs ``repeats`` times (3; 1 with --quick), each in a fresh database, the settings
 taking turns so that a drift of the machine's speed falls on all three: the varying figures are
-medians, with every run's value kept beside them. Then one pass of the default and one of
+medians, with every run's value kept beside them. Over three windows (the baseline, the pass,
+and as long as the baseline again after it) the run also records what the server and the
+workers did (``Window``): the whole server's CPU, the workers' processes' CPU, WAL written,
+flushes, full-page images and commits; and the WAL the pass wrote per job it moved. Those say
+what takes the workers' throughput: CPU, or the WAL their commits wait behind. Then one pass of the default and one of
 ``--pace 0`` alone on the server (no workers): the adaptive pace should then run flat out.
 """
 
@@ -23,8 +27,21 @@ from typing import Any
 
 import psycopg
 
-from bench.common import QUEUE, Ctx, Proc, leasectl_init, log, median, seed_pending, stop, table
+from bench.common import (
+    QUEUE,
+    Ctx,
+    Proc,
+    ServerCpu,
+    leasectl_init,
+    log,
+    median,
+    seed_pending,
+    stop,
+    table,
+)
+from bench.common import cpu_seconds as processes_cpu
 from bench.drain import leasectl_system, split
+from bench.profile import server_counters
 from leasectl.db.connection import Database
 from leasectl.db.operations import Operations
 from leasectl.db.work import CLAIM_FROM_HEAD
@@ -147,6 +164,51 @@ class Completions:
         self.conn.close()
 
 
+class Window:
+    """What the server and the workers did over one interval: the whole server's CPU (every
+    process of it), the workers' processes' CPU, the WAL written (from the insert position:
+    exact), and the server's cumulative counters (commits, full-page images, WAL flushes:
+    bench.profile.server_counters), per second. A backend reports to those counters when it
+    goes idle, at most once a second: over a window of several seconds they are close, over a
+    shorter one they are not."""
+
+    def __init__(self, conn: psycopg.Connection[Any], dsn: str, procs: list[Proc]) -> None:
+        self.conn = conn
+        self.pids = [p.pid for p in procs]
+        self.server = ServerCpu(dsn)
+
+    def __enter__(self) -> Window:
+        self.started = time.perf_counter()
+        self.counters = server_counters(self.conn)
+        self.lsn = self._lsn()
+        self.workers = sum(processes_cpu(self.pids).values())
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+        self.server_cpu = self.server.stop()
+        self.workers = sum(processes_cpu(self.pids).values()) - self.workers
+        after = server_counters(self.conn)
+        self.delta = {k: v - self.counters.get(k, 0.0) for k, v in after.items()}
+        self.delta["wal_bytes"] = self._lsn() - self.lsn
+
+    def _lsn(self) -> float:
+        row = self.conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+        return float(row[0]) if row else 0.0
+
+    def figures(self) -> dict[str, Any]:
+        s = self.seconds
+        out: dict[str, Any] = {
+            "server_cores": round(self.server_cpu / s, 2) if self.server_cpu is not None else None,
+            "worker_cores": round(self.workers / s, 2),
+        }
+        for key in ("commits", "wal_bytes", "wal_fpi", "wal_flushes"):
+            if key in self.delta:
+                out[f"{key}_per_s"] = round(self.delta[key] / s, 1)
+        return out
+
+
 # The settings' --pace: None is the default (adaptive), 0 back to back, 1.0 at most half the
 # pass's time in statements.
 SETTINGS: tuple[float | None, ...] = (None, 0.0, 1.0)
@@ -160,6 +222,9 @@ VARYING = (
     "claims_per_s_before",
     "claims_per_s_during",
     "kept",
+    "claims_per_s_after",
+    "kept_after",
+    "pass_wal_bytes_per_job",
     "pass_server_cpu_s",
     "pass_client_cpu_s",
 )
@@ -267,7 +332,8 @@ def measure(ctx: Ctx, pace: float | None) -> dict[str, Any]:
                 time.sleep(0.1)
             time.sleep(1.0)
             base_start = done.now()
-            time.sleep(baseline_s)
+            with Window(done.conn, dsn, procs) as before_window:
+                time.sleep(baseline_s)
             base_end = done.now()
 
             statements = timed_statements(store)
@@ -278,14 +344,20 @@ def measure(ctx: Ctx, pace: float | None) -> dict[str, Any]:
             # As `leasectl requeue-stuck` runs it: its table lists the first jobs and counts the
             # rest (`watch` lists none; --json lists every job, about 0.6 CPU-s more per 100,000
             # in the client, measured alone).
-            result = run_pass(store, config, listed=LISTED_JOBS)
+            with Window(done.conn, dsn, procs) as pass_window:
+                result = run_pass(store, config, listed=LISTED_JOBS)
             client_cpu = time.thread_time() - client_cpu
             server_after = cpu_seconds(server)
             pass_end = done.now()
+            # The aftermath: the workers over as long again as the baseline, once the pass ended.
+            with Window(done.conn, dsn, procs) as after_window:
+                time.sleep(baseline_s)
+            after_end = done.now()
             stop(procs)
             left = done.pending()
             baseline = done.rate(base_start, base_end)
             during = done.rate(pass_start, pass_end)
+            after = done.rate(pass_end, after_end)
         fig: dict[str, Any] = {
             "expired": n,
             "moved": result.total,
@@ -312,6 +384,19 @@ def measure(ctx: Ctx, pace: float | None) -> dict[str, Any]:
             "claims_per_s_before": round(baseline, 1),
             "claims_per_s_during": round(during, 1),
             "kept": round(during / baseline, 3) if baseline else None,
+            "claims_per_s_after": round(after, 1),
+            "kept_after": round(after / baseline, 3) if baseline else None,
+            # The server and the workers in each window (Window.figures); WAL bytes of the pass
+            # per job moved: the pass's window less the workers' own WAL per job (baseline's)
+            # times the jobs they completed during the pass.
+            "windows": {
+                "before": before_window.figures(),
+                "pass": pass_window.figures(),
+                "after": after_window.figures(),
+            },
+            "pass_wal_bytes_per_job": pass_wal_per_job(
+                before_window, pass_window, baseline, during, result.total
+            ),
             "pending_left": left,
             "claim_ms_with_expired_present": plan["ms"],
             "claim_seq_scans_jobs": plan["seq_scan_of_jobs"],
@@ -324,6 +409,19 @@ def measure(ctx: Ctx, pace: float | None) -> dict[str, Any]:
         ctx.drop_db(dsn)
 
 
+def pass_wal_per_job(
+    before: Window, during: Window, rate_before: float, rate_during: float, moved: int
+) -> float | None:
+    """WAL bytes the pass wrote per job it moved: its window's WAL less what the workers wrote
+    in it (their WAL per completed job before the pass, times the jobs they completed during
+    it)."""
+    if "wal_bytes" not in during.delta or not rate_before or not moved:
+        return None
+    workers_per_job = before.delta["wal_bytes"] / (rate_before * before.seconds)
+    workers = workers_per_job * rate_during * during.seconds
+    return round((during.delta["wal_bytes"] - workers) / moved, 1)
+
+
 def render(fig: dict[str, Any]) -> str:
     figs = [fig, *fig.get("others", [])]
 
@@ -332,6 +430,11 @@ def render(fig: dict[str, Any]) -> str:
         runs = [r for r in f.get(f"{key}_runs", []) if r is not None]
         each = f" ({', '.join(format(r, form) for r in runs)})" if len(runs) > 1 else ""
         return f"{format(f[key], form)}{each}" if f[key] is not None else "-"
+
+    def windows(f: dict[str, Any], key: str, scale: float = 1.0) -> str:
+        w = f.get("windows") or {}
+        values = [w.get(name, {}).get(key) for name in ("before", "pass", "after")]
+        return " / ".join("-" if v is None else f"{v * scale:,.4g}" for v in values)
 
     lines: list[tuple[str, Any]] = [
         ("expired leases requeued", lambda f: f"{f['moved']:,} of {f['expired']:,}"),
@@ -349,6 +452,15 @@ def render(fig: dict[str, Any]) -> str:
             lambda f: spread(f, "claims_per_s_during", ",.0f"),
         ),
         ("kept", lambda f: spread(f, "kept", ".0%")),
+        ("kept in as long again after the pass", lambda f: spread(f, "kept_after", ".0%")),
+        ("WAL the pass wrote per job moved (bytes)", lambda f: spread(f, "pass_wal_bytes_per_job")),
+        ("before / during / after the pass (the run of the median pass time):", lambda f: ""),
+        ("  WAL written (MB/s)", lambda f: windows(f, "wal_bytes_per_s", 1e-6)),
+        ("  WAL flushes (/s)", lambda f: windows(f, "wal_flushes_per_s")),
+        ("  full-page images (/s)", lambda f: windows(f, "wal_fpi_per_s")),
+        ("  commits (/s)", lambda f: windows(f, "commits_per_s")),
+        ("  server CPU (cores)", lambda f: windows(f, "server_cores")),
+        ("  workers' processes' CPU (cores)", lambda f: windows(f, "worker_cores")),
         ("CPU of the pass: server process (s)", lambda f: spread(f, "pass_server_cpu_s")),
         ("CPU of the pass: client (s)", lambda f: spread(f, "pass_client_cpu_s")),
         ("pending jobs left to the workers", lambda f: f"{f['pending_left']:,}"),
