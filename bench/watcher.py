@@ -14,8 +14,9 @@ medians, with every run's value kept beside them. Over three windows (the baseli
 and as long as the baseline again after it) the run also records what the server and the
 workers did (``Window``): the whole server's CPU, the workers' processes' CPU, WAL written,
 flushes, full-page images and commits; and the WAL the pass wrote per job it moved. Those say
-what takes the workers' throughput: CPU, or the WAL their commits wait behind. Then one pass of the default and one of
-``--pace 0`` alone on the server (no workers): the adaptive pace should then run flat out.
+what takes the workers' throughput: CPU, or the WAL their commits wait behind. Then one pass
+of the default and one of ``--pace 0`` alone on the server (no workers): the adaptive pace
+should then run flat out.
 """
 
 from __future__ import annotations
