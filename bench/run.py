@@ -32,7 +32,7 @@ import psycopg
 
 from bench.common import BENCH, QUICK, ROOT, Ctx, Sizes, loadavg, log
 
-BENCHMARKS = ("limit", "drain", "steady", "console", "watcher", "held_xact")
+BENCHMARKS = ("limit", "drain", "single", "steady", "console", "watcher", "held_xact")
 PEERS = ("pgqueuer", "procrastinate", "chancy")
 RESULTS = BENCH / "results.json"
 QUICK_RESULTS = BENCH / "results" / "quick.json"

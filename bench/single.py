@@ -9,7 +9,8 @@ clients), the same with the attempt history leasectl keeps (`claim_one_history.s
 leasectl's single-job mode (N `leasectl worker` processes at concurrency 1, started and ready
 before the jobs are seeded, as `drain` runs it). The systems and the N take turns round by
 round, the order of the systems rotating, so that a drift of the machine falls on all alike;
-each figure is the median over ``--repeats`` rounds, every run kept.
+each figure is the median over ``--repeats`` rounds, every run kept. ``python -m bench.run``
+runs it too (``--only single``), at its own sizes.
 
 The rates: a pgbench run's completed jobs per second (``-t``, no initial connection time, as
 `limit`); a leasectl run's steady rate (the middle 80% of its finishes, as `drain`). The
@@ -77,7 +78,14 @@ def raw_once(ctx: Ctx, script: str, clients: int, jobs: int) -> dict[str, Any]:
         ctx.drop_db(dsn)
 
 
-def run(ctx: Ctx, clients: tuple[int, ...], jobs: int, repeats: int) -> dict[str, Any]:
+def run(ctx: Ctx) -> dict[str, Any]:
+    """As part of ``bench.run`` (``--only single``): limit's client counts, a fifth of the drain's
+    jobs per run (20,000 at full size), the suite's repeats."""
+    sizes = ctx.sizes
+    return compare(ctx, sizes.limit_clients, max(1, sizes.drain_jobs // 5), sizes.repeats)
+
+
+def compare(ctx: Ctx, clients: tuple[int, ...], jobs: int, repeats: int) -> dict[str, Any]:
     leasectl = leasectl_system()
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {
         s: {str(n): [] for n in clients} for s in SYSTEMS
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, Any] = {
             "machine": machine(dsn, server is not None),
             "command": " ".join(["python -m bench.single", *(argv or sys.argv[1:])]),
-            "single": run(ctx, tuple(args.clients), args.jobs, args.repeats),
+            "single": compare(ctx, tuple(args.clients), args.jobs, args.repeats),
         }
         took = datetime.datetime.now(datetime.UTC) - started
         results["seconds"] = round(took.total_seconds())
