@@ -262,6 +262,23 @@ def table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
 
 
 @contextlib.contextmanager
+def server_dsn(dsn: str | None, durable: bool = False) -> Iterator[str]:
+    """``dsn`` as given; without one, a temporary embedded server's for the block (``durable``:
+    fsync, synchronous_commit and full_page_writes on), removed afterwards."""
+    if dsn is not None:
+        yield dsn
+        return
+    from leasectl.db.embedded import EmbeddedServer
+
+    server = EmbeddedServer.temporary(durable=durable)
+    server.start()
+    try:
+        yield server.dsn()
+    finally:
+        server.stop(remove=True)
+
+
+@contextlib.contextmanager
 def timed() -> Iterator[list[float]]:
     """with timed() as t: ...; t[0] is the elapsed seconds afterwards."""
     box: list[float] = []

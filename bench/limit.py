@@ -99,6 +99,48 @@ def threads(clients: int) -> str:
     return str(max(1, min(clients, os.cpu_count() or 1)))
 
 
+def drain_raw(
+    ctx: Ctx, script: str, clients: int, jobs: int, per_tx: int = 1, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One pgbench run of a raw leased pattern (``bench/pgbench/SCRIPT``, ``per_tx`` jobs per
+    transaction) draining about ``jobs`` seeded jobs with ``clients`` clients, in a fresh
+    database of the leasectl schema: pgbench's figures, and completed jobs per second."""
+    per_client = max(1, jobs // (clients * per_tx))
+    jobs = per_client * clients * per_tx
+    dsn = ctx.fresh_db("leased")
+    try:
+        leasectl_init(dsn)
+        seed_pending(dsn, jobs)
+        r = run_pgbench(
+            dsn,
+            [
+                "-n",
+                "-M",
+                "prepared",
+                "-c",
+                str(clients),
+                "-j",
+                threads(clients),
+                "-t",
+                str(per_client),
+                "-f",
+                f"pgbench/{script}",
+                *extra,
+            ],
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE status = 'Completed') FROM leasectl.jobs"
+            ).fetchone()
+        completed = int(row[0]) if row else 0
+        r["jobs"] = jobs
+        r["completed"] = completed
+        r["jobs_per_s"] = round((r["tps"] or 0) * per_tx * completed / jobs, 1)
+        return r
+    finally:
+        ctx.drop_db(dsn)
+
+
 def run(ctx: Ctx) -> dict[str, Any]:
     sizes = ctx.sizes
     fig: dict[str, Any] = {"seconds_per_run": sizes.limit_seconds, "tpcb_n": {}, "leased": {}}
@@ -118,42 +160,8 @@ def run(ctx: Ctx) -> dict[str, Any]:
         fig["leased"][name] = {}
         budget = BUDGET_FULL[name] * sizes.limit_seconds // 15
         for c in sizes.limit_clients:
-            per_client = max(1, budget // (c * per_tx))
-            jobs = per_client * c * per_tx
-            dsn = ctx.fresh_db("leased")
-            try:
-                leasectl_init(dsn)
-                seed_pending(dsn, jobs)
-                log(f"limit: {name} -c {c} ({jobs:,} jobs)")
-                r = run_pgbench(
-                    dsn,
-                    [
-                        "-n",
-                        "-M",
-                        "prepared",
-                        "-c",
-                        str(c),
-                        "-j",
-                        threads(c),
-                        "-t",
-                        str(per_client),
-                        "-f",
-                        f"pgbench/{script}",
-                        *extra,
-                    ],
-                )
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    row = conn.execute(
-                        "SELECT count(*) FILTER (WHERE status = 'Completed'), count(*) "
-                        "FROM leasectl.jobs"
-                    ).fetchone()
-                completed = int(row[0]) if row else 0
-                r["jobs"] = jobs
-                r["completed"] = completed
-                r["jobs_per_s"] = round((r["tps"] or 0) * per_tx * completed / jobs, 1)
-                fig["leased"][name][str(c)] = r
-            finally:
-                ctx.drop_db(dsn)
+            log(f"limit: {name} -c {c}")
+            fig["leased"][name][str(c)] = drain_raw(ctx, script, c, budget, per_tx, extra)
         best = max(fig["leased"][name].values(), key=lambda r: r["jobs_per_s"])
         fig["leased"][name]["bound_jobs_per_s"] = best["jobs_per_s"]
     return fig

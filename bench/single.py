@@ -28,54 +28,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
-from bench.common import BENCH, Ctx, Sizes, leasectl_init, loadavg, log, median, seed_pending, table
+from bench.common import BENCH, Ctx, Sizes, loadavg, log, median, server_dsn, table
 from bench.drain import drain_once, leasectl_system
-from bench.limit import run_pgbench, threads
+from bench.limit import drain_raw
 from bench.run import machine
 
 RAW = {"raw single": "claim_one.sql", "raw single+history": "claim_one_history.sql"}
 LEASECTL = "leasectl N x 1"
 SYSTEMS = (*RAW, LEASECTL)
 RESULTS = BENCH / "results-single.json"
-
-
-def raw_once(ctx: Ctx, script: str, clients: int, jobs: int) -> dict[str, Any]:
-    """One pgbench run of a raw pattern draining ``jobs`` seeded jobs with ``clients`` clients."""
-    per_client = max(1, jobs // clients)
-    jobs = per_client * clients
-    dsn = ctx.fresh_db("single_raw")
-    try:
-        leasectl_init(dsn)
-        seed_pending(dsn, jobs)
-        r = run_pgbench(
-            dsn,
-            [
-                "-n",
-                "-M",
-                "prepared",
-                "-c",
-                str(clients),
-                "-j",
-                threads(clients),
-                "-t",
-                str(per_client),
-                "-f",
-                f"pgbench/{script}",
-            ],
-        )
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT count(*) FILTER (WHERE status = 'Completed') FROM leasectl.jobs"
-            ).fetchone()
-        completed = int(row[0]) if row else 0
-        r["jobs"] = jobs
-        r["completed"] = completed
-        r["jobs_per_s"] = round((r["tps"] or 0) * completed / jobs, 1)
-        return r
-    finally:
-        ctx.drop_db(dsn)
 
 
 def run(ctx: Ctx) -> dict[str, Any]:
@@ -98,7 +59,7 @@ def compare(ctx: Ctx, clients: tuple[int, ...], jobs: int, repeats: int) -> dict
                 if system == LEASECTL:
                     r = drain_once(ctx, leasectl, n, jobs, processes=n, ready_first=True)
                 else:
-                    r = raw_once(ctx, RAW[system], n, jobs)
+                    r = drain_raw(ctx, RAW[system], n, jobs)
                 r["loadavg"] = loadavg()
                 log(f"  -> {r['jobs_per_s']} jobs/s")
                 runs[system][str(n)].append(r)
@@ -150,31 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.durable and args.dsn:
         p.error("--durable is for the embedded server; a --dsn server runs as it is configured")
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from leasectl.db.embedded import EmbeddedServer
-
-        server = EmbeddedServer.temporary(durable=args.durable)
-        server.start()
-        dsn = server.dsn()
-    try:
-        sizes = dataclasses.replace(Sizes(), drain_timeout=args.timeout)
+    sizes = dataclasses.replace(Sizes(), drain_timeout=args.timeout)
+    with server_dsn(args.dsn, args.durable) as dsn:
         ctx = Ctx(dsn=dsn, sizes=sizes, peers=())
         started = datetime.datetime.now(datetime.UTC)
         results: dict[str, Any] = {
-            "machine": machine(dsn, server is not None),
+            "machine": machine(dsn, args.dsn is None),
             "command": " ".join(["python -m bench.single", *(argv or sys.argv[1:])]),
             "single": compare(ctx, tuple(args.clients), args.jobs, args.repeats),
         }
-        took = datetime.datetime.now(datetime.UTC) - started
-        results["seconds"] = round(took.total_seconds())
-        print(render(results["single"]), flush=True)
-        args.output.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        log(f"wrote {args.output}")
-    finally:
-        if server is not None:
-            server.stop(remove=True)
+    took = datetime.datetime.now(datetime.UTC) - started
+    results["seconds"] = round(took.total_seconds())
+    print(render(results["single"]), flush=True)
+    args.output.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    log(f"wrote {args.output}")
     return 0
 
 

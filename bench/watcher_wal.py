@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import QUICK, Ctx, leasectl_init, log, table
+from bench.common import QUICK, Ctx, leasectl_init, log, server_dsn, table
 from bench.watcher import seed_expired
 from leasectl.db import sql as queries
 
@@ -93,15 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--runs", type=int, default=2)
     args = p.parse_args(argv)
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from leasectl.db.embedded import EmbeddedServer
-
-        server = EmbeddedServer.temporary(durable=args.durable)
-        server.start()
-        dsn = server.dsn()
-    try:
+    with server_dsn(args.dsn, args.durable) as dsn:
         ctx = Ctx(dsn=dsn, sizes=QUICK, peers=())
         rows = []
         for name, create in variants().items():
@@ -109,17 +101,14 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"watcher_wal: {name}, run {i + 1}/{args.runs}")
                 r = measure(ctx, create, args.jobs)
                 rows.append([name, r["wal_bytes_per_job"], r["records_per_job"], r["fpi_per_job"]])
-        print(
-            table(
-                f"watcher_wal: one pass over {args.jobs:,} expired leases after a CHECKPOINT",
-                ["variant", "WAL bytes per job", "WAL records per job", "full-page images per job"],
-                rows,
-            ),
-            flush=True,
-        )
-    finally:
-        if server is not None:
-            server.stop(remove=True)
+    print(
+        table(
+            f"watcher_wal: one pass over {args.jobs:,} expired leases after a CHECKPOINT",
+            ["variant", "WAL bytes per job", "WAL records per job", "full-page images per job"],
+            rows,
+        ),
+        flush=True,
+    )
     return 0
 
 
