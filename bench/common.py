@@ -271,6 +271,7 @@ def server_dsn(dsn: str | None, durable: bool = False) -> Iterator[str]:
     from leasectl.db.embedded import EmbeddedServer
 
     server = EmbeddedServer.temporary(durable=durable)
+    log(f"starting a temporary{' durable' if durable else ''} embedded server in {server.base_dir}")
     server.start()
     try:
         yield server.dsn()

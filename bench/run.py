@@ -30,7 +30,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import BENCH, QUICK, ROOT, Ctx, Sizes, loadavg, log
+from bench.common import BENCH, QUICK, ROOT, Ctx, Sizes, loadavg, log, server_dsn
 
 BENCHMARKS = ("limit", "drain", "single", "steady", "console", "watcher", "held_xact")
 PEERS = ("pgqueuer", "procrastinate", "chancy")
@@ -195,22 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sizes_from(args)
     peers = PEERS if args.peers is None else tuple(args.peers)
     chosen = [b for b in BENCHMARKS if not args.only or b in args.only]
-    server = None
-    dsn = args.dsn
-    if dsn is None:
-        from leasectl.db.embedded import EmbeddedServer
-
-        server = EmbeddedServer.temporary(durable=args.durable)
-        log(
-            f"starting a temporary{' durable' if args.durable else ''} embedded server in "
-            f"{server.base_dir}"
-        )
-        server.start()
-        dsn = server.dsn()
-    try:
+    with server_dsn(args.dsn, args.durable) as dsn:
         ctx = Ctx(dsn=dsn, sizes=sizes, peers=peers)
         results: dict[str, Any] = {
-            "machine": machine(dsn, server is not None),
+            "machine": machine(dsn, args.dsn is None),
             "mode": "quick" if args.quick else "full",
             "sizes": dataclasses.asdict(sizes),
             "command": " ".join(["python -m bench.run", *(argv or sys.argv[1:])]),
@@ -237,9 +225,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n### {name}\n\nfailed: {fig.get('error', '?')}\n", flush=True)
             args.output.write_text(json.dumps(results, indent=2, default=str) + "\n")
         log(f"wrote {args.output}")
-    finally:
-        if server is not None:
-            server.stop(remove=True)
     return 0
 
 
