@@ -12,15 +12,15 @@ processes: 2 processes x 25 at concurrency 50; the steady rate over the middle 8
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import Ctx, Sizes, loadavg, log, median, table
+from bench.common import Ctx, Sizes, loadavg, log, median, server_dsn, table
 from bench.drain import System, drain_once
 from bench.transaction import variant
-from leasectl.db.embedded import EmbeddedServer
 
 
 def on_loop(system: System, loop: str) -> System:
@@ -47,12 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {c: [] for c in a.concurrency} for name in variants
     }
-    server = None
-    dsn = a.dsn
-    if dsn is None:
-        server = EmbeddedServer.temporary()
-        server.start()
-        dsn = server.dsn()
+    servers = contextlib.ExitStack()
+    dsn = servers.enter_context(server_dsn(a.dsn))
     try:
         ctx = Ctx(dsn, Sizes(drain_jobs=a.jobs, drain_timeout=a.timeout), ())
         for r in range(a.repeats):
@@ -66,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"worker CPU {result['worker_cpu_s']} s"
                     )
     finally:
-        if server is not None:
-            server.stop(remove=True)
+        servers.close()
     rows = []
     for name, by_c in runs.items():
         for c, results in by_c.items():

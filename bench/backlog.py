@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -30,7 +31,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from bench.common import leasectl_init, log, percentile
+from bench.common import Ctx, leasectl_init, log, percentile, table
 from leasectl.console.panels import Panels
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
@@ -98,6 +99,72 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
     return {"refresh": refresh, "refresh_owner": refresh_owner, "status": status, "counts": shown}
 
 
+def measure_sizes(dsn: str, sizes: Sequence[int], runs: int) -> dict[str, Any]:
+    """Grow the database's Pending backlog to each of ``sizes`` in turn (it never shrinks) and
+    measure at each: ``{"sizes": {n: figures}, "ratio": ...}``."""
+    out: dict[str, Any] = {"sizes": {}}
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM leasectl.jobs WHERE status = 'Pending'").fetchone()
+        have = int(row[0]) if row else 0
+    for want in sizes:
+        if want > have:
+            log(f"backlog: growing to {want:,} Pending")
+            started = time.perf_counter()
+            grow(dsn, have, want)
+            log(f"  seeded in {time.perf_counter() - started:.0f} s")
+            have = want
+        entry = measure(dsn, runs)
+        entry["loadavg"] = list(os.getloadavg())
+        out["sizes"][str(want)] = entry
+        log(f"  {want:,}: {json.dumps(entry)}")
+    done = sorted(int(k) for k in out["sizes"])
+    if len(done) >= 2:
+        lo, hi = out["sizes"][str(done[0])], out["sizes"][str(done[-1])]
+        out["ratio"] = {
+            "of": f"{done[-1]:,} / {done[0]:,}",
+            "refresh_p50": round(hi["refresh"]["p50_ms"] / lo["refresh"]["p50_ms"], 2),
+        }
+    return out
+
+
+def run(ctx: Ctx) -> dict[str, Any]:
+    """``bench.run``'s backlog: one fresh database, 2,000 Processing and 500 expired leases,
+    grown to each of ``backlog_sizes`` Pending jobs, ``console_runs`` refreshes at each."""
+    dsn = ctx.fresh_db("backlog")
+    try:
+        leasectl_init(dsn)
+        leases(dsn)
+        fig = measure_sizes(dsn, ctx.sizes.backlog_sizes, ctx.sizes.console_runs)
+    finally:
+        ctx.drop_db(dsn)
+    fig["runs"] = ctx.sizes.console_runs
+    return fig
+
+
+def render(fig: dict[str, Any]) -> str:
+    rows = []
+    for n, e in sorted(fig["sizes"].items(), key=lambda kv: int(kv[0])):
+        shown = e["counts"]
+        rows.append(
+            [
+                f"{int(n):,}",
+                f"{e['refresh']['p50_ms']:.1f} / {e['refresh']['max_ms']:.1f}",
+                f"{e['refresh_owner']['p50_ms']:.1f} / {e['refresh_owner']['max_ms']:.1f}",
+                f"{e['status']['p50_ms']:.1f} / {e['status']['max_ms']:.1f}",
+                f"{shown['pending']:,}{'+' if shown['pending_capped'] else ''}",
+            ]
+        )
+    text = table(
+        f"backlog: a console refresh and `leasectl status` by Pending jobs, {fig['runs']} "
+        "refreshes, ms",
+        ["Pending", "refresh p50 / max", "owner-filtered p50 / max", "status p50 / max", "shown"],
+        rows,
+    )
+    if "ratio" in fig:
+        text += f"\nratio {fig['ratio']['of']} (refresh p50): {fig['ratio']['refresh_p50']}\n"
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsn", default=os.environ.get("LEASECTL_TEST_DSN", ""))
@@ -112,27 +179,13 @@ def main() -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (args.db,)).fetchone()
         if not exists:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(args.db)))
-    result: dict[str, Any] = {"loadavg_before": list(os.getloadavg()), "sizes": {}}
+    result: dict[str, Any] = {"loadavg_before": list(os.getloadavg())}
     try:
         if not exists:
             leasectl_init(dsn)
             leases(dsn)
-        with psycopg.connect(dsn) as conn:
-            row = conn.execute(
-                "SELECT count(*) FROM leasectl.jobs WHERE status = 'Pending'"
-            ).fetchone()
-            have = int(row[0]) if row else 0
-        for want in (int(s) for s in args.sizes.split(",")):
-            if want > have:
-                log(f"backlog: growing to {want:,} Pending")
-                started = time.perf_counter()
-                grow(dsn, have, want)
-                log(f"  seeded in {time.perf_counter() - started:.0f} s")
-                have = want
-            entry = measure(dsn, args.runs)
-            entry["loadavg"] = list(os.getloadavg())
-            result["sizes"][str(want)] = entry
-            log(f"  {want:,}: {json.dumps(entry)}")
+        sizes = [int(s) for s in args.sizes.split(",")]
+        result.update(measure_sizes(dsn, sizes, args.runs))
     finally:
         if not args.keep:
             with psycopg.connect(args.dsn, autocommit=True) as conn:

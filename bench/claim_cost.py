@@ -22,6 +22,7 @@ synchronous_commit and full_page_writes on, as users run it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import statistics
 import types
@@ -29,11 +30,11 @@ import types
 import psycopg
 from psycopg import sql
 
+from bench.common import server_dsn
 from bench.pause_cost import CHECK, NAME, SCHEMA, Variant, fresh_database
 from leasectl.db import hot
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.embedded import EmbeddedServer
 
 TRIGGER = "counters_from_attempts"
 
@@ -84,12 +85,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--trips", type=int, default=2000, help="single-job trips per round")
     a = p.parse_args()
-    server = None
-    base = a.dsn
-    if base is None:
-        server = EmbeddedServer.temporary(durable=a.durable)
-        server.start()
-        base = server.dsn()
+    servers = contextlib.ExitStack()
+    base = servers.enter_context(server_dsn(a.dsn, a.durable))
     chosen = variants()
     jobs = len(chosen) * (a.rounds + 1) * a.trips + 10_000
     name = "leasectl_claim_cost"
@@ -160,8 +157,7 @@ def main() -> None:
             admin.close()
             db.close()
     finally:
-        if server is not None:
-            server.stop(remove=True)
+        servers.close()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ class Sizes:
     steady_fractions: tuple[float, ...] = (0.5, 0.9)
     console_sizes: tuple[int, ...] = (10_000, 1_000_000, 10_000_000)
     console_runs: int = 50
+    # Pending jobs: the console and `status` while the queue backs up (bench/backlog.py).
+    backlog_sizes: tuple[int, ...] = (10_000, 1_000_000, 10_000_000)
     watcher_jobs: int = 100_000
     held_jobs: int = 100_000
     held_concurrency: int = 10
@@ -56,6 +58,7 @@ QUICK = Sizes(
     steady_seconds=20,
     console_sizes=(10_000, 100_000),
     console_runs=20,
+    backlog_sizes=(10_000, 100_000),
     watcher_jobs=5_000,
     held_jobs=5_000,
 )

@@ -11,6 +11,7 @@ Each phase measures (1) ``MetricsReads.read`` (the scrape's one round trip), (2)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -24,11 +25,10 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from bench.common import leasectl_init, loadavg, log, percentile
+from bench.common import leasectl_init, loadavg, log, percentile, server_dsn
 from bench.explain import seed
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.metrics import MetricsReads
 
 QUERIES = (
@@ -151,12 +151,8 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
-    server = None
-    admin = args.dsn
-    if admin is None:
-        server = EmbeddedServer.temporary()
-        server.start()
-        admin = server.dsn()
+    servers = contextlib.ExitStack()
+    admin = servers.enter_context(server_dsn(args.dsn))
     name = f"bench_metrics_{os.getpid()}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -191,8 +187,7 @@ def main() -> None:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
-        if server is not None:
-            server.stop(remove=True)
+        servers.close()
     figures["loadavg_at_end"] = loadavg()
     print(json.dumps(figures))
 

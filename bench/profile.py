@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench.common import BENCH, QUICK, Ctx, Proc, ServerCpu, cpu_seconds, log, stop
+from bench.common import BENCH, QUICK, Ctx, Proc, ServerCpu, cpu_seconds, log, server_dsn, stop
 from bench.drain import split
 from bench.transaction import variant
 
@@ -147,14 +148,8 @@ def main() -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         sys.exit("py-spy is not installed: pip install py-spy")
-    server = None
-    dsn = a.dsn
-    if dsn is None:
-        from leasectl.db.embedded import EmbeddedServer
-
-        server = EmbeddedServer.temporary(durable=a.durable)
-        server.start()
-        dsn = server.dsn()
+    servers = contextlib.ExitStack()
+    dsn = servers.enter_context(server_dsn(a.dsn, a.durable))
     ctx = Ctx(dsn=dsn, sizes=QUICK, peers=())
     out_dir = BENCH / "results"
     out_dir.mkdir(exist_ok=True)
@@ -247,8 +242,7 @@ def main() -> None:
     finally:
         stop(procs)
         ctx.drop_db(db)
-        if server is not None:
-            server.stop(remove=True)
+        servers.close()
 
 
 if __name__ == "__main__":

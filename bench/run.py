@@ -32,7 +32,7 @@ import psycopg
 
 from bench.common import BENCH, QUICK, ROOT, Ctx, Sizes, loadavg, log, server_dsn
 
-BENCHMARKS = ("limit", "drain", "single", "steady", "console", "watcher", "held_xact")
+BENCHMARKS = ("limit", "drain", "single", "steady", "console", "backlog", "watcher", "held_xact")
 PEERS = ("pgqueuer", "procrastinate", "chancy")
 RESULTS = BENCH / "results.json"
 QUICK_RESULTS = BENCH / "results" / "quick.json"
@@ -144,7 +144,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
-    for name in ("drain_concurrency", "console_sizes", "limit_clients"):
+    for name in ("drain_concurrency", "console_sizes", "backlog_sizes", "limit_clients"):
         value = getattr(args, name)
         if value:
             overrides[name] = tuple(value)
@@ -178,6 +178,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--steady-seconds", type=int)
     g.add_argument("--console-sizes", type=int, nargs="+")
     g.add_argument("--console-runs", type=int)
+    g.add_argument("--backlog-sizes", type=int, nargs="+")
     g.add_argument("--watcher-jobs", type=int)
     g.add_argument("--held-jobs", type=int)
     g.add_argument("--held-concurrency", type=int)

@@ -14,14 +14,14 @@ for it::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import Ctx, Sizes, loadavg, log, median, table
+from bench.common import Ctx, Sizes, loadavg, log, median, server_dsn, table
 from bench.drain import System, drain_once, leasectl_system
-from leasectl.db.embedded import EmbeddedServer
 
 
 def variant(handler: str, root: Path | None = None) -> System:
@@ -63,12 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {c: [] for c in a.concurrency} for name in variants
     }
-    server = None
-    dsn = a.dsn
-    if dsn is None:
-        server = EmbeddedServer.temporary()
-        server.start()
-        dsn = server.dsn()
+    servers = contextlib.ExitStack()
+    dsn = servers.enter_context(server_dsn(a.dsn))
     try:
         sizes = Sizes(drain_jobs=a.jobs, drain_timeout=a.timeout)
         ctx = Ctx(dsn, sizes, ())
@@ -80,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[name][c].append(result)
                     log(f"run {r + 1}: {name} c={c}: {result['jobs_per_s']} jobs/s")
     finally:
-        if server is not None:
-            server.stop(remove=True)
+        servers.close()
     rows = []
     for name, by_c in runs.items():
         for c, results in by_c.items():
