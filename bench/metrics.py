@@ -147,12 +147,13 @@ def seed_counters(dsn: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("dsn", nargs="?")
+    parser.add_argument("--durable", action="store_true", help="embedded server: fsync etc. on")
     parser.add_argument("--finished", type=int, default=10_000_000)
     parser.add_argument("--pending", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
     servers = contextlib.ExitStack()
-    admin = servers.enter_context(server_dsn(args.dsn))
+    admin = servers.enter_context(server_dsn(args.dsn, args.durable))
     name = f"bench_metrics_{os.getpid()}"
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
