@@ -13,7 +13,8 @@ after, on the same database.
     python -m bench.backlog --dsn postgresql://postgres@127.0.0.1:5432/postgres \
         --sizes 10000,1000000,10000000 --out /tmp/backlog.json
 
-The figures are recorded in BENCHMARKS.md ("backlog") and bench/results.json ("backlog").
+`python -m bench.run` runs it too (``backlog``, at ``--backlog-sizes``, in a fresh database of its
+own). The figures are in BENCHMARKS.md ("console, status and the metrics scrape"; "backlog").
 """
 
 from __future__ import annotations
