@@ -15,6 +15,7 @@ import psycopg
 from psycopg import conninfo, sql
 
 from bench.plans import explain_generic, explain_nested
+from leasectl.core.filters import prefix_end
 from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -135,6 +136,7 @@ def main() -> None:
     console = {
         "queue": None,
         "owner": None,
+        "owner_end": None,
         "job_id": None,
         "limit": 50,
         "minutes": 30,
@@ -154,6 +156,8 @@ def main() -> None:
         if name.startswith("console_")
         and name not in ("console_snapshot_begin", "console_settings")
     }
+    # The match counts run only under an owner filter (a prefix: one range of the owner index).
+    extra["console_match_counts"] = {**console, "owner": "w-1", "owner_end": prefix_end("w-1")}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for qname, params in {**PARAMS, **extra}.items():
             if a.only and qname not in a.only:
