@@ -12,7 +12,6 @@ processes: 2 processes x 25 at concurrency 50; the steady rate over the middle 8
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -47,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {c: [] for c in a.concurrency} for name in variants
     }
-    servers = contextlib.ExitStack()
-    dsn = servers.enter_context(server_dsn(a.dsn))
-    try:
+    with server_dsn(a.dsn) as dsn:
         ctx = Ctx(dsn, Sizes(drain_jobs=a.jobs, drain_timeout=a.timeout), ())
         for r in range(a.repeats):
             for c in a.concurrency:
@@ -61,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
                         f"run {r + 1}: {name} c={c}: {result['jobs_per_s']} jobs/s, "
                         f"worker CPU {result['worker_cpu_s']} s"
                     )
-    finally:
-        servers.close()
     rows = []
     for name, by_c in runs.items():
         for c, results in by_c.items():

@@ -22,7 +22,6 @@ synchronous_commit and full_page_writes on, as users run it).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
 import statistics
 import types
@@ -85,12 +84,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--trips", type=int, default=2000, help="single-job trips per round")
     a = p.parse_args()
-    servers = contextlib.ExitStack()
-    base = servers.enter_context(server_dsn(a.dsn, a.durable))
-    chosen = variants()
-    jobs = len(chosen) * (a.rounds + 1) * a.trips + 10_000
-    name = "leasectl_claim_cost"
-    try:
+    with server_dsn(a.dsn, a.durable) as base:
+        chosen = variants()
+        jobs = len(chosen) * (a.rounds + 1) * a.trips + 10_000
+        name = "leasectl_claim_cost"
         dsn = fresh_database(base, name, jobs)
         with psycopg.connect(dsn, autocommit=True) as conn:
             settings = conn.execute(
@@ -156,8 +153,6 @@ def main() -> None:
         finally:
             admin.close()
             db.close()
-    finally:
-        servers.close()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Each phase measures (1) ``MetricsReads.read`` (the scrape's one round trip), (2)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -152,43 +151,44 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=2_000_000)
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
-    servers = contextlib.ExitStack()
-    admin = servers.enter_context(server_dsn(args.dsn, args.durable))
-    name = f"bench_metrics_{os.getpid()}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = conninfo.make_conninfo(admin, dbname=name)
-    figures: dict[str, Any] = {"loadavg_at_start": loadavg(), "phases": []}
-    try:
-        with psycopg.connect(dsn) as conn:
-            figures["server"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
-        leasectl_init(dsn)
-        started = time.perf_counter()
-        log(f"seeding {args.finished:,} finished + 20,000 pending, 2,000 processing, 500 expired")
-        seed(dsn, args.finished, 20_000, 2_000, 500)
-        seed_counters(dsn)
-        figures["seed_s"] = round(time.perf_counter() - started, 1)
-        figures["phases"].append(measure(dsn, args.runs, f"{args.finished:,} finished"))
-        log(f"adding {args.pending:,} pending (3 queues x 3 priorities), ANALYZE only")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO leasectl.jobs (queue, priority, run_at) "
-                "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
-                "now() - interval '1 millisecond' * i FROM generate_series(1, %s) AS i",
-                (args.pending,),
-            )
-            conn.execute("ANALYZE leasectl.jobs")
-        label = f"+{args.pending:,} pending"
-        figures["phases"].append(measure(dsn, args.runs, f"{label}, not vacuumed"))
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("VACUUM ANALYZE leasectl.jobs")
-        figures["phases"].append(measure(dsn, args.runs, f"{label}, vacuumed"))
-    finally:
+    with server_dsn(args.dsn, args.durable) as admin:
+        name = f"bench_metrics_{os.getpid()}"
         with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        dsn = conninfo.make_conninfo(admin, dbname=name)
+        figures: dict[str, Any] = {"loadavg_at_start": loadavg(), "phases": []}
+        try:
+            with psycopg.connect(dsn) as conn:
+                figures["server"] = conn.execute("SELECT version()").fetchone()[0]  # type: ignore[index]
+            leasectl_init(dsn)
+            started = time.perf_counter()
+            log(
+                f"seeding {args.finished:,} finished + 20,000 pending, 2,000 processing, "
+                "500 expired"
             )
-        servers.close()
+            seed(dsn, args.finished, 20_000, 2_000, 500)
+            seed_counters(dsn)
+            figures["seed_s"] = round(time.perf_counter() - started, 1)
+            figures["phases"].append(measure(dsn, args.runs, f"{args.finished:,} finished"))
+            log(f"adding {args.pending:,} pending (3 queues x 3 priorities), ANALYZE only")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO leasectl.jobs (queue, priority, run_at) "
+                    "SELECT (ARRAY['payments','emails','reports'])[1 + i %% 3], i %% 3, "
+                    "now() - interval '1 millisecond' * i FROM generate_series(1, %s) AS i",
+                    (args.pending,),
+                )
+                conn.execute("ANALYZE leasectl.jobs")
+            label = f"+{args.pending:,} pending"
+            figures["phases"].append(measure(dsn, args.runs, f"{label}, not vacuumed"))
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE leasectl.jobs")
+            figures["phases"].append(measure(dsn, args.runs, f"{label}, vacuumed"))
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
     figures["loadavg_at_end"] = loadavg()
     print(json.dumps(figures))
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import shutil
 import subprocess
 import sys
@@ -148,101 +147,100 @@ def main() -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(spy).exists():
         sys.exit("py-spy is not installed: pip install py-spy")
-    servers = contextlib.ExitStack()
-    dsn = servers.enter_context(server_dsn(a.dsn, a.durable))
-    ctx = Ctx(dsn=dsn, sizes=QUICK, peers=())
-    out_dir = BENCH / "results"
-    out_dir.mkdir(exist_ok=True)
-    label = f"p{a.processes}c{a.concurrency}" if a.processes else f"c{a.concurrency}"
-    if a.handler != "bench.handlers:noop":
-        label += "-" + a.handler.rpartition(":")[2]
-    raw = out_dir / f"profile-leasectl-{label}.txt"
-    procs: list[Proc] = []
-    system = variant(a.handler)
-    db = ctx.fresh_db("profile")
-    try:
-        system.prepare(db, a.jobs)
-        nproc, per = (a.processes, a.concurrency) if a.processes else split(a.concurrency)
-        cpu = ServerCpu(db)
-        sampler = ServerSampler(db)
-        with psycopg.connect(db, autocommit=True) as conn:
-            procs = [Proc(system.worker_argv(db, per)) for _ in range(nproc)]
-            while True:
-                row = conn.execute(system.remaining_sql).fetchone()
-                if row and row[0] < a.jobs:
-                    break
-                time.sleep(0.05)
-            cpu.start()
-            before = cpu_seconds([x.pid for x in procs])
-            threads_before = thread_cpu(procs[0].pid)
-            counters_before = server_counters(conn)
-            sampler.start()
-            started = time.perf_counter()
-            left0 = row[0] if row else 0
-            subprocess.run(
-                [
-                    spy,
-                    "record",
-                    "--pid",
-                    str(procs[0].pid),
-                    "--duration",
-                    str(a.seconds),
-                    "--rate",
-                    "200",
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(raw),
-                    "--nonblocking",
-                ],
-                check=True,
-                capture_output=True,
-            )
-            elapsed = time.perf_counter() - started
-            sampler.stop()
-            counters_after = server_counters(conn)
-            threads_after = thread_cpu(procs[0].pid)
-            after = cpu_seconds([x.pid for x in procs])
-            server_cpu = cpu.stop()
-            row = conn.execute(system.remaining_sql).fetchone()
-            left1 = row[0] if row else 0
-        workers = sum(after.get(pid, 0.0) - before.get(pid, 0.0) for pid in after)
-        jobs = left0 - left1
-        print(f"{nproc} processes x concurrency {per}, {elapsed:.1f} s window")
-        print(f"jobs/s in the window: {jobs / elapsed:,.0f}")
-        server_s = server_cpu or 0.0
-        print(
-            f"CPU over the window: workers {workers / elapsed:.2f} cores, "
-            f"server {server_s / elapsed:.2f} cores (of 2); per job: workers "
-            f"{workers / max(jobs, 1) * 1e6:.0f} us, server {server_s / max(jobs, 1) * 1e6:.0f} us"
-        )
-        per_thread = sorted(
-            ((threads_after[t] - threads_before.get(t, 0.0), t) for t in threads_after),
-            reverse=True,
-        )
-        print(
-            "threads of the first worker (CPU s over the window; the main thread is the "
-            "dispatcher): "
-            + ", ".join(f"{'main' if t == procs[0].pid else t}={s:.2f}" for s, t in per_thread)
-        )
-        delta = {k: counters_after[k] - counters_before.get(k, 0.0) for k in counters_after}
-        if jobs and delta:
-            print(
-                "server per job: "
-                + ", ".join(f"{k} {v / jobs:.3f}" for k, v in delta.items())
-                + (
-                    f"; commits per WAL flush {delta['commits'] / delta['wal_flushes']:.2f}"
-                    if delta.get("wal_flushes")
-                    else ""
+    with server_dsn(a.dsn, a.durable) as dsn:
+        ctx = Ctx(dsn=dsn, sizes=QUICK, peers=())
+        out_dir = BENCH / "results"
+        out_dir.mkdir(exist_ok=True)
+        label = f"p{a.processes}c{a.concurrency}" if a.processes else f"c{a.concurrency}"
+        if a.handler != "bench.handlers:noop":
+            label += "-" + a.handler.rpartition(":")[2]
+        raw = out_dir / f"profile-leasectl-{label}.txt"
+        procs: list[Proc] = []
+        system = variant(a.handler)
+        db = ctx.fresh_db("profile")
+        try:
+            system.prepare(db, a.jobs)
+            nproc, per = (a.processes, a.concurrency) if a.processes else split(a.concurrency)
+            cpu = ServerCpu(db)
+            sampler = ServerSampler(db)
+            with psycopg.connect(db, autocommit=True) as conn:
+                procs = [Proc(system.worker_argv(db, per)) for _ in range(nproc)]
+                while True:
+                    row = conn.execute(system.remaining_sql).fetchone()
+                    if row and row[0] < a.jobs:
+                        break
+                    time.sleep(0.05)
+                cpu.start()
+                before = cpu_seconds([x.pid for x in procs])
+                threads_before = thread_cpu(procs[0].pid)
+                counters_before = server_counters(conn)
+                sampler.start()
+                started = time.perf_counter()
+                left0 = row[0] if row else 0
+                subprocess.run(
+                    [
+                        spy,
+                        "record",
+                        "--pid",
+                        str(procs[0].pid),
+                        "--duration",
+                        str(a.seconds),
+                        "--rate",
+                        "200",
+                        "--format",
+                        "raw",
+                        "--output",
+                        str(raw),
+                        "--nonblocking",
+                    ],
+                    check=True,
+                    capture_output=True,
                 )
+                elapsed = time.perf_counter() - started
+                sampler.stop()
+                counters_after = server_counters(conn)
+                threads_after = thread_cpu(procs[0].pid)
+                after = cpu_seconds([x.pid for x in procs])
+                server_cpu = cpu.stop()
+                row = conn.execute(system.remaining_sql).fetchone()
+                left1 = row[0] if row else 0
+            workers = sum(after.get(pid, 0.0) - before.get(pid, 0.0) for pid in after)
+            jobs = left0 - left1
+            print(f"{nproc} processes x concurrency {per}, {elapsed:.1f} s window")
+            print(f"jobs/s in the window: {jobs / elapsed:,.0f}")
+            server_s = server_cpu or 0.0
+            print(
+                f"CPU over the window: workers {workers / elapsed:.2f} cores, "
+                f"server {server_s / elapsed:.2f} cores (of 2); per job: workers "
+                f"{workers / max(jobs, 1) * 1e6:.0f} us, "
+                f"server {server_s / max(jobs, 1) * 1e6:.0f} us"
             )
-        print(sampler.render())
-        print(summarize(raw))
-        log(f"collapsed stacks in {raw}")
-    finally:
-        stop(procs)
-        ctx.drop_db(db)
-        servers.close()
+            per_thread = sorted(
+                ((threads_after[t] - threads_before.get(t, 0.0), t) for t in threads_after),
+                reverse=True,
+            )
+            print(
+                "threads of the first worker (CPU s over the window; the main thread is the "
+                "dispatcher): "
+                + ", ".join(f"{'main' if t == procs[0].pid else t}={s:.2f}" for s, t in per_thread)
+            )
+            delta = {k: counters_after[k] - counters_before.get(k, 0.0) for k in counters_after}
+            if jobs and delta:
+                print(
+                    "server per job: "
+                    + ", ".join(f"{k} {v / jobs:.3f}" for k, v in delta.items())
+                    + (
+                        f"; commits per WAL flush {delta['commits'] / delta['wal_flushes']:.2f}"
+                        if delta.get("wal_flushes")
+                        else ""
+                    )
+                )
+            print(sampler.render())
+            print(summarize(raw))
+            log(f"collapsed stacks in {raw}")
+        finally:
+            stop(procs)
+            ctx.drop_db(db)
 
 
 if __name__ == "__main__":

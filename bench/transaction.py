@@ -14,7 +14,6 @@ for it::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
@@ -63,9 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {
         name: {c: [] for c in a.concurrency} for name in variants
     }
-    servers = contextlib.ExitStack()
-    dsn = servers.enter_context(server_dsn(a.dsn))
-    try:
+    with server_dsn(a.dsn) as dsn:
         sizes = Sizes(drain_jobs=a.jobs, drain_timeout=a.timeout)
         ctx = Ctx(dsn, sizes, ())
         for r in range(a.repeats):
@@ -75,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
                     result["loadavg"] = loadavg()
                     runs[name][c].append(result)
                     log(f"run {r + 1}: {name} c={c}: {result['jobs_per_s']} jobs/s")
-    finally:
-        servers.close()
     rows = []
     for name, by_c in runs.items():
         for c, results in by_c.items():
