@@ -83,6 +83,7 @@ class HangupWatch:
         self.gone = threading.Event()
         self.reason: str | None = None
         self._done = threading.Event()
+        self._asked = threading.Event()
         self._previous: Any = None
         self._installed = False
         self._thread = threading.Thread(target=self._watch, name="leasectl hangup-watch")
@@ -139,12 +140,16 @@ class HangupWatch:
             return
         _detach_output()
         threading.Thread(target=self._ask, name="leasectl hangup-exit", daemon=True).start()
+        # The grace counts from the first ask: a thread slow to get going on a loaded machine
+        # must not make the console look deaf.
+        self._asked.wait(self.grace)
         if not self._done.wait(self.grace):
             self._give_up()
 
     def _ask(self) -> None:
         """Ask until it is heard: a console still starting up has no event loop to ask yet."""
         while not self._done.is_set():
+            self._asked.set()
             try:
                 self.request_exit()
             except Exception:

@@ -58,6 +58,7 @@ class Terminal:
         stderr: int | None = None,
         controlling: bool = True,
         ignore_hup: bool = False,
+        pass_fds: tuple[int, ...] = (),
     ) -> None:
         self.master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
@@ -72,6 +73,7 @@ class Terminal:
             stderr=slave if stderr is None else stderr,
             env=env,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         os.close(slave)
         self.output = b""
@@ -241,15 +243,13 @@ def test_tui_exits_when_its_terminal_goes_away(
 
 
 WATCHED = """
-import sys, threading
-from pathlib import Path
+import os, sys, threading
 from leasectl.core.terminal import HangupWatch, last_resort
 
-marks = Path(sys.argv[1])
+marks = int(sys.argv[1])
 
 def mark(name):
-    with marks.open("a") as f:
-        f.write(name + "\\n")
+    os.write(marks, (name + "\\n").encode())
 
 watch = HangupWatch(lambda: mark("asked"), abandon=lambda: mark("abandoned"))
 with last_resort(lambda: mark("caller released")), watch:
@@ -258,18 +258,38 @@ with last_resort(lambda: mark("caller released")), watch:
 """
 
 
-def test_a_console_that_does_not_close_is_abandoned(tmp_path: Path) -> None:
+def test_a_console_that_does_not_close_is_abandoned() -> None:
     """The watchdog: the console is asked to close and does not; the watch releases what the
-    console and its caller hold, then the process exits on its own."""
-    marks = tmp_path / "marks"
-    with terminal(["-c", textwrap.dedent(WATCHED), str(marks)], _env(None)) as term:
-        term.wait_for(b"watching")
-        term.hang_up()
-        wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the process to exit")
-        seen = marks.read_text() if marks.exists() else "(no marks)"
-        said = term.output.decode(errors="replace")[-2000:]
-        assert term.proc.returncode == 129, f"marks: {seen!r}; on the terminal: {said!r}"
-    assert marks.read_text().splitlines() == ["asked", "abandoned", "caller released"]
+    console and its caller hold, then the process exits on its own.
+
+    The child writes its marks into a pipe, not a file: on a loaded CI machine an append to a
+    file can wait seconds behind the disk, past the watch's grace, and the process would exit
+    (as it should) before the line that the test reads was written."""
+    read_end, write_end = os.pipe()
+    try:
+        argv = ["-c", textwrap.dedent(WATCHED), str(write_end)]
+        with terminal(argv, _env(None), pass_fds=(write_end,)) as term:
+            os.close(write_end)
+            write_end = -1
+            term.wait_for(b"watching")
+            term.hang_up()
+            wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the process to exit")
+            said = term.output.decode(errors="replace")[-2000:]
+            marks = _read_all(read_end)
+            assert term.proc.returncode == 129, f"marks: {marks!r}; on the terminal: {said!r}"
+        assert marks.splitlines() == ["asked", "abandoned", "caller released"]
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def _read_all(fd: int) -> str:
+    """Everything written to a pipe whose writers have all exited."""
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
 
 
 def demo_workers_of(pid: int) -> list[int]:
