@@ -29,10 +29,10 @@ from leasectl.db import sql as queries
 from leasectl.present.text import format_ids
 from tests.seed import OWNER, seed_states
 from tests.stores import Stores
-from tests.util import wait_until
+from tests.util import SUPERUSER_PASSWORD, wait_until
 
 SCHEMA = "leasectl"
-SECRET = "hunter2-Zq9-never-printed"
+SECRET = SUPERUSER_PASSWORD  # (the embedded test server's: it asks for it)
 _ENV_DROP = {"LEASECTL_DSN", "DATABASE_URL", "LEASECTL_SCHEMA", "LEASECTL_DEBUG", "COLUMNS"}
 
 

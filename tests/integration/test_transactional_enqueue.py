@@ -255,6 +255,7 @@ def _sqlalchemy_url(dsn: str) -> Any:
         host=str(info.get("host") or ""),
         port=int(info["port"]) if info.get("port") else None,
         database=str(info["dbname"]),
+        query={"passfile": str(info["passfile"])} if info.get("passfile") else {},
     )
 
 
