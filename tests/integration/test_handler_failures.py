@@ -5,8 +5,12 @@ has one log line, its error text escaped; the recorded error names the public cl
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,7 @@ from tests.stores import Stores
 from tests.util import wait_until
 
 WORKER_LOG = "leasectl.worker"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def exits(ctx: JobContext) -> None:
@@ -124,3 +129,23 @@ def test_a_lost_lease_is_one_log_line_naming_its_queue(
 
 def lines(caplog: pytest.LogCaptureFixture, needle: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if needle in r.getMessage()]
+
+
+def test_a_handler_module_not_found_says_where_it_looked(tmp_path: Path) -> None:
+    """From the wrong directory: the error names it, the head of sys.path, and PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(REPO_ROOT)  # leasectl itself, not the handler's package
+    args = ["--dsn", "host=db.invalid", "worker", "-q", "q", "--handler", "myapp.jobs:send"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "leasectl", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert "cannot import handler module 'myapp.jobs': no such module" in line
+    assert f"the working directory {str(tmp_path)!r}" in line
+    assert "sys.path" in line and "PYTHONPATH" in line and "'myapp'" in line
