@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from leasectl.core.literal import echo
+from leasectl.core.literal import echo, shorten
 
 SHOWN_PATHS = 3
 
@@ -21,3 +21,14 @@ def not_found_hint(module_name: str) -> str:
         f"({', '.join(echo(p) for p in head)}{more}); run the worker from the directory that "
         f"holds {echo(top)}, or add that directory to PYTHONPATH"
     )
+
+
+def import_failure(module_name: str, exc: Exception) -> str:
+    """Why the handler module did not import, in a few words (no traceback: a usage error)."""
+    # (A parent package missing is the same mistake: the directory that holds it.)
+    missing = isinstance(exc, ModuleNotFoundError) and (
+        module_name == exc.name or module_name.startswith(f"{exc.name}.")
+    )
+    if missing:
+        return f"no such module ({not_found_hint(module_name)})"
+    return f"{type(exc).__name__}: {shorten(str(exc), 100)}"

@@ -51,7 +51,7 @@ from leasectl.runtime.handler_errors import (
     lost_line,
     shown,
 )
-from leasectl.runtime.loading import not_found_hint
+from leasectl.runtime.loading import import_failure
 
 log = logging.getLogger("leasectl.worker")
 
@@ -242,15 +242,7 @@ def load_handler(spec: str) -> Handler | AsyncHandler:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        # (A parent package missing is the same mistake: the directory that holds it.)
-        missing = isinstance(exc, ModuleNotFoundError) and (
-            module_name == exc.name or module_name.startswith(f"{exc.name}.")
-        )
-        why = (
-            f"no such module ({not_found_hint(module_name)})"
-            if missing
-            else f"{type(exc).__name__}: {shorten(str(exc), 100)}"
-        )
+        why = import_failure(module_name, exc)
         raise UsageError(f"cannot import handler module {echo(module_name)}: {why}") from None
     target: Any = module
     for part in attr.split("."):
