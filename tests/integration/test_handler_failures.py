@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import pytest
 
 from leasectl import AsyncJobContext, JobContext, PermanentError
 from leasectl.core.models import JobStatus
+from tests.integration.test_worker_processes import WorkerProc
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -149,3 +151,24 @@ def test_a_handler_module_not_found_says_where_it_looked(tmp_path: Path) -> None
     assert "cannot import handler module 'myapp.jobs': no such module" in line
     assert f"the working directory {str(tmp_path)!r}" in line
     assert "sys.path" in line and "PYTHONPATH" in line and "'myapp'" in line
+
+
+def test_a_worker_process_whose_async_handler_exits_goes_on_and_stops_cleanly(
+    store: Stores, db_dsn: str, tmp_path: Path
+) -> None:
+    """`leasectl worker` itself: its event loop survives the SystemExit, runs every other job,
+    and a SIGTERM still ends it with status 0."""
+    exited, *others = store.ops.enqueue([{"exit": True}] + [{}] * 11, queue="e", max_attempts=1)
+    worker = WorkerProc(
+        db_dsn, "e", "tests.handlers:exit_async", "exiter", tmp_path / "w.log", "--concurrency", "4"
+    )
+    try:
+        for job_id in [exited, *others]:
+            wait_until(lambda job_id=job_id: status(store, job_id).value in ("Completed", "Failed"))
+        assert status(store, exited) == JobStatus.FAILED
+        assert {status(store, job_id) for job_id in others} == {JobStatus.COMPLETED}
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.text()
+        assert f"job {exited} attempt 1 (queue 'e') failed: 'SystemExit: 3'" in worker.text()
+    finally:
+        worker.close()
