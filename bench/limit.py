@@ -62,6 +62,7 @@ def pg_env(dsn: str) -> dict[str, str]:
         "port": "PGPORT",
         "user": "PGUSER",
         "password": "PGPASSWORD",
+        "passfile": "PGPASSFILE",  # the embedded server's password (never on a command line)
         "dbname": "PGDATABASE",
         "sslmode": "PGSSLMODE",
     }

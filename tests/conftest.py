@@ -21,6 +21,7 @@ from psycopg import conninfo, sql
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.runtime.worker import Worker, WorkerConfig
 from tests.stores import Stores
+from tests.util import SUPERUSER_PASSWORD
 
 SCHEMA = "leasectl"
 
@@ -41,8 +42,11 @@ def server_dsn() -> Iterator[str]:
         yield given
         return
     from leasectl.db.embedded import EmbeddedServer
+    from leasectl.db.embedded.auth import write_passfile
 
     server = EmbeddedServer.temporary()
+    # The tests that show a DSN's password must never be printed give the superuser's own.
+    write_passfile(server.passfile, SUPERUSER_PASSWORD)
     server.start()
     try:
         yield server.dsn()

@@ -183,3 +183,10 @@ async def capture_in_transaction_async(ctx: AsyncJobContext) -> None:
         if ctx.payload.get("hold"):
             _write(Path(ctx.payload["dir"]) / "inside", ctx.lease.owner)
             await asyncio.sleep(60)
+
+
+async def exit_async(ctx: AsyncJobContext) -> None:
+    """``sys.exit(3)`` in a task (the payload says which jobs): one failed attempt, no more."""
+    if isinstance(ctx.payload, dict) and ctx.payload.get("exit"):
+        raise SystemExit(3)
+    await asyncio.sleep(0)

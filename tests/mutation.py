@@ -864,8 +864,11 @@ def database() -> Iterator[str]:
         yield given
         return
     from leasectl.db.embedded import EmbeddedServer
+    from leasectl.db.embedded.auth import write_passfile
+    from tests.util import SUPERUSER_PASSWORD
 
     server = EmbeddedServer.temporary()
+    write_passfile(server.passfile, SUPERUSER_PASSWORD)  # as tests/conftest.py's server
     server.start()
     try:
         yield server.dsn()

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# The session's embedded server's superuser password (tests/conftest.py): the tests that show a
+# DSN's password must never be printed give it, and the server asks for it.
+SUPERUSER_PASSWORD = "hunter2-Zq9-never-printed"
+
 
 def _describe(predicate: Callable[[], object]) -> str:
     """The predicate's source line (a lambda says what it waits for), else its name."""

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console, RenderableType
 
+from leasectl.cli import helpfix  # noqa: F401 (flags without <bool> in --help)
 from leasectl.cli.completion import complete_queue
 from leasectl.core import config
 from leasectl.core.literal import visible

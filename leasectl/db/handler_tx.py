@@ -86,6 +86,7 @@ class HandlerTransactions:
             with conn.transaction():
                 yield conn
                 body_done = True
+                _still_open(conn, lease)
                 before_completion()
                 if conn.execute(self._complete, params).fetchone() is None:
                     raise _Refused
@@ -188,6 +189,7 @@ class AsyncHandlerTransactions:
             async with conn.transaction():
                 yield conn
                 body_done = True
+                _still_open(conn, lease)
                 before_completion()
                 cursor = await conn.execute(self._complete, params)
                 if await cursor.fetchone() is None:
@@ -211,6 +213,23 @@ class AsyncHandlerTransactions:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
+
+
+class TransactionEnded(Exception):
+    """The handler ended ``ctx.transaction()``'s transaction itself (a raw COMMIT or ROLLBACK):
+    its writes are no longer tied to the job's completion, so the job is not completed and the
+    attempt fails. Writes committed by a raw COMMIT stay, even for a job that was cancelled."""
+
+
+def _still_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], lease: Lease) -> None:
+    """Before the completion: the block's transaction must still be open. (A raw COMMIT then
+    a raw BEGIN is not seen: docs/design.md, "complete in the handler's transaction".)"""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.INTRANS:
+        raise TransactionEnded(
+            f"job {lease.job_id} attempt {lease.attempt}: the handler ended ctx.transaction()'s "
+            "transaction itself (COMMIT or ROLLBACK): the job was not completed; what a COMMIT "
+            "wrote stays written"
+        )
 
 
 class _Refused(Exception):

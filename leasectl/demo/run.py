@@ -51,9 +51,10 @@ def run_demo(
     """Run the demo; see the module docstring. Returns when the duration is over (headless),
     the console closes, or on SIGINT/SIGTERM/SIGHUP (a second signal: SIGKILL the fleet).
 
-    ``log`` gets progress lines (default: stderr when headless; with the console, only the
+    ``log`` gets progress lines (default: stderr, but not while the console is open; always the
     file demo.log in the log directory). ``log_dir`` keeps worker logs (default: a temporary
-    directory, removed after a clean run). ``console`` replaces the Textual console (tests).
+    directory, removed after a clean run but for the demo.log the console's first line named).
+    ``console`` replaces the Textual console (tests).
     """
     config = fleet or FleetConfig()
     if duration is not None and duration <= timedelta(0):
@@ -63,9 +64,9 @@ def run_demo(
     own_logs = log_dir is None
     logs = Path(tempfile.mkdtemp(prefix=f"leasectl-demo-{run_id}-")) if log_dir is None else log_dir
     logs.mkdir(parents=True, exist_ok=True)
-    reporter = Reporter(
-        log if log is not None else (sys.stderr if headless else None), logs / "demo.log"
-    )
+    # With the console, progress goes to stderr too until it opens and once it has closed:
+    # starting a server takes seconds, and a blank screen says nothing.
+    reporter = Reporter(log if log is not None else sys.stderr, logs / "demo.log")
     say = reporter.say
     interrupted = threading.Event()
     force = threading.Event()
@@ -103,7 +104,10 @@ def run_demo(
                         if console_run is None:
                             run.wait(duration)
                         else:
-                            with terminal.last_resort(lambda: _abandon(current, force)):
+                            with (
+                                terminal.last_resort(lambda: _abandon(current, force)),
+                                reporter.muted(log is None),
+                            ):
                                 console_in_foreground(
                                     console_run, run, signals, target, refresh, duration, say
                                 )
@@ -116,11 +120,26 @@ def run_demo(
         reporter.close()
         clean = summary is not None and summary.ok and summary.worker_crashes == 0
         if own_logs and clean:
-            shutil.rmtree(logs, ignore_errors=True)
+            _remove_logs(logs, keep_demo_log=console_run is not None)
     assert summary is not None
-    if not (own_logs and clean):
+    if not (own_logs and clean) or logs.exists():
         summary = DemoSummary(**{**asdict(summary), "log_dir": str(logs)})
     return summary
+
+
+def _remove_logs(logs: Path, *, keep_demo_log: bool) -> None:
+    """After a clean run; the console's opening line named demo.log, so it stays then (and the
+    summary names its directory): no line may point at a file that is gone."""
+    if not keep_demo_log:
+        shutil.rmtree(logs, ignore_errors=True)
+        return
+    for entry in logs.iterdir():
+        if entry.name == "demo.log":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _abandon(runs: list[Run], force: threading.Event) -> None:

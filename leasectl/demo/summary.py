@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -106,6 +107,19 @@ class Reporter:
                 if out is not None:
                     with contextlib.suppress(OSError, ValueError):
                         print(line, file=out, flush=True)
+
+    @contextlib.contextmanager
+    def muted(self, mute: bool = True) -> Iterator[None]:
+        """Lines only to demo.log meanwhile (while the console owns the terminal)."""
+        stream = self.stream
+        if mute:
+            with self.lock:
+                self.stream = None
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.stream = stream
 
     def close(self) -> None:
         self.file.close()

@@ -29,6 +29,8 @@ from leasectl.db import demo as demo_db
 from leasectl.db.connection import Database
 from leasectl.db.dsn import safe_dsn, validate_dsn
 from leasectl.db.embedded import EmbeddedServer
+from leasectl.db.embedded.binaries import server_version
+from leasectl.present.times import ago
 
 DEMO_DATABASE = "leasectl_demo"
 DEMO_SCHEMA = "leasectl_demo"
@@ -57,6 +59,19 @@ def _migrate(dsn: str, schema: str) -> None:
         database.migrate()
 
 
+def _say_reused(dsn: str, schema: str, what: str, say: Callable[[str], None]) -> None:
+    """Old Stuck and Failed jobs and silent owners look like an incident: say they are old."""
+    conn = demo_db.connect(dsn, "leasectl demo")
+    try:
+        row = demo_db.execute(conn, "demo_last_run", schema=schema)[0]
+    finally:
+        conn.close()
+    if not row["has_jobs"]:
+        return
+    when = f" from {ago(row['db_now'], row['last_seen'])}" if row["last_seen"] else ""
+    say(f"reusing {what}{when} (use --fresh for a clean one)")
+
+
 def _write_owner(path: Path) -> None:
     path.write_text(f"pid {os.getpid()}: this embedded server was started by `leasectl demo`\n")
 
@@ -71,7 +86,7 @@ def embedded_target(schema: str, fresh: bool, say: Callable[[str], None]) -> Ite
         say(f"reusing the embedded PostgreSQL running in {server.base_dir}")
     else:
         _write_owner(owner_file)  # before starting: a demo killed mid-start still marks it
-        say(f"starting the embedded PostgreSQL in {server.base_dir}")
+        say(f"starting PostgreSQL {server_version()} in {server.base_dir} …")
     server.start()
     mode = "reused" if was_running else "started"
     owns = False
@@ -98,6 +113,8 @@ def embedded_target(schema: str, fresh: bool, say: Callable[[str], None]) -> Ite
             demo_db.execute(conn, "demo_database_create", database=DEMO_DATABASE)
         dsn = server.dsn(DEMO_DATABASE)
         _migrate(dsn, schema)
+        if exists and not fresh:
+            _say_reused(dsn, schema, "the demo database", say)
         release = server.stop if owns else None
         yield Target(dsn, schema, safe_dsn(dsn), mode, release)
     finally:
@@ -144,6 +161,8 @@ def external_target(
             demo_db.execute(conn, "demo_schema_create", schema=effective)
             demo_db.execute(conn, "demo_schema_mark", schema=effective)
         _migrate(dsn, effective)
+        if state["present"] and not fresh:
+            _say_reused(dsn, effective, f"the demo's schema {effective!r}", say)
         yield Target(dsn, effective, where, "external")
     finally:
         conn.close()

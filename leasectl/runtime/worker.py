@@ -27,7 +27,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
@@ -45,12 +44,24 @@ from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.connection import Database
 from leasectl.db.handler_tx import AsyncHandlerTransactions, HandlerTransactions
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
+from leasectl.runtime.handler_errors import (
+    error_text,
+    fails_attempt,
+    failure_line,
+    lost_line,
+    shown,
+)
+from leasectl.runtime.loading import import_failure
 
 log = logging.getLogger("leasectl.worker")
 
 
 class PermanentError(Exception):
     """Raise from a handler to fail the job at once, without further retries."""
+
+
+# Recorded errors name the class as handlers import it (leasectl.PermanentError).
+PermanentError.__module__ = "leasectl"
 
 
 class UnusableJob(PermanentError):
@@ -231,8 +242,7 @@ def load_handler(spec: str) -> Handler | AsyncHandler:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        missing = isinstance(exc, ModuleNotFoundError) and exc.name == module_name
-        why = "no such module" if missing else f"{type(exc).__name__}: {shorten(str(exc), 100)}"
+        why = import_failure(module_name, exc)
         raise UsageError(f"cannot import handler module {echo(module_name)}: {why}") from None
     target: Any = module
     for part in attr.split("."):
@@ -709,10 +719,20 @@ class Worker:
                         "the handler returned a coroutine, which the worker does not await: "
                         "make the handler itself async def"
                     )
-            except Exception as exc:
+            except BaseException as exc:
+                if not fails_attempt(exc):
+                    self._interrupted(ctx, exc)
+                    return
                 error = exc
         if self._handler_ended(ctx, error):
             self._record_failure(ctx, error)
+
+    def _interrupted(self, ctx: LeaseContext, error: BaseException) -> None:
+        """A handler raised KeyboardInterrupt: stop, as Ctrl+C does; its job is handed back."""
+        log.warning("%s; stopping", lost_line(self.worker_id, ctx.lease, f"raised {shown(error)}"))
+        with self._lock:
+            self._running -= 1
+        self.stop()
 
     def _unusable(self, ctx: LeaseContext) -> UnusableJob | None:
         if ctx.lease.unusable is None:
@@ -800,9 +820,13 @@ class Worker:
         else:
             try:
                 await self._async_handler(ctx)
-            except (Exception, asyncio.CancelledError) as exc:
+            except BaseException as exc:
                 # (Cancelled by the worker: the lease is lost, nothing will be written. By
                 # anything else: a failure like any other.)
+                if not fails_attempt(exc):
+                    ctx._returned = True
+                    self._interrupted(ctx, exc)
+                    return
                 error = exc
         ctx._returned = True
         if error is None and not (ctx.committed or ctx.lost or ctx.is_cancelled()):
@@ -986,19 +1010,15 @@ class Worker:
                 self._mark_lost(ctx, "the database refused the result: lease taken over")
             else:
                 self.stats.failed += 1
+                text = _error_text(error)
+                log.warning(failure_line(self.worker_id, ctx.lease, text, status, delay))
             return
 
     def _mark_lost(self, ctx: LeaseContext, why: str) -> None:
         if not ctx.lost:
             ctx.lost = True
             self.stats.lost += 1
-            log.warning(
-                "worker %s: job %d attempt %d: %s",
-                self.worker_id,
-                ctx.job.id,
-                ctx.lease.attempt,
-                why,
-            )
+            log.warning(lost_line(self.worker_id, ctx.lease, why))
             self._cancel_after_grace(ctx)
         ctx._set_cancelled()
 
@@ -1123,8 +1143,7 @@ class Worker:
 def _error_text(error: BaseException) -> str:
     if isinstance(error, UnusableJob):
         return no_nul(str(error))[:4000]
-    lines = traceback.format_exception_only(type(error), error)
-    return no_nul("".join(lines).strip())[:4000]
+    return error_text(error)
 
 
 def traceback_text(error: BaseException) -> str | None:

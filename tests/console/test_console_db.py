@@ -300,11 +300,11 @@ def reader_dsn(db_dsn: str, sql_conn: psycopg.Connection) -> Iterator[str]:
     """A role that may read the leasectl tables but not update jobs."""
     role = f"leasectl_reader_{uuid.uuid4().hex[:8]}"
     ident = sql.Identifier(role)
-    sql_conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(ident))
+    sql_conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(ident, sql.Literal(role)))
     sql_conn.execute(sql.SQL("GRANT USAGE ON SCHEMA leasectl TO {}").format(ident))
     sql_conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA leasectl TO {}").format(ident))
     try:
-        yield conninfo.make_conninfo(db_dsn, user=role)
+        yield conninfo.make_conninfo(db_dsn, user=role, password=role)
     finally:
         sql_conn.execute(sql.SQL("DROP OWNED BY {}").format(ident))
         sql_conn.execute(sql.SQL("DROP ROLE {}").format(ident))

@@ -29,10 +29,10 @@ from leasectl.db import sql as queries
 from leasectl.present.text import format_ids
 from tests.seed import OWNER, seed_states
 from tests.stores import Stores
-from tests.util import wait_until
+from tests.util import SUPERUSER_PASSWORD, wait_until
 
 SCHEMA = "leasectl"
-SECRET = "hunter2-Zq9-never-printed"
+SECRET = SUPERUSER_PASSWORD  # (the embedded test server's: it asks for it)
 _ENV_DROP = {"LEASECTL_DSN", "DATABASE_URL", "LEASECTL_SCHEMA", "LEASECTL_DEBUG", "COLUMNS"}
 
 
@@ -753,6 +753,16 @@ def test_version_and_help() -> None:
     for args in (["--help"], ["status", "--help"], ["worker", "--help"]):
         proc = cli(*args, dsn=None)
         assert proc.returncode == 0 and proc.stderr == "" and "Usage" in proc.stdout
+        assert "<bool>" not in proc.stdout  # a flag takes no value
+
+
+def test_help_shows_flags_without_a_value_and_options_with_one() -> None:
+    root = cli("--help", dsn=None).stdout
+    assert re.search(r"--version +Show the version", root), root
+    status = cli("status", "--help", dsn=None).stdout
+    assert re.search(r"--json +Print JSON", status), status
+    worker = cli("worker", "--help", dsn=None).stdout
+    assert re.search(r"--concurrency +<int range>", worker), worker
 
 
 def test_tui_validates_before_starting(db_dsn: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl import LeaseLost
+from leasectl import AsyncJobContext, LeaseLost
 from leasectl.core.models import JobStatus
 from leasectl.runtime.worker import JobContext
 from tests.integration.test_worker_processes import WorkerProc
@@ -410,3 +410,40 @@ def test_a_transaction_still_open_after_the_grace_period_is_rolled_back(
     job = store.ops.get_job(job_id)
     assert (job.status, job.attempts) == (JobStatus.PENDING, 1)
     assert attempts(business, job_id) == [(1, worker.worker_id, "released")]
+
+
+@pytest.mark.parametrize("statement", ["COMMIT", "ROLLBACK"])
+def test_a_transaction_the_handler_ended_itself_fails_the_attempt(
+    store: Stores, run_worker: Any, business: psycopg.Connection[Any], statement: str
+) -> None:
+    """A raw COMMIT or ROLLBACK inside the block: the completion would have run on its own,
+    outside the handler's transaction (a cancelled job's writes kept, or a job completed
+    without them). The attempt fails instead, saying why."""
+
+    def handler(ctx: JobContext) -> None:
+        with ctx.transaction() as conn:
+            capture(conn, ctx)
+            conn.execute(statement)
+
+    worker = run_worker(handler, queues=(Q,))
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=1)
+    wait_until(lambda: store.ops.get_job(job_id).status == JobStatus.FAILED)
+    error = store.ops.get_job(job_id).last_error or ""
+    assert "TransactionEnded" in error and "COMMIT or ROLLBACK" in error
+    assert attempts(business, job_id) == [(1, worker.worker_id, "failed")]
+    assert len(captured(business)) == (1 if statement == "COMMIT" else 0)
+
+
+@pytest.mark.parametrize("statement", ["COMMIT", "ROLLBACK"])
+def test_an_async_transaction_the_handler_ended_itself_fails_the_attempt(
+    store: Stores, run_worker: Any, business: psycopg.Connection[Any], statement: str
+) -> None:
+    async def handler(ctx: AsyncJobContext) -> None:
+        async with ctx.transaction() as conn:
+            await conn.execute("INSERT INTO public.captured VALUES (%s, 1, 'w')", (ctx.job.id,))
+            await conn.execute(statement)
+
+    run_worker(handler, queues=(Q,))
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=1)
+    wait_until(lambda: store.ops.get_job(job_id).status == JobStatus.FAILED)
+    assert "TransactionEnded" in (store.ops.get_job(job_id).last_error or "")

@@ -23,6 +23,7 @@ from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
 from leasectl.core.errors import ConnectionFailed
 from leasectl.db.embedded import EmbeddedServer
+from leasectl.db.embedded.auth import read_password
 from leasectl.db.embedded.replication import (
     kill_primary,
     multi_host_dsn,
@@ -161,7 +162,9 @@ def test_a_worker_on_a_multi_host_dsn_keeps_completing_jobs_after_a_failover(
 
 def test_status_on_a_multi_host_dsn_names_every_server_and_no_password(pair: Pair) -> None:
     primary, standby = pair
-    dsn = multi_host_dsn(primary, standby) + " password=Kq7vWm3x"
+    password = read_password(primary.passfile)  # a standby's password is its primary's
+    assert password is not None
+    dsn = multi_host_dsn(primary, standby) + f" password={password}"
     assert status_totals(dsn)["completed_recent"] == 0
     kill_primary(primary)
     failed = leasectl(dsn, "status")
@@ -169,7 +172,7 @@ def test_status_on_a_multi_host_dsn_names_every_server_and_no_password(pair: Pai
     lines = failed.stderr.strip().splitlines()
     assert len(lines) == 1, failed.stderr
     assert f"127.0.0.1:{primary.port},127.0.0.1:{standby.port}/postgres" in lines[0]
-    assert "Kq7vWm3x" not in failed.stderr + failed.stdout
+    assert password not in failed.stderr + failed.stdout
     promote(standby)
     assert status_totals(dsn)["completed_recent"] == 0
 

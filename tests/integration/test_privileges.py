@@ -54,7 +54,11 @@ def login_roles(server_dsn: str, db_dsn: str, names: dict[str, str]) -> Iterator
     they were granted there and the roles themselves are dropped."""
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         for name in names.values():
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(name), sql.Literal(SECRET)
+                )
+            )
     try:
         yield Roles(names, db_dsn)
     finally:

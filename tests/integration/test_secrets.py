@@ -384,8 +384,8 @@ def test_demo_fails_fast(
     proc = run(args, dsn, env=env, timeout=30)
     if refused_as_written(form, password):
         assert_hidden(proc, password, *refusal(password))
-    else:  # headless, the progress lines come first
-        assert_hidden(proc, password, "password authentication failed", one_line=not headless)
+    else:  # the progress lines come first (with the console too, until it opens)
+        assert_hidden(proc, password, "password authentication failed", one_line=False)
     for log in tmp_path.rglob("*"):
         if log.is_file():
             text = log.read_text(encoding="utf-8", errors="replace")
@@ -458,6 +458,11 @@ def test_debug_traceback_of_an_internal_error(channel: str, form: str) -> None:
 # -- the console's header -------------------------------------------------------------------
 
 
+def _drop_role(dsn: str, role: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+
+
 def _uri(dsn: str, password: str) -> str:
     params = conninfo.conninfo_to_dict(dsn)
     return (
@@ -472,13 +477,25 @@ def test_console_header(db_dsn: str, form: str) -> None:
     screen say where the console is connected, from a
     DSN that holds a password, and show none of it."""
     password = MIXED["everything"]
+    role = f"lc_header_{form.replace('-', '_')}_{os.getpid()}"
+    with psycopg.connect(db_dsn, autocommit=True) as conn:  # a login with that password
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+    as_role = conninfo.make_conninfo(db_dsn, user=role)
     dsn = (
-        _uri(db_dsn, password)
+        _uri(as_role, password)
         if form == "uri-encoded"
-        else conninfo.make_conninfo(db_dsn, password=password)
+        else conninfo.make_conninfo(as_role, password=password)
     )
     expected = dsnlib.safe_dsn(db_dsn)
-    source = DatabaseSource.connect(dsn, SCHEMA)
+    try:
+        source = DatabaseSource.connect(dsn, SCHEMA)
+    except BaseException:
+        _drop_role(db_dsn, role)
+        raise
     app = ConsoleApp(source, refresh=timedelta(milliseconds=300))
     seen: dict[str, str] = {}
 
@@ -497,6 +514,7 @@ def test_console_header(db_dsn: str, form: str) -> None:
         asyncio.run(scenario())
     finally:
         source.close()
+        _drop_role(db_dsn, role)
     assert seen["sub_title"] == expected
     assert expected in seen["status"]
     for name, text in seen.items():

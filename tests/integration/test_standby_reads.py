@@ -44,6 +44,7 @@ pytestmark = pytest.mark.slow
 
 Pair = tuple[EmbeddedServer, EmbeddedServer]
 OWNER = "worker-standby-test"
+VIEWER_PASSWORD = "viewer-Zq9"
 # What a statement that changes a job, a lease or a queue would contain (comments removed):
 # writes, row locks, and the audited operator functions (migrations 6, 7, 9).
 WRITES = re.compile(
@@ -338,7 +339,11 @@ def test_a_viewer_role_reads_a_standby_that_is_behind(
     primary, standby = pair
     role = f"lc_viewer_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(primary.dsn(), autocommit=True) as conn:
-        conn.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role)))
+        conn.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                psycopg.sql.Identifier(role), psycopg.sql.Literal(VIEWER_PASSWORD)
+            )
+        )
     try:
         with Stores.connect(primary.dsn(), schema) as s:
             grants.apply(s.db, [grants.Grant(grants.Kind.VIEWER, role)])
@@ -347,7 +352,7 @@ def test_a_viewer_role_reads_a_standby_that_is_behind(
         pause_replay(standby)
         with Stores.connect(primary.dsn(), schema) as s:
             s.ops.enqueue([{}], queue="q")  # not replayed: the standby is behind
-        viewer = make_conninfo(standby.dsn(), user=role)
+        viewer = make_conninfo(standby.dsn(), user=role, password=VIEWER_PASSWORD)
         proc = cli("status", "--json", "--read-dsn", viewer, schema=schema)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)

@@ -255,6 +255,7 @@ def _sqlalchemy_url(dsn: str) -> Any:
         host=str(info.get("host") or ""),
         port=int(info["port"]) if info.get("port") else None,
         database=str(info["dbname"]),
+        query={"passfile": str(info["passfile"])} if info.get("passfile") else {},
     )
 
 
@@ -300,6 +301,7 @@ def test_recipe_django(db_dsn: str, sql_conn: psycopg.Connection[Any]) -> None:
         "PASSWORD": info.get("password") or "",
         "HOST": info.get("host") or "",
         "PORT": info.get("port") or "",
+        "OPTIONS": {"passfile": info["passfile"]} if info.get("passfile") else {},
     }
     if not settings.configured:
         settings.configure(DATABASES={"default": database}, USE_TZ=True)

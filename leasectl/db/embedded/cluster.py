@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from leasectl.core.errors import EmbeddedServerError
+from leasectl.db.embedded.auth import initdb_pwfile, write_hba
 from leasectl.db.embedded.common import (
     HOST,
     RUNTIME_CONF,
@@ -30,6 +31,7 @@ def initdb(
     durable: bool,
     user: ServerUser | None,
     log: ServerLog,
+    password: str,
 ) -> None:
     """initdb into a scratch dir and rename it into place, so a crash mid-init never leaves a
     half-built pgdata behind."""
@@ -52,7 +54,7 @@ def initdb(
         "-U",
         SUPERUSER,
         "-A",
-        "trust",
+        "scram-sha-256",
         "-E",
         "UTF8",
         "--no-locale",
@@ -60,7 +62,8 @@ def initdb(
     ]
     if not durable:
         args.append("--no-sync")
-    result = log.run(args, user)
+    with initdb_pwfile(base_dir, password, user) as pwfile:
+        result = log.run([*args, "--pwfile", str(pwfile)], user)
     if result.returncode != 0:
         shutil.rmtree(scratch, ignore_errors=True)
         raise log.error("initdb failed", result.stdout)
@@ -88,8 +91,9 @@ def initdb(
 def prepare_runtime(
     pgdata: Path, run_dir: Path, log_path: Path, user: ServerUser | None, port: int
 ) -> None:
-    """Rewrite the per-start settings: the port file is the truth, and the socket dir follows
-    base_dir if it moved (or is dropped when the path is too long for a unix socket)."""
+    """Rewrite the per-start settings: the port file is the truth, the socket dir follows
+    base_dir if it moved (or is dropped when the path is too long for a unix socket), and
+    pg_hba.conf asks for the password (a cluster made with trust auth gets ours too)."""
     if not run_dir.is_dir():
         mkdir_owned(run_dir, 0o755, user)
     socket_path = str(run_dir / f".s.PGSQL.{port}")
@@ -101,6 +105,7 @@ def prepare_runtime(
         f"unix_socket_directories = {conf_quote(sockets)}\n",
         encoding="utf-8",
     )
+    write_hba(pgdata, user)
     if not log_path.exists():
         log_path.touch(mode=0o640)
     if user is not None:

@@ -24,18 +24,27 @@ class ServerLog:
         self.path = path
         self._mark = 0
 
-    def run(self, args: list[str], user: ServerUser | None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        args: list[str],
+        user: ServerUser | None,
+        *,
+        stdin: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run a PostgreSQL program (as the server user when root); output goes to the log too.
 
         Output goes through a file, not a pipe: the postmaster pg_ctl spawns could otherwise keep
-        the pipe open and hang us."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        the pipe open and hang us. ``stdin`` and ``env`` carry secrets, never the arguments
+        (any local user reads /proc/PID/cmdline)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")} | (env or {})
+        given = {"input": stdin.encode()} if stdin is not None else {"stdin": subprocess.DEVNULL}
         logger.debug("running %s as %s", args, user.name if user else "self")
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
             try:
                 proc = subprocess.run(
                     args,
-                    stdin=subprocess.DEVNULL,
+                    **given,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=env,

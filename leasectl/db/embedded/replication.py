@@ -7,7 +7,9 @@ way the primary runs with synchronous_commit on (which the non-durable embedded 
 off), and so does its standby once promoted. The standby never inherits the synchronous names
 itself: promoted, it would wait for a standby that is not there.
 
-These are test and chaos tools on loopback trust auth, like the embedded server itself.
+These are test and chaos tools, like the embedded server itself. A standby is a copy of its
+primary, superuser password included: it gets a copy of the primary's passfile, and streams
+with that password (kept in its pgdata, which only the server's user reads).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from psycopg.rows import dict_row
 
 from leasectl.core.errors import EmbeddedServerError
 from leasectl.db import sql as queries
+from leasectl.db.embedded.auth import read_password, write_passfile
 from leasectl.db.embedded.binaries import install_dir
 from leasectl.db.embedded.common import HOST, MARKER, SUPERUSER, conf_quote, is_root
 from leasectl.db.embedded.processes import processes_for, wait_dead
@@ -134,6 +137,10 @@ def make_standby(
     if user is not None:
         check_traversable(standby.base_dir, user)
     mkdir_owned(standby.pgdata, 0o700, user)
+    password = read_password(primary.passfile)
+    if password is None:
+        raise EmbeddedServerError(f"{primary} has no password file ({primary.passfile})")
+    write_passfile(standby.passfile, password)
     log = ServerLog(standby.log_path)
     log.mark()
     started = time.monotonic()
@@ -150,12 +157,18 @@ def make_standby(
         "-R",
         "--no-sync",
     ]
-    result = log.run(args, user)
+    # The server's user may not read our passfile: the password goes by the environment.
+    result = log.run(args, user, env={"PGPASSWORD": password})
     if result.returncode != 0:
         shutil.rmtree(standby.pgdata, ignore_errors=True)
         raise log.error("pg_basebackup failed", result.stdout)
     conninfo = make_conninfo(
-        "", host=HOST, port=primary.port, user=SUPERUSER, application_name=name
+        "",
+        host=HOST,
+        port=primary.port,
+        user=SUPERUSER,
+        application_name=name,
+        password=password,
     )
     # Appended after -R's own lines, so these win; the primary's synchronous names (if copied)
     # must not follow the standby into its promotion.
@@ -273,6 +286,7 @@ def multi_host_dsn(
         "port": ",".join(str(s.port) for s in servers),
         "user": SUPERUSER,
         "dbname": dbname,
+        "passfile": str(servers[0].passfile),  # a standby's password is its primary's
     }
     if read_write:
         params["target_session_attrs"] = "read-write"

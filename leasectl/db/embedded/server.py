@@ -19,6 +19,13 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from leasectl.core.errors import EmbeddedServerError
+from leasectl.db.embedded.auth import (
+    PASSFILE,
+    new_password,
+    read_password,
+    set_password,
+    write_passfile,
+)
 from leasectl.db.embedded.binaries import install_dir
 from leasectl.db.embedded.cluster import initdb, prepare_runtime
 from leasectl.db.embedded.common import (
@@ -34,16 +41,15 @@ from leasectl.db.embedded.common import (
 )
 from leasectl.db.embedded.processes import pid_alive, proc_refers_to, processes_for, wait_dead
 from leasectl.db.embedded.programs import ServerLog
-from leasectl.db.embedded.user import check_traversable, server_user
+from leasectl.db.embedded.user import ServerUser, check_traversable, server_user
 
 logger = logging.getLogger(__name__)
 
 
 class EmbeddedServer:
-    """A PostgreSQL cluster living in one directory, listening on 127.0.0.1 with trust auth.
-
-    Trust auth on loopback means any local user can connect as superuser: this is a dev/test
-    server, never expose it.
+    """A PostgreSQL cluster living in one directory, listening on 127.0.0.1; every connection
+    needs the superuser's random password, which only the owner of ``passfile`` can read
+    (`auth.py`). A dev/test server all the same: never expose it.
     """
 
     def __init__(self, base_dir: Path, *, durable: bool = True) -> None:
@@ -54,6 +60,7 @@ class EmbeddedServer:
         self.log_path = self.base_dir / "server.log"
         self.port_path = self.base_dir / "port"
         self.lock_path = self.base_dir / ".lock"
+        self.passfile = self.base_dir / PASSFILE
         self._log = ServerLog(self.log_path)
 
     def __repr__(self) -> str:
@@ -94,7 +101,15 @@ class EmbeddedServer:
             return self._ensure_port()[0]
 
     def dsn(self, dbname: str = "postgres") -> str:
-        return make_conninfo("", host=HOST, port=self.port, user=SUPERUSER, dbname=dbname)
+        """The password stays in the passfile: this DSN may be shown, logged or passed on."""
+        return make_conninfo(
+            "",
+            host=HOST,
+            port=self.port,
+            user=SUPERUSER,
+            dbname=dbname,
+            passfile=str(self.passfile),
+        )
 
     def postmaster_pid(self) -> int | None:
         """Pid of our live postmaster, or None."""
@@ -152,8 +167,22 @@ class EmbeddedServer:
         user = server_user(self.pgdata)
         port, fresh_port = self._ensure_port()
 
+        password = read_password(self.passfile)
         if not (self.pgdata / "PG_VERSION").is_file():
-            initdb(pg, self.base_dir, self.pgdata, durable=self.durable, user=user, log=self._log)
+            if password is None:
+                password = new_password()
+                write_passfile(self.passfile, password)
+            initdb(
+                pg,
+                self.base_dir,
+                self.pgdata,
+                durable=self.durable,
+                user=user,
+                log=self._log,
+                password=password,
+            )
+        elif password is None:
+            self._add_password(pg, user)
 
         pid = self.postmaster_pid()
         if pid is not None:
@@ -188,6 +217,17 @@ class EmbeddedServer:
             self.postmaster_pid(),
             time.monotonic() - started,
         )
+
+    def _add_password(self, pg: Path, user: ServerUser | None) -> None:
+        """A cluster an older leasectl made with trust auth: stopped, given a password, and
+        only then started again, behind pg_hba.conf's password rules."""
+        if self.postmaster_pid() is not None:
+            logger.info("restarting %s to stop trusting local connections", self.base_dir)
+            self._stop_locked("fast")
+        self._clean_stale()
+        password = new_password()
+        set_password(pg, self.pgdata, password, user, self._log)
+        write_passfile(self.passfile, password)
 
     def _pg_ctl_start_args(self) -> list[str]:
         timeout = str(int(START_TIMEOUT))

@@ -97,3 +97,9 @@ SELECT count(*) FILTER (WHERE actor = %(watcher)s AND action = 'requeue') AS wat
                           AND action IN ('mark_stuck', 'mark_stuck_forced')) AS quarantined
 FROM {schema}.job_events
 WHERE job_id = ANY(%(ids)s);
+
+-- name: demo_last_run
+-- When an earlier demo last used this schema (its workers' last signs of life) and whether it left jobs.
+SELECT (SELECT max(greatest(last_seen_at, stopped_at)) FROM {schema}.workers) AS last_seen,
+       EXISTS (SELECT 1 FROM {schema}.jobs) AS has_jobs,
+       now() AS db_now;
