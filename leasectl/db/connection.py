@@ -28,8 +28,9 @@ from leasectl.core.literal import echo
 from leasectl.db import loaders
 from leasectl.db import sql as queries
 from leasectl.db.dsn import safe_dsn, validate_dsn
+from leasectl.db.session import CONNECT_TIMEOUT_S, session_kwargs
 
-CONNECT_TIMEOUT_S = 5
+__all__ = ["CONNECT_TIMEOUT_S", "Database", "ErrorMapping"]
 
 # At most one live job per queue and unique key (migration 12).
 UNIQUE_KEY_INDEX = "jobs_unique_key_idx"
@@ -220,11 +221,7 @@ class Database:
         (``session_read_only``): reads sent to a hot standby.
         """
         validate_dsn(dsn)  # an ambiguous URI would connect where its password says
-        kwargs: dict[str, Any] = {
-            "autocommit": True,
-            "connect_timeout": CONNECT_TIMEOUT_S,
-            "application_name": application_name,
-        }
+        kwargs = session_kwargs(dsn, application_name=application_name)
         try:
             probe = psycopg.connect(dsn, **kwargs)
         except psycopg.Error as exc:

@@ -19,9 +19,10 @@ from psycopg import sql
 
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
-from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
+from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
+from leasectl.db.session import session_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ class WorkerStore:
         Yields a function that iterates notification payloads until its stop() returns true.
         """
         with self.db.errors():
-            conn = psycopg.connect(self.db.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(self.db.dsn, **session_kwargs(self.db.dsn))
         try:
             with self.db.errors():
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.db.channel)))
