@@ -23,6 +23,7 @@ from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
 from leasectl.db.session import session_kwargs
+from leasectl.db.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,8 @@ class WorkerStore:
         """Run a statement of the worker's hot path: tuple rows, their column names, and
         whether only the tolerant loaders could load them (HotConnection.tolerated)."""
         with self.db.errors(), self._kept_connection() as kept:
-            rows, names = kept.run(name, params)
+            with WATCHDOG.bound(kept.conn, self.db.call_bound, self.db):
+                rows, names = kept.run(name, params)
             return rows, names, kept.tolerated
 
     @contextlib.contextmanager

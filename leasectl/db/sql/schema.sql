@@ -46,3 +46,7 @@ WHERE n.nspname = %(schema)s
 -- name: prepared_parameter_types
 -- The parameter types the server inferred for a statement this session prepared (by name).
 SELECT parameter_types::oid[] FROM pg_prepared_statements WHERE name = %(name)s;
+
+-- name: session_lock_timeout
+-- Bound this transaction's lock waits (an operator's action): past it, the statement fails and nothing changes.
+SELECT set_config('lock_timeout', %(lock_timeout)s::text, true);

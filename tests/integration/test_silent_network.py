@@ -1,0 +1,77 @@
+"""A network that silently stops carrying leasectl's connections (issue #36, item 7): a proxy
+that stops forwarding existing flows, resetting nothing, while new connections go through.
+The worker reconnects and works on; the console says the database is unreachable, and quits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from leasectl.core.errors import ConnectionFailed
+from leasectl.db.connection import Database
+from leasectl.runtime.worker import CALL_BOUND_S, Worker, WorkerConfig
+from tests.proxy import StallingProxy, stalling_proxy
+from tests.stores import Stores
+from tests.util import wait_until
+
+SCHEMA = "leasectl"
+
+
+@pytest.fixture
+def proxy(db_dsn: str) -> Iterator[StallingProxy]:
+    with stalling_proxy(db_dsn) as made:
+        yield made
+
+
+def test_a_worker_whose_connections_go_silent_reconnects_and_completes_new_jobs(
+    store: Stores, proxy: StallingProxy, db_dsn: str
+) -> None:
+    done: list[int] = []
+    config = WorkerConfig(
+        queues=("q",),
+        lease_ttl=timedelta(seconds=30),  # the default: the bound is CALL_BOUND_S
+        poll_interval=timedelta(milliseconds=200),
+    )
+    worker = Worker(proxy.dsn(db_dsn), SCHEMA, config, lambda ctx: done.append(ctx.job.id))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        assert worker.started.wait(10)
+        store.ops.enqueue([{}], queue="q")
+        wait_until(lambda: len(done) == 1, what="the first job done")
+        assert proxy.stall() > 0
+        stalled_at = time.monotonic()
+        (second,) = store.ops.enqueue([{}], queue="q")
+        wait_until(lambda: second in done, timeout=60, what="a job enqueued after the stall done")
+        took = time.monotonic() - stalled_at
+        assert took < CALL_BOUND_S + 15, took
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
+def test_a_call_past_its_bound_fails_as_a_lost_connection(
+    proxy: StallingProxy, db_dsn: str
+) -> None:
+    with Database.connect(proxy.dsn(db_dsn), SCHEMA, max_size=1, call_bound=1.0) as db:
+        db.server_info()
+        proxy.stall()
+        started = time.monotonic()
+        with pytest.raises(ConnectionFailed, match="lost the database"):
+            db.server_info()
+        assert time.monotonic() - started < 5
+        # The pool replaces the cut connection: a new flow, which the proxy carries.
+        wait_until(lambda: _answers(db), timeout=20, what="a new connection answering")
+
+
+def _answers(db: Database) -> Any:
+    try:
+        return db.server_info()
+    except ConnectionFailed:
+        return None
