@@ -21,6 +21,7 @@ class StallingProxy:
         self._lock = threading.Lock()
         self._flows: list[tuple[socket.socket, socket.socket, threading.Event]] = []
         self._closed = threading.Event()
+        self._stall_new = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -29,12 +30,29 @@ class StallingProxy:
         extra = {"hostaddr": "127.0.0.1"} if conninfo.conninfo_to_dict(dsn).get("hostaddr") else {}
         return conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(self.port), **extra)
 
-    def stall(self) -> int:
-        """Stop forwarding every flow open now (new ones still go through); how many."""
+    def stall(self, *, new_too: bool = False) -> int:
+        """Stop forwarding every flow open now (new ones still go through unless ``new_too``:
+        then they are accepted and never answered); how many flows were stalled."""
         with self._lock:
+            self._stall_new = new_too
             for _, _, stalled in self._flows:
                 stalled.set()
             return len(self._flows)
+
+    def waiting(self) -> int:
+        """Stalled flows whose client sent something that was not forwarded: calls waiting."""
+        with self._lock:
+            clients = [c for c, _, stalled in self._flows if stalled.is_set() and c.fileno() >= 0]
+        try:
+            ready, _, _ = select.select(clients, [], [], 0)
+        except (OSError, ValueError):
+            return 0
+        waiting = 0
+        for client in ready:
+            with contextlib.suppress(OSError):
+                # Data, not an end of file: a client that gave up is not waiting.
+                waiting += bool(client.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        return waiting
 
     def close(self) -> None:
         self._closed.set()
@@ -58,6 +76,8 @@ class StallingProxy:
                 continue
             server.settimeout(None)
             stalled = threading.Event()
+            if self._stall_new:
+                stalled.set()
             with self._lock:
                 self._flows.append((client, server, stalled))
             threading.Thread(target=self._pump, args=(client, server, stalled), daemon=True).start()
@@ -81,6 +101,8 @@ class StallingProxy:
         # Stalled: the sockets stay open, unread and unwritten, until the proxy closes.
 
     def _end(self, client: socket.socket, server: socket.socket) -> None:
+        with self._lock:
+            self._flows = [f for f in self._flows if f[0] is not client]
         for s in (client, server):
             with contextlib.suppress(OSError):
                 s.close()

@@ -4,6 +4,7 @@ The worker reconnects and works on; the console says the database is unreachable
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -12,9 +13,12 @@ from typing import Any
 
 import pytest
 
+from leasectl.console.source import POLL_CALL_BOUND_S, QUIT_TIMEOUT_S
 from leasectl.core.errors import ConnectionFailed
 from leasectl.db.connection import Database
 from leasectl.runtime.worker import CALL_BOUND_S, Worker, WorkerConfig
+from tests.integration.test_cli import _env
+from tests.integration.test_terminal import gone, leasectl, terminal
 from tests.proxy import StallingProxy, stalling_proxy
 from tests.stores import Stores
 from tests.util import wait_until
@@ -75,3 +79,24 @@ def _answers(db: Database) -> Any:
         return db.server_info()
     except ConnectionFailed:
         return None
+
+
+def test_the_console_says_unreachable_within_a_refresh_and_its_bound_and_quits_at_once(
+    db_dsn: str, proxy: StallingProxy
+) -> None:
+    with terminal(leasectl("tui", "--refresh", "1s"), _env(proxy.dsn(db_dsn))) as term:
+        term.wait_for(b"connected")
+        proxy.stall()  # new connections still go through
+        stalled_at = time.monotonic()
+        term.wait_for(b"DATABASE UNREACHABLE")
+        took = time.monotonic() - stalled_at
+        assert took < 1 + POLL_CALL_BOUND_S + 5, took
+        # Now nothing answers, old flows or new: a call of the console waits, and `q` is typed.
+        proxy.stall(new_too=True)
+        wait_until(lambda: proxy.waiting() > 0, what="a console call waiting for the server")
+        os.write(term.master, b"q")
+        typed_at = time.monotonic()
+        wait_until(lambda: gone(term), timeout=10, what="the console to exit")
+        took = time.monotonic() - typed_at
+        assert took < QUIT_TIMEOUT_S + 0.5, took
+        assert term.proc.returncode == 0
