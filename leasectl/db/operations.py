@@ -16,6 +16,7 @@ from leasectl.core.config import check_queue_length
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
 from leasectl.core.errors import JobNotFound
+from leasectl.core.exposure import WritableSchema
 from leasectl.core.literal import echo
 from leasectl.core.models import (
     STATUS_BY_VALUE,
@@ -87,6 +88,11 @@ class Operations:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def writable_schemas(self) -> list[WritableSchema]:
+        """leasectl's schema and public where roles other than the owner may create."""
+        rows = self.db.rows("schemas_writable_by_others", {"schema": self.db.schema})
+        return [WritableSchema(r["schema"], tuple(sorted(r["roles"]))) for r in rows]
 
     def can_update_jobs(self) -> bool:
         """Whether this role may run the operator's actions: EXECUTE on their functions."""

@@ -6,6 +6,7 @@ connection under whatever search_path it has, names every operator, function and
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from datetime import timedelta
@@ -169,3 +170,23 @@ def test_the_producer_runs_nothing_planted_under_the_applications_search_path(
             "SELECT count(*) FROM leasectl.jobs WHERE queue OPERATOR(pg_catalog.=) 'p'"
         ).fetchone()
     assert row == (2,)
+
+
+def test_init_and_status_warn_when_public_or_the_schema_is_writable_by_others(
+    db_dsn: str, planted: str
+) -> None:
+    """The planter may create in public: init and status say so (stderr; status --json too)."""
+    for args in (("init",), ("status",), ("status", "--json")):
+        proc = cli(*args, dsn=db_dsn)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1, proc.stderr
+        assert "schema 'public' is writable (CREATE) by" in lines[0] and planted in lines[0]
+    doc = json.loads(cli("status", "--json", dsn=db_dsn).stdout)
+    assert doc["writable_schemas"] == [{"schema": "public", "roles": [planted]}]
+
+
+def test_status_warns_of_nothing_on_a_default_database(db_dsn: str) -> None:
+    proc = cli("status", "--json", dsn=db_dsn)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout)["writable_schemas"] == []
