@@ -39,23 +39,34 @@ class Watchdog:
     ) -> Iterator[None]:
         """Within this block, ``conn``'s socket is shut down ``seconds`` after its start (None:
         no bound). ``owner``: whose call this is, for ``abort``."""
-        if seconds is None or conn.closed:
+        token = self.start(conn, seconds, owner)
+        try:
             yield
-            return
-        fd = conn.pgconn.socket
+        finally:
+            self.stop(token)
+
+    def start(
+        self, conn: psycopg.Connection[Any], seconds: float | None, owner: object = None
+    ) -> int:
+        """``bound``'s start, for the hot path (no generator): a token for ``stop`` (0: none)."""
+        if seconds is None:
+            return 0
+        entry = (time.monotonic() + seconds, conn.pgconn.socket, owner)
         with self._lock:
             self._next += 1
             token = self._next
-            self._calls[token] = (time.monotonic() + seconds, fd, owner)
+            self._calls[token] = entry
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="leasectl-watchdog", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
-        try:
-            yield
-        finally:
+        if not self._wake.is_set():
+            self._wake.set()
+        return token
+
+    def stop(self, token: int) -> None:
+        if token:
             with self._lock:
                 self._calls.pop(token, None)
 

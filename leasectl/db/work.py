@@ -163,8 +163,11 @@ class WorkerStore:
         """Run a statement of the worker's hot path: tuple rows, their column names, and
         whether only the tolerant loaders could load them (HotConnection.tolerated)."""
         with self.db.errors(), self._kept_connection() as kept:
-            with WATCHDOG.bound(kept.conn, self.db.call_bound, self.db):
+            token = WATCHDOG.start(kept.conn, self.db.call_bound, self.db)
+            try:
                 rows, names = kept.run(name, params)
+            finally:
+                WATCHDOG.stop(token)
             return rows, names, kept.tolerated
 
     @contextlib.contextmanager
