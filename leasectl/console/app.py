@@ -138,7 +138,7 @@ class ConsoleApp(App[None]):
         return screen
 
     async def action_quit(self) -> None:
-        # A call the server does not answer must not hold the exit (issue #36).
+        # A call the server does not answer must not hold the exit.
         self.source.abort()
         self.exit()
 

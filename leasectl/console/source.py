@@ -52,7 +52,7 @@ POLL_ROLE = "poll"
 ACTION_ROLE = "action"
 POOL_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 1.0
-# How soon `q` ends the console, whatever the server does (issue #36).
+# How soon `q` ends the console, whatever the server does.
 QUIT_TIMEOUT_S = 2.0
 # A refresh's statements stop at the snapshot's statement_timeout (5 s, server-side); a server
 # that does not answer at all is cut off a second later: the console says it is unreachable.

@@ -3,7 +3,7 @@ database call (a server that stopped answering) never holds the process's exit a
 
 Textual runs thread workers on the event loop's default executor, and both asyncio's shutdown
 and the interpreter's exit join a ThreadPoolExecutor's threads: one blocked call would keep the
-console's process alive, its screen already gone (issue #36).
+console's process alive, its screen already gone.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Schemas where roles other than their owner may create objects: leasectl's own, and ``public``.
 
 A role that may create in a schema on some session's search_path can plant a look-alike operator
-or function there that runs with the rights of whoever calls it (issue #36). leasectl's sessions
+or function there that runs with the rights of whoever calls it. leasectl's sessions
 pin their search_path, but an application's connections, psql sessions and other tools may not:
 ``init`` and ``status`` say so.
 """

@@ -252,7 +252,7 @@ class Operations:
                 "reason": reason,
             }
 
-        # A job another session holds is skipped, never waited for (issue #36).
+        # A job another session holds is skipped, never waited for.
         done, held = apply_skipping_held(self.db, query, unique, params)
         changed = tuple(done)
         missed = [s for s in unique if s.id not in set(changed)]

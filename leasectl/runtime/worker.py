@@ -306,7 +306,7 @@ class WorkerConfig:
         return self.heartbeat_every if self.heartbeat_every is not None else self.lease_ttl / 3
 
 
-# The longest a worker's call waits for the server before it reconnects (issue #36).
+# The longest a worker's call waits for the server before it reconnects.
 CALL_BOUND_S = 20.0
 
 

@@ -1,5 +1,5 @@
-"""Every leasectl connection pins its search_path and sets TCP keepalives and a TCP user timeout
-(issue #36, items 4 and 7): read back from the sockets themselves and from the server."""
+"""Every leasectl connection pins its search_path and sets TCP keepalives and a TCP user timeout:
+read back from the sockets themselves and from the server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Operator actions never wait on a lock another session holds (issue #36, item 9): a held job
+"""Operator actions never wait on a lock another session holds: a held job
 is skipped with that reason, a statement that cannot skip fails in one line, and a Ctrl-C while
 one runs leaves nothing to apply later."""
 

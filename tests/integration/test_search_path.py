@@ -1,5 +1,5 @@
 """Objects planted in ``public`` by a role that may create there never run in leasectl's
-statements (issue #36, item 4): every leasectl session pins ``search_path`` to
+statements: every leasectl session pins ``search_path`` to
 ``pg_catalog, pg_temp``, and the producer's statement, which runs on the application's own
 connection under whatever search_path it has, names every operator, function and type it uses.
 """

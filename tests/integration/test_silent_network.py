@@ -1,4 +1,4 @@
-"""A network that silently stops carrying leasectl's connections (issue #36, item 7): a proxy
+"""A network that silently stops carrying leasectl's connections: a proxy
 that stops forwarding existing flows, resetting nothing, while new connections go through.
 The worker reconnects and works on; the console says the database is unreachable, and quits."""
 
