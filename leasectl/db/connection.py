@@ -29,10 +29,8 @@ from leasectl.core.literal import echo
 from leasectl.db import loaders
 from leasectl.db import sql as queries
 from leasectl.db.dsn import safe_dsn, validate_dsn
-from leasectl.db.session import CONNECT_TIMEOUT_S, session_kwargs
+from leasectl.db.session import session_kwargs
 from leasectl.db.watchdog import WATCHDOG
-
-__all__ = ["CONNECT_TIMEOUT_S", "Database", "ErrorMapping"]
 
 # How long an operator's action waits for a row or table lock another session holds (a worker's
 # transaction, a handler's `ctx.transaction()`, a session left open) before it gives up on it.

@@ -10,6 +10,7 @@ refresh that outlives its bound is then no use: failing it lets the caller recon
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -38,7 +39,7 @@ class Watchdog:
         self, conn: psycopg.Connection[Any], seconds: float | None, owner: object = None
     ) -> Iterator[None]:
         """Within this block, ``conn``'s socket is shut down ``seconds`` after its start (None:
-        no bound). ``owner``: whose call this is, for ``abort``."""
+        no bound), or when ``owner`` (whose call this is) is aborted."""
         token = self.start(conn, seconds, owner)
         try:
             yield
@@ -48,10 +49,12 @@ class Watchdog:
     def start(
         self, conn: psycopg.Connection[Any], seconds: float | None, owner: object = None
     ) -> int:
-        """``bound``'s start, for the hot path (no generator): a token for ``stop`` (0: none)."""
-        if seconds is None:
+        """``bound``'s start, for the hot path (no generator): a token for ``stop`` (0: none).
+        A call without a bound is still registered when it has an owner, for ``abort``."""
+        if seconds is None and owner is None:
             return 0
-        entry = (time.monotonic() + seconds, conn.pgconn.socket, owner)
+        deadline = time.monotonic() + seconds if seconds is not None else math.inf
+        entry = (deadline, conn.pgconn.socket, owner)
         with self._lock:
             self._next += 1
             token = self._next

@@ -100,3 +100,26 @@ def test_the_console_says_unreachable_within_a_refresh_and_its_bound_and_quits_a
         took = time.monotonic() - typed_at
         assert took < QUIT_TIMEOUT_S + 0.5, took
         assert term.proc.returncode == 0
+
+
+def test_abort_ends_a_call_without_a_bound_at_once(proxy: StallingProxy, db_dsn: str) -> None:
+    """What `q` relies on: a database's calls under way end when it is aborted."""
+    with Database.connect(proxy.dsn(db_dsn), SCHEMA, max_size=1) as db:
+        db.server_info()
+        proxy.stall()
+        failed: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                db.server_info()
+            except ConnectionFailed as exc:
+                failed.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_until(lambda: proxy.waiting() > 0, what="the call waiting for the server")
+        started = time.monotonic()
+        db.abort()
+        caller.join(5)
+        assert not caller.is_alive() and failed
+        assert time.monotonic() - started < 2
