@@ -10,6 +10,7 @@ refresh that outlives its bound is then no use: failing it lets the caller recon
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import socket
 import threading
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+
+log = logging.getLogger(__name__)
 
 _CHECK_EVERY_S = 0.1
 
@@ -94,6 +97,13 @@ class Watchdog:
                     self.fired += 1
                 if not self._calls:
                     self._wake.clear()
+            if late:
+                # The caller then sees "server closed the connection": say that it was us.
+                log.warning(
+                    "%d database call(s) unanswered past their bound: connection(s) cut, to be "
+                    "replaced",
+                    len(late),
+                )
             time.sleep(_CHECK_EVERY_S)
 
 
