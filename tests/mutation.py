@@ -616,7 +616,8 @@ UNIQUE = "tests/integration/test_unique_jobs.py::"
 
 MUTANTS += (
     mutant("enqueue-duplicate-live", "jobs.sql", "jobs_enqueue",
-           "unique_key IS NOT NULL AND j.status IN ('Pending', 'Processing', 'Stuck')",
+           "unique_key IS NOT NULL\n      AND j.status OPERATOR(pg_catalog.=) ANY (\n"
+           "          ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])",
            "unique_key IS NOT NULL",
            (UNIQUE + "test_a_finished_job_with_the_key_is_never_the_duplicate",)),
 )  # fmt: skip

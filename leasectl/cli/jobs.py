@@ -28,6 +28,7 @@ from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.db.connection import Database
 from leasectl.db.dsn import resolve_read_dsn, safe_dsn
+from leasectl.db.operations import Operations
 from leasectl.db.sql import migrations
 from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
 from leasectl.present.jsonout import detail_json, status_json
@@ -66,6 +67,7 @@ def init(ctx: typer.Context) -> None:
     dsn, schema = _globals(ctx).resolve()
     with Database.connect(dsn, schema, check_schema=False) as db:
         applied = db.migrate()
+        writable = Operations(db).writable_schemas()
     latest = migrations()[-1].version
     where = safe_dsn(dsn)
     if applied:
@@ -75,6 +77,8 @@ def init(ctx: typer.Context) -> None:
         )
     else:
         _say(f"schema {echo(schema)} is up to date (version {latest}) at {where}")
+    for found in writable:
+        _warn(found.warning())
 
 
 def enqueue(
@@ -236,10 +240,15 @@ def status(
     with _operations(ctx, read_dsn=reads) as ops:
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
+        writable = ops.writable_schemas()
     if as_json:
-        _emit_json(status_json(report, limits))
+        _emit_json(
+            {**status_json(report, limits), "writable_schemas": [w.as_json() for w in writable]}
+        )
     else:
         _show(status_renderables(report))
+    for exposed in writable:
+        _warn(exposed.warning())
     if limits is not None:
         found = violations(report, limits)
         for violation in found:

@@ -9,6 +9,7 @@ feed fixed data without a database.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -39,6 +40,7 @@ from leasectl.console.screens.find import FindScreen
 from leasectl.console.screens.help import HelpScreen
 from leasectl.console.screens.main import MainScreen
 from leasectl.console.source import ConsoleSource, DatabaseSource
+from leasectl.console.threads import DaemonExecutor
 from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
@@ -135,8 +137,14 @@ class ConsoleApp(App[None]):
         assert isinstance(screen, MainScreen)
         return screen
 
+    async def action_quit(self) -> None:
+        # A call the server does not answer must not hold the exit.
+        self.source.abort()
+        self.exit()
+
     def start(self) -> None:
         """Called once the main screen is mounted: only then can results be shown."""
+        asyncio.get_running_loop().set_default_executor(DaemonExecutor())
         self.sub_title = visible(self.source.where)
         self.set_interval(1.0, self._tick)
         self._check_privileges()

@@ -52,6 +52,11 @@ POLL_ROLE = "poll"
 ACTION_ROLE = "action"
 POOL_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 1.0
+# How soon `q` ends the console, whatever the server does.
+QUIT_TIMEOUT_S = 2.0
+# A refresh's statements stop at the snapshot's statement_timeout (5 s, server-side); a server
+# that does not answer at all is cut off a second later: the console says it is unreachable.
+POLL_CALL_BOUND_S = 6.0
 # The detail screen shows this much of a payload (the server cuts it: a large one is not sent).
 PAYLOAD_CHARS = 4096
 
@@ -105,6 +110,10 @@ class ConsoleSource(Protocol):
         ...
 
     def can_update(self) -> bool: ...
+
+    def abort(self) -> None:
+        """End the calls under way now, from any thread (the console quits: nothing waits)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -269,13 +278,25 @@ class DatabaseSource:
         db, ops = self._operations()
         return self._call(ACTION_ROLE, db, ops.can_update_jobs)
 
+    def abort(self) -> None:
+        for held in (self._poll, self._action):
+            if held is not None:
+                held[0].abort()
+
     def close(self) -> None:
         self._closed = True
+        self.abort()
         for role in (POLL_ROLE, ACTION_ROLE):
-            with self._locks[role]:
+            # A role whose connection is being made (its lock held up to a connect timeout) is
+            # left to its thread, a daemon: the console's exit waits for no server.
+            if not self._locks[role].acquire(timeout=QUIT_TIMEOUT_S / 4):
+                continue
+            try:
                 db = self._drop(role)
+            finally:
+                self._locks[role].release()
             if db is not None:
-                _close(db)
+                _close(db, QUIT_TIMEOUT_S / 4)
 
     # -- connections ------------------------------------------------------------------------
 
@@ -292,6 +313,7 @@ class DatabaseSource:
             application_name=f"leasectl console ({role})",
             pool_timeout=POOL_TIMEOUT_S,
             read_only=reads,
+            call_bound=POLL_CALL_BOUND_S if role == POLL_ROLE else None,
         )
 
     def _panels(self) -> tuple[Database, Panels]:
@@ -329,10 +351,10 @@ class DatabaseSource:
             raise
 
 
-def _close(db: Database) -> None:
+def _close(db: Database, timeout: float = CLOSE_TIMEOUT_S) -> None:
     """Close without waiting long for the pool's background threads: the server may be gone."""
     with contextlib.suppress(Exception):
-        db.close(timeout=CLOSE_TIMEOUT_S)
+        db.close(timeout=timeout)
 
 
 @dataclass
@@ -475,6 +497,9 @@ class StaticSource:
 
     def can_update(self) -> bool:
         return self.writable
+
+    def abort(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

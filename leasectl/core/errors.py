@@ -39,6 +39,11 @@ class QueryTimeout(LeasectlError):
     """A statement ran past the time limit its command set (``list --timeout``)."""
 
 
+class LockBusy(LeasectlError):
+    """Another session held a lock the statement needed past its lock timeout: nothing changed
+    (an operator's action never waits on a worker or a transaction left open)."""
+
+
 class EmbeddedServerError(LeasectlError):
     """The embedded PostgreSQL could not be started or stopped."""
 

@@ -338,6 +338,7 @@ class SkipCode(enum.StrEnum):
     NOT_ELIGIBLE = "not-eligible"  # the action does not apply to its status
     LEASE_LIVE = "lease-live"  # a live lease, and no force
     RACED = "raced"  # it changed while the action ran
+    HELD = "held"  # another session held its row past the lock timeout: left alone, not waited for
 
 
 @dataclass(frozen=True)

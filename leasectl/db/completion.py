@@ -16,6 +16,7 @@ from leasectl.core.errors import ConnectionFailed
 from leasectl.db import sql as queries
 from leasectl.db.connection import ErrorMapping, first_line
 from leasectl.db.dsn import safe_dsn, validate_dsn
+from leasectl.db.session import session_kwargs
 
 # libpq's minimum: a smaller connect_timeout is read as 2 seconds.
 CONNECT_TIMEOUT_S = 2
@@ -33,9 +34,9 @@ def queue_names(dsn: str, schema: str, prefix: str, *, limit: int = 200) -> list
     try:
         conn = psycopg.connect(
             dsn,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="leasectl completion",
+            **session_kwargs(
+                dsn, application_name="leasectl completion", connect_timeout=CONNECT_TIMEOUT_S
+            ),
         )
     except psycopg.Error as exc:
         raise ConnectionFailed(f"cannot connect to {where}: {first_line(exc)}") from None

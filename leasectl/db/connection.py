@@ -19,6 +19,7 @@ from psycopg_pool.base import AttemptWithBackoff
 from leasectl.core.errors import (
     ConnectionFailed,
     LeasectlError,
+    LockBusy,
     PermissionDenied,
     QueryTimeout,
     SchemaMissing,
@@ -28,8 +29,12 @@ from leasectl.core.literal import echo
 from leasectl.db import loaders
 from leasectl.db import sql as queries
 from leasectl.db.dsn import safe_dsn, validate_dsn
+from leasectl.db.session import session_kwargs
+from leasectl.db.watchdog import WATCHDOG
 
-CONNECT_TIMEOUT_S = 5
+# How long an operator's action waits for a row or table lock another session holds (a worker's
+# transaction, a handler's `ctx.transaction()`, a session left open) before it gives up on it.
+LOCK_TIMEOUT_MS = 250
 
 # At most one live job per queue and unique key (migration 12).
 UNIQUE_KEY_INDEX = "jobs_unique_key_idx"
@@ -125,6 +130,12 @@ class ErrorMapping:
             mapped = SchemaMissing(schema_missing_message(self.schema, self.where))
         elif isinstance(exc, pg_errors.InsufficientPrivilege):
             mapped = PermissionDenied(self.denied(exc.diag.message_primary, exc))
+        elif isinstance(exc, pg_errors.LockNotAvailable):
+            # (Before OperationalError, of which LockNotAvailable is a kind.)
+            mapped = LockBusy(
+                "refused, nothing changed: another session holds a lock on what this would "
+                f"change (waited {LOCK_TIMEOUT_MS} ms); try again"
+            )
         elif self.timeout is not None and isinstance(exc, pg_errors.QueryCanceled):
             # (Before OperationalError, of which QueryCanceled is a kind.)
             mapped = QueryTimeout(self.timeout)
@@ -188,8 +199,12 @@ def _configure(
 class Database:
     """Named queries over a small connection pool (autocommit: each call is one transaction)."""
 
-    def __init__(self, pool: ConnectionPool, schema: str, dsn: str) -> None:
+    def __init__(
+        self, pool: ConnectionPool, schema: str, dsn: str, call_bound: float | None = None
+    ) -> None:
         self._pool = pool
+        # Seconds a call may take before its connection is cut (watchdog.py); None: unbounded.
+        self.call_bound = call_bound
         self.schema = schema
         self.dsn = dsn
         self.where = safe_dsn(dsn)
@@ -210,6 +225,7 @@ class Database:
         pool_timeout: float = 10.0,
         generic_plans: bool = False,
         read_only: bool = False,
+        call_bound: float | None = None,
     ) -> Database:
         """Connect once directly (for a precise error), then open the pool.
 
@@ -217,14 +233,11 @@ class Database:
         planned once per connection instead of on every execution, on index paths only; for
         the worker, whose statements are written so that such plans hold for any parameters
         and any table size. ``read_only``: every transaction of every connection is read-only
-        (``session_read_only``): reads sent to a hot standby.
+        (``session_read_only``): reads sent to a hot standby. ``call_bound``: seconds after
+        which a call still waiting for the server fails as a lost connection (``watchdog.py``).
         """
         validate_dsn(dsn)  # an ambiguous URI would connect where its password says
-        kwargs: dict[str, Any] = {
-            "autocommit": True,
-            "connect_timeout": CONNECT_TIMEOUT_S,
-            "application_name": application_name,
-        }
+        kwargs = session_kwargs(dsn, application_name=application_name)
         try:
             probe = psycopg.connect(dsn, **kwargs)
         except psycopg.Error as exc:
@@ -244,7 +257,7 @@ class Database:
             name=application_name,
         )
         pool.open(wait=False)
-        db = cls(pool, schema, dsn)
+        db = cls(pool, schema, dsn, call_bound)
         if check_schema:
             try:
                 db.check_schema()
@@ -252,6 +265,11 @@ class Database:
                 db.close()
                 raise
         return db
+
+    def abort(self) -> None:
+        """End every call of this database under way now (their connections cut): a console
+        that quits never waits for a server that does not answer."""
+        WATCHDOG.abort(self)
 
     def on_close(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` when this closes, before the pool (to hand back kept connections)."""
@@ -303,7 +321,8 @@ class Database:
         its server refused a write as read-only."""
         with self._pool.connection() as conn:
             try:
-                yield conn
+                with WATCHDOG.bound(conn, self.call_bound, self):
+                    yield conn
             except psycopg.Error as exc:
                 if read_only(exc):
                     conn.close()
@@ -329,6 +348,20 @@ class Database:
         with self.errors(**mapping), self._pooled() as conn:
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(statement, params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def rows_waiting_at_most(
+        self, name: str, params: dict[str, Any], lock_timeout_ms: int = LOCK_TIMEOUT_MS
+    ) -> list[dict[str, Any]]:
+        """``rows``, in a transaction whose lock waits end after ``lock_timeout_ms`` (a
+        ``LockBusy``, nothing changed); the setting and the statement in one round trip."""
+        setting = queries.get("session_lock_timeout").render(self.schema)
+        statement = queries.get(name).render(self.schema)
+        with self.errors(), self._pooled() as conn:
+            with conn.pipeline(), conn.transaction():
+                conn.execute(setting, {"lock_timeout": f"{lock_timeout_ms}ms"})
+                cur = conn.cursor(row_factory=dict_row)
+                cur.execute(statement, params)
             return cur.fetchall() if cur.description is not None else []
 
     def rows(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from leasectl.core.errors import ConnectionFailed
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database, ErrorMapping, first_line
 from leasectl.db.dsn import safe_dsn
+from leasectl.db.session import session_kwargs
 
 
 @cache
@@ -33,11 +34,7 @@ def connect(dsn: str, application_name: str) -> psycopg.Connection[dict[str, Any
     """A plain autocommit session (the demo's lock lives as long as it does)."""
     try:
         return psycopg.connect(
-            dsn,
-            autocommit=True,
-            connect_timeout=5,
-            application_name=application_name,
-            row_factory=dict_row,
+            dsn, row_factory=dict_row, **session_kwargs(dsn, application_name=application_name)
         )
     except psycopg.Error as exc:
         raise ConnectionFailed(f"cannot connect to {safe_dsn(dsn)}: {first_line(exc)}") from None

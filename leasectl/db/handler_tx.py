@@ -20,7 +20,8 @@ import psycopg
 from leasectl.core.errors import LeaseLost
 from leasectl.core.models import Lease
 from leasectl.db import sql as queries
-from leasectl.db.connection import CONNECT_TIMEOUT_S, Database, read_only
+from leasectl.db.connection import Database, read_only
+from leasectl.db.session import session_kwargs
 
 
 class HandlerTransactions:
@@ -49,9 +50,7 @@ class HandlerTransactions:
             # an explicit commit() or rollback() by the handler is refused.
             conn = psycopg.connect(
                 self._db.dsn,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_S,
-                application_name=self._application_name,
+                **session_kwargs(self._db.dsn, application_name=self._application_name),
             )
         with self._lock:
             if self._closed:
@@ -150,11 +149,10 @@ class AsyncHandlerTransactions:
                 return conn
             await conn.close()
         with self._db.errors():
+            # (autocommit: the transaction is the `conn.transaction()` block.)
             conn = await psycopg.AsyncConnection.connect(
                 self._db.dsn,
-                autocommit=True,  # the transaction is the `conn.transaction()` block
-                connect_timeout=CONNECT_TIMEOUT_S,
-                application_name=self._application_name,
+                **session_kwargs(self._db.dsn, application_name=self._application_name),
             )
         self._busy.add(conn)
         return conn

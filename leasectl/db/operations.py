@@ -16,6 +16,7 @@ from leasectl.core.config import check_queue_length
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
 from leasectl.core.errors import JobNotFound
+from leasectl.core.exposure import WritableSchema
 from leasectl.core.literal import echo
 from leasectl.core.models import (
     STATUS_BY_VALUE,
@@ -39,6 +40,7 @@ from leasectl.core.models import (
 from leasectl.db import producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
+from leasectl.db.held import apply_skipping_held
 
 # The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
 # takes a few hundred milliseconds (BENCHMARKS.md, "counters").
@@ -86,6 +88,11 @@ class Operations:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def writable_schemas(self) -> list[WritableSchema]:
+        """leasectl's schema and public where roles other than the owner may create."""
+        rows = self.db.rows("schemas_writable_by_others", {"schema": self.db.schema})
+        return [WritableSchema(r["schema"], tuple(sorted(r["roles"]))) for r in rows]
 
     def can_update_jobs(self) -> bool:
         """Whether this role may run the operator's actions: EXECUTE on their functions."""
@@ -233,23 +240,30 @@ class Operations:
         force: bool,
     ) -> ActionResult:
         unique = list({s.id: s for s in seen}.values())
-        rows = self.db.rows(
-            query,
-            {
-                "ids": [s.id for s in unique],
-                "statuses": [str(s.status) for s in unique],
-                "attempts": [s.attempts for s in unique],
-                "owners": [s.lease_owner for s in unique],
+
+        def params(batch: Sequence[SeenState]) -> dict[str, Any]:
+            return {
+                "ids": [s.id for s in batch],
+                "statuses": [str(s.status) for s in batch],
+                "attempts": [s.attempts for s in batch],
+                "owners": [s.lease_owner for s in batch],
                 "force": force,
                 "actor": actor,
                 "reason": reason,
-            },
-        )
-        changed = tuple(r["id"] for r in rows)
+            }
+
+        # A job another session holds is skipped, never waited for.
+        done, held = apply_skipping_held(self.db, query, unique, params)
+        changed = tuple(done)
         missed = [s for s in unique if s.id not in set(changed)]
         current = self.get_jobs([s.id for s in missed]) if missed else {}
         db_now = self.db.server_info()["db_now"] if missed else None
-        skipped = tuple(skip_of(action, s, current.get(s.id), force, db_now) for s in missed)
+        skipped = tuple(
+            held_skip(action, s, current.get(s.id))
+            if s.id in held
+            else skip_of(action, s, current.get(s.id), force, db_now)
+            for s in missed
+        )
         return ActionResult(action=action, changed=changed, skipped=skipped)
 
     def seen_now(self, ids: Sequence[int]) -> list[SeenState]:
@@ -270,7 +284,8 @@ class Operations:
         check_queue_length(queue)
         params = {"queue": queue, "actor": actor, "reason": reason, "channel": self.db.channel}
         while True:
-            row = self.db.one("queue_pause", params)
+            rows = self.db.rows_waiting_at_most("queue_pause", params)
+            row = rows[0] if rows else None
             if row is not None:
                 return PausedQueue.from_row(row), True
             standing = self.paused([queue])
@@ -283,7 +298,8 @@ class Operations:
         the queue was not paused (nothing changed)."""
         check_queue_length(queue)
         params = {"queue": queue, "actor": actor, "reason": reason, "channel": self.db.channel}
-        row = self.db.one("queue_resume", params)
+        rows = self.db.rows_waiting_at_most("queue_resume", params)
+        row = rows[0] if rows else None
         return PausedQueue.from_row(row) if row is not None else None
 
     def paused(self, queues: Sequence[str] | None = None) -> list[PausedQueue]:
@@ -467,6 +483,22 @@ ELIGIBLE = {
 
 # The actions that leave a live lease alone unless forced (cancel revokes it as asked).
 _FORCED_OVER_LIVE = {"requeue", "mark-stuck"}
+
+
+def held_skip(action: str, seen: SeenState, now: Job | None) -> Skipped:
+    """A job left alone because another session held it past the lock timeout."""
+    if now is None:
+        return Skipped(seen.id, SkipCode.HELD, action)
+    return Skipped(
+        seen.id,
+        SkipCode.HELD,
+        action,
+        seen_status=seen.status,
+        status=now.status,
+        owner=now.lease_owner,
+        seen_attempts=seen.attempts,
+        attempts=now.attempts,
+    )
 
 
 def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any) -> Skipped:

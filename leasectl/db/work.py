@@ -19,9 +19,11 @@ from psycopg import sql
 
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
-from leasectl.db.connection import CONNECT_TIMEOUT_S, Database
+from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
+from leasectl.db.session import session_kwargs
+from leasectl.db.watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +163,11 @@ class WorkerStore:
         """Run a statement of the worker's hot path: tuple rows, their column names, and
         whether only the tolerant loaders could load them (HotConnection.tolerated)."""
         with self.db.errors(), self._kept_connection() as kept:
-            rows, names = kept.run(name, params)
+            token = WATCHDOG.start(kept.conn, self.db.call_bound, self.db)
+            try:
+                rows, names = kept.run(name, params)
+            finally:
+                WATCHDOG.stop(token)
             return rows, names, kept.tolerated
 
     @contextlib.contextmanager
@@ -267,7 +273,7 @@ class WorkerStore:
         Yields a function that iterates notification payloads until its stop() returns true.
         """
         with self.db.errors():
-            conn = psycopg.connect(self.db.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(self.db.dsn, **session_kwargs(self.db.dsn))
         try:
             with self.db.errors():
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.db.channel)))

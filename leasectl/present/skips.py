@@ -39,6 +39,11 @@ def skip_reason(skipped: Skipped) -> str:
             return f"lease live: held by {s.owner} until {lease}; use --force to override"
         case SkipCode.RACED:
             return "changed while the action ran"
+        case SkipCode.HELD:
+            return (
+                "held by another session (a worker's or an open transaction's lock): "
+                "left alone, not waited for; try again"
+            )
 
 
 _DONE = {"requeue": "requeued", "mark-stuck": "marked stuck", "cancel": "cancelled"}

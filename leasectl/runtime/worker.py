@@ -316,6 +316,10 @@ class WorkerConfig:
         return self.heartbeat_every if self.heartbeat_every is not None else self.lease_ttl / 3
 
 
+# The longest a worker's call waits for the server before it reconnects.
+CALL_BOUND_S = 20.0
+
+
 def worker_store(dsn: str, schema: str, config: WorkerConfig) -> WorkerStore:
     """The one way a worker's store is built (`leasectl worker`, tests and benchmarks alike)."""
     db = Database.connect(
@@ -327,6 +331,8 @@ def worker_store(dsn: str, schema: str, config: WorkerConfig) -> WorkerStore:
         # is noticed (and retried) at the pace of heartbeats.
         pool_timeout=max(0.5, config.heartbeat.total_seconds()),
         generic_plans=True,
+        # A call unanswered for a lease's length is of no use (its leases lapsed meanwhile).
+        call_bound=min(config.lease_ttl.total_seconds(), CALL_BOUND_S),
     )
     return WorkerStore(db)
 

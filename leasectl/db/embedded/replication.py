@@ -39,6 +39,7 @@ from leasectl.db.embedded.processes import processes_for, wait_dead
 from leasectl.db.embedded.programs import ServerLog
 from leasectl.db.embedded.server import EmbeddedServer
 from leasectl.db.embedded.user import check_traversable, mkdir_owned, server_user
+from leasectl.db.session import session_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _q(name: str) -> sql.SQL:
 
 
 def _connect(server: EmbeddedServer) -> psycopg.Connection[Any]:
-    return psycopg.connect(server.dsn(), autocommit=True, connect_timeout=5, row_factory=dict_row)
+    return psycopg.connect(server.dsn(), row_factory=dict_row, **session_kwargs(server.dsn()))
 
 
 def _one(server: EmbeddedServer, name: str, params: dict[str, Any] | None = None) -> Any:

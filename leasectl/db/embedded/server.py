@@ -42,6 +42,7 @@ from leasectl.db.embedded.common import (
 from leasectl.db.embedded.processes import pid_alive, proc_refers_to, processes_for, wait_dead
 from leasectl.db.embedded.programs import ServerLog
 from leasectl.db.embedded.user import ServerUser, check_traversable, server_user
+from leasectl.db.session import session_kwargs
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +284,7 @@ class EmbeddedServer:
         last = ""
         while True:
             try:
-                with psycopg.connect(self.dsn(), connect_timeout=2, autocommit=True):
+                with psycopg.connect(self.dsn(), **session_kwargs(self.dsn(), connect_timeout=2)):
                     return
             except psycopg.OperationalError as exc:
                 last = str(exc)

@@ -6,38 +6,56 @@
 -- there, that job (`duplicate` true). The live job looked up is the one this statement's
 -- snapshot sees: a key whose job was committed by another transaction while this one waited on
 -- it comes back in no row, and Enqueue.run asks again in a new statement.
+-- It runs on the application's connection too (leasectl.enqueue), under the application's
+-- search_path: every operator, function and non-keyword type is named with its schema, so
+-- that no look-alike in a schema others may create in (public) is ever chosen (design.md).
 WITH given AS (
     SELECT g.n, g.payload,
-           coalesce(g.queue, %(queue)s::text) AS queue,
+           coalesce(g.queue, %(queue)s::pg_catalog.text) AS queue,
            coalesce(g.priority, %(priority)s::integer) AS priority,
            coalesce(g.delay, %(delay)s::interval) AS delay,
            coalesce(g.max_attempts, %(max_attempts)s::integer) AS max_attempts,
-           coalesce(g.unique_key, %(unique_key)s::text) AS unique_key
-    FROM unnest(%(payloads)s::jsonb[], %(queue_each)s::text[], %(priority_each)s::integer[],
-                %(delay_each)s::interval[], %(max_attempts_each)s::integer[],
-                %(unique_key_each)s::text[])
+           coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key
+    -- (ROWS FROM: the many-argument unnest, which exists only unqualified.)
+    FROM ROWS FROM (
+             pg_catalog.unnest(%(payloads)s::pg_catalog.jsonb[]),
+             pg_catalog.unnest(%(queue_each)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(priority_each)s::integer[]),
+             pg_catalog.unnest(%(delay_each)s::interval[]),
+             pg_catalog.unnest(%(max_attempts_each)s::integer[]),
+             pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]))
          WITH ORDINALITY AS g(payload, queue, priority, delay, max_attempts, unique_key, n)
 ), inserted AS (
     INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key)
-    SELECT queue, payload, priority, now() + delay, max_attempts, unique_key
+    SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
+           max_attempts, unique_key
     FROM given
     ORDER BY n
     -- jobs_unique_key_idx (migration 12): a key with a live job, committed or not, inserts
-    -- nothing (an uncommitted one is waited for: inserted if it rolls back).
+    -- nothing (an uncommitted one is waited for: inserted if it rolls back). Its predicate,
+    -- written with pg_catalog's operator, is the index's.
     ON CONFLICT (queue, unique_key)
-        WHERE unique_key IS NOT NULL AND status IN ('Pending', 'Processing', 'Stuck')
+        WHERE unique_key IS NOT NULL
+          AND status OPERATOR(pg_catalog.=) ANY (
+              ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
         DO NOTHING
     RETURNING id, queue, unique_key
 ), existing AS (
     -- The keyed jobs' (queue, key) pairs come again on their own (`keyed_*`), so that `given`
     -- is read once, streamed into the INSERT.
     SELECT j.id, j.queue, j.unique_key
-    FROM unnest(%(keyed_queues)s::text[], %(keyed_keys)s::text[]) AS k(queue, unique_key)
-    JOIN {schema}.jobs AS j ON j.queue = k.queue AND j.unique_key = k.unique_key
-    WHERE j.unique_key IS NOT NULL AND j.status IN ('Pending', 'Processing', 'Stuck')
+    FROM ROWS FROM (
+             pg_catalog.unnest(%(keyed_queues)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(keyed_keys)s::pg_catalog.text[])) AS k(queue, unique_key)
+    JOIN {schema}.jobs AS j
+      ON j.queue OPERATOR(pg_catalog.=) k.queue
+     AND j.unique_key OPERATOR(pg_catalog.=) k.unique_key
+    WHERE j.unique_key IS NOT NULL
+      AND j.status OPERATOR(pg_catalog.=) ANY (
+          ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
 ), notified AS (
-    SELECT count(pg_notify(%(channel)s, left(q, 128))) AS sent
-    FROM unnest(%(notify)s::text[]) AS q
+    SELECT pg_catalog.count(pg_catalog.pg_notify(%(channel)s, pg_catalog.left(q, 128))) AS sent
+    FROM pg_catalog.unnest(%(notify)s::pg_catalog.text[]) AS q
 )
 SELECT r.id, r.queue, r.unique_key, r.duplicate
 FROM (
@@ -45,7 +63,9 @@ FROM (
     UNION ALL
     SELECT e.id, e.queue, e.unique_key, true FROM existing AS e
     WHERE NOT EXISTS (
-        SELECT FROM inserted AS i WHERE i.queue = e.queue AND i.unique_key = e.unique_key
+        SELECT FROM inserted AS i
+        WHERE i.queue OPERATOR(pg_catalog.=) e.queue
+          AND i.unique_key OPERATOR(pg_catalog.=) e.unique_key
     )
 ) AS r CROSS JOIN notified
 ORDER BY r.id;

@@ -46,3 +46,22 @@ WHERE n.nspname = %(schema)s
 -- name: prepared_parameter_types
 -- The parameter types the server inferred for a statement this session prepared (by name).
 SELECT parameter_types::oid[] FROM pg_prepared_statements WHERE name = %(name)s;
+
+-- name: session_lock_timeout
+-- Bound this transaction's lock waits (an operator's action): past it, the statement fails and nothing changes.
+SELECT set_config('lock_timeout', %(lock_timeout)s::text, true);
+
+-- name: schemas_writable_by_others
+-- leasectl's schema and public, where roles other than the owner hold CREATE (grantee 0: PUBLIC).
+SELECT n.nspname AS schema,
+       pg_catalog.array_agg(
+           DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                         ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END
+       ) AS roles
+FROM pg_catalog.pg_namespace AS n
+CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) AS a
+WHERE n.nspname = ANY (ARRAY[%(schema)s::text, 'public'])
+  AND a.privilege_type = 'CREATE'
+  AND a.grantee <> n.nspowner
+GROUP BY n.nspname
+ORDER BY n.nspname;
