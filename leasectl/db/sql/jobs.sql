@@ -123,6 +123,25 @@ SELECT c.*, d.ids AS completed_ids
 FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
 LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
+-- name: jobs_fail_unclaimable
+-- Fail the due Pending jobs a claim cannot lease, alone: attempts at the integer's maximum (written by hand: no bound on attempts, migration 15), whose +1 failed the whole claim. Run only after it did, on its walk (key, limit).
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
+      AND (priority, run_at, id) >= (%(from_priority)s, %(from_run_at)s, %(from_id)s)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'Failed', lease_until = NULL, finished_at = now(), updated_at = now(),
+    last_error = 'attempts is ' || j.attempts
+                 || ', the most its integer holds: no attempt can be counted; failed unrun'
+FROM picked AS p
+WHERE j.id = p.id AND j.attempts >= 2147483647
+RETURNING j.id;
+
 -- name: jobs_claim_expired
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
 -- The condition of every lease is re-checked in the UPDATE (a heartbeat may have renewed it);
@@ -169,6 +188,8 @@ WITH previous AS (
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
+      -- (Not one at the integer's maximum: its +1 would fail the statement.)
+      AND j.attempts < 2147483647
       -- Not while its queue is paused: a pause stops every claim of the queue's jobs, this
       -- one too (resume the queue to run it).
       AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = j.queue)

@@ -1,0 +1,180 @@
+"""No role may freeze, blind or crash what others depend on (issue #36): what a worker or an
+operator writes is bounded by the schema (migration 15), the readers bound what they read of
+rows from before it, and a worker fails alone a job whose attempts it cannot count."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from leasectl.console.source import DatabaseSource
+from leasectl.console.view import ConsoleFilter
+from tests.exporter import exporter, scrape
+from tests.integration.test_cli import _env, cli
+from tests.integration.test_privileges import Roles, granted, roles  # noqa: F401 (fixtures)
+from tests.stores import Stores
+from tests.util import wait_until
+
+HOSTILE_WORKER = (
+    "INSERT INTO leasectl.workers (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every)"
+    " VALUES ('{id}', 'h', 1, '{{q}}', '{interval}', '{interval}')"
+)
+INT_MAX = 2**31 - 1
+TTL = timedelta(seconds=30)
+
+
+def _pending(db_dsn: str, n: int, queue: str = "q") -> list[int]:
+    with Stores.connect(db_dsn, "leasectl") as store:
+        return store.ops.enqueue([{"i": i} for i in range(n)], queue=queue)
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        HOSTILE_WORKER.format(id="w1", interval="100000000 years"),
+        HOSTILE_WORKER.format(id="w2", interval="-100000000 years"),
+        "INSERT INTO leasectl.workers (worker_id, hostname, pid, queues, lease_ttl, "
+        "heartbeat_every) VALUES ('w3', repeat('h', 401), 1, '{q}', '30s', '10s')",
+        "UPDATE leasectl.jobs SET lease_owner = repeat('o', 401)",
+        "UPDATE leasectl.jobs SET last_error = repeat('e', 4001)",
+        "UPDATE leasectl.job_attempts SET error = repeat('e', 4001)",
+    ],
+)
+def test_the_schema_refuses_unbounded_values_from_a_worker_role(
+    granted: Roles,  # noqa: F811
+    db_dsn: str,
+    statement: str,
+) -> None:
+    [job_id] = _pending(db_dsn, 1)
+    with Stores.connect(db_dsn, "leasectl") as store:
+        [lease] = store.work.claim("q", "w", TTL)
+        assert lease.job_id == job_id
+    with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
+        with pytest.raises(errors.CheckViolation, match="bounded_values"):
+            conn.execute(statement)
+
+
+def test_the_schema_takes_values_at_its_bounds(granted: Roles, db_dsn: str) -> None:  # noqa: F811
+    _pending(db_dsn, 1)
+    with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
+        conn.execute(HOSTILE_WORKER.format(id="w", interval="3650 days"))
+        conn.execute(
+            "UPDATE leasectl.jobs "
+            "SET lease_owner = repeat('é', 400), last_error = repeat('é', 4000)"
+        )
+
+
+@pytest.fixture
+def hostile_worker_row(db_dsn: str) -> Iterator[None]:
+    """A workers row from before migration 15 (its constraint is NOT VALID: such rows stay),
+    beside a Processing job so that the readers weigh leases at risk."""
+    with Stores.connect(db_dsn, "leasectl") as store:
+        store.ops.enqueue([{}], queue="q")
+        store.work.claim("q", "evil", TTL)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE leasectl.workers DROP CONSTRAINT workers_bounded_values")
+        conn.execute(HOSTILE_WORKER.format(id="evil", interval="100000000 years"))
+        conn.execute(HOSTILE_WORKER.format(id="evil2", interval="-100000000 years"))
+        conn.execute(
+            "UPDATE leasectl.workers SET queues = ARRAY[repeat('Q', 100000)] "
+            "WHERE worker_id = 'evil2'"
+        )
+        conn.execute(
+            "ALTER TABLE leasectl.workers ADD CONSTRAINT workers_bounded_values "
+            "CHECK (lease_ttl <= interval '3650 days') NOT VALID"
+        )
+    yield
+
+
+def test_status_and_its_check_read_a_hostile_workers_row(
+    db_dsn: str, hostile_worker_row: None
+) -> None:
+    plain = cli("status", dsn=db_dsn)
+    assert plain.returncode == 0, plain.stderr
+    assert "3650d/3650d" in plain.stdout
+    assert len(plain.stdout) < 5000
+    check = cli("status", "--check", dsn=db_dsn)
+    assert check.returncode in (0, 3), check.stderr
+    doc = json.loads(cli("status", "--json", dsn=db_dsn).stdout)
+    ttls = sorted(o["lease_ttl_s"] for o in doc["owners"])
+    assert ttls[0] == 0 and ttls[-1] == 3650 * 86400
+
+
+def test_the_console_refreshes_beside_a_hostile_workers_row(
+    db_dsn: str, hostile_worker_row: None
+) -> None:
+    source = DatabaseSource.connect(db_dsn, "leasectl")
+    try:
+        snap = source.snapshot(ConsoleFilter(), 50)
+        assert snap.counts.processing == 1
+        [held] = snap.processing
+        assert held.lease_owner == "evil"
+    finally:
+        source.close()
+
+
+def test_the_exporter_scrapes_beside_a_hostile_workers_row(
+    db_dsn: str, hostile_worker_row: None
+) -> None:
+    with exporter(db_dsn) as (_, url):
+        metrics = scrape(url)
+        assert metrics.value("leasectl_up") == 1
+
+
+def test_a_worker_fails_alone_a_job_whose_attempts_it_cannot_count(
+    granted: Roles,  # noqa: F811
+    db_dsn: str,
+) -> None:
+    """A worker role sets a Pending job's attempts to the integer's maximum: each claim's +1
+    failed, and every `leasectl worker` of the queue exited 2 at its first claim. Now that job
+    is failed with the reason and the others are handled."""
+    ids = _pending(db_dsn, 5)
+    bad = ids[2]
+    with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
+        conn.execute("UPDATE leasectl.jobs SET attempts = %s WHERE id = %s", (INT_MAX, bad))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "leasectl", "worker", "-q", "q", "--handler", "tests.handlers:noop"],
+        env=_env(granted.dsn("worker")),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def states() -> list[tuple[Any, ...]]:
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT id, status::text, attempts, last_error FROM leasectl.jobs ORDER BY id"
+            ).fetchall()
+
+    try:
+        wait_until(
+            lambda: all(s[1] in ("Completed", "Failed") for s in states()) or worker.poll(),
+            timeout=60,
+            what="the queue drained",
+        )
+        assert worker.poll() is None, worker.communicate()[1]
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, err
+    rows = {s[0]: s[1:] for s in states()}
+    assert rows[bad] == (
+        "Failed",
+        INT_MAX,
+        f"attempts is {INT_MAX}, the most its integer holds: no attempt can be counted; "
+        "failed unrun",
+    )
+    assert all(rows[i][0] == "Completed" for i in ids if i != bad)
+    assert f"failed jobs {bad}: attempts at the integer's maximum" in err
