@@ -1,4 +1,4 @@
-"""No role may freeze, blind or crash what others depend on (issue #36): what a worker or an
+"""No role may freeze, blind or crash what others depend on: what a worker or an
 operator writes is bounded by the schema (migration 15), the readers bound what they read of
 rows from before it, and a worker fails alone a job whose attempts it cannot count."""
 

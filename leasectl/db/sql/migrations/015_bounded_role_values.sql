@@ -1,5 +1,5 @@
 -- Bounds on what a worker or an operator may write, so that no role can freeze, blind or crash
--- the readers and workers that others run (issue #36). {schema} is the quoted schema name.
+-- the readers and workers that others run. {schema} is the quoted schema name.
 -- Migration 5 bounded what a producer writes; these are the columns a worker role may write
 -- directly (grant_worker) and the text an operator hands the audited functions.
 --
