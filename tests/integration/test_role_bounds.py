@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -19,7 +20,7 @@ from psycopg import errors
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
 from tests.exporter import exporter, scrape
-from tests.integration.test_cli import _env, cli
+from tests.integration.test_cli import _env, assert_one_line_error, cli
 from tests.integration.test_privileges import Roles, granted, roles  # noqa: F401 (fixtures)
 from tests.stores import Stores
 from tests.util import wait_until
@@ -178,3 +179,47 @@ def test_a_worker_fails_alone_a_job_whose_attempts_it_cannot_count(
     )
     assert all(rows[i][0] == "Completed" for i in ids if i != bad)
     assert f"failed jobs {bad}: attempts at the integer's maximum" in err
+
+
+def test_inspect_prints_the_beginning_of_megabytes_of_text_and_says_how_to_see_all(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A 19 MB lease_owner made inspect take 292 s and print 26 MB; a 2 MB last_error printed
+    2.4 MB. (Rows from before migration 15: its constraint is dropped to write them.)"""
+    sql_conn.execute("ALTER TABLE leasectl.jobs DROP CONSTRAINT jobs_bounded_values")
+    big, small = (
+        sql_conn.execute(
+            "INSERT INTO leasectl.jobs (queue, status, lease_owner, last_error) "
+            "VALUES ('q', 'Failed', repeat('O', %s), repeat('E', %s)) RETURNING id",
+            sizes,
+        ).fetchone()[0]  # type: ignore[index]
+        for sizes in ((19_000_000, 2_000_000), (10, 20_000))
+    )
+    started = time.monotonic()
+    shown = cli("inspect", str(big), dsn=db_dsn)
+    assert time.monotonic() - started < 20
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout) < 50_000
+    words = " ".join(shown.stdout.split())  # (the note is folded to the terminal's width)
+    assert "lease owner (first 4,096 characters of 19,000,000 bytes)" in words
+    assert "last error (first 4,096 characters of 2,000,000 bytes)" in words
+    assert f"leasectl inspect {big} --full (or --json)" in words
+    full = cli("inspect", str(small), "--full", dsn=db_dsn)
+    assert full.returncode == 0, full.stderr
+    assert full.stdout.count("E") >= 20_000 and "cut:" not in full.stdout
+    doc = json.loads(cli("inspect", str(small), "--json", dsn=db_dsn).stdout)
+    assert doc["job"]["last_error"] == "E" * 20_000
+
+
+def test_worker_id_longer_than_the_bound_is_refused(db_dsn: str) -> None:
+    proc = cli(
+        "worker",
+        "-q",
+        "q",
+        "--handler",
+        "tests.handlers:noop",
+        "--worker-id",
+        "w" * 401,
+        dsn=db_dsn,
+    )
+    assert_one_line_error(proc, 2, "--worker-id: at most 400 characters, got 401")

@@ -299,12 +299,22 @@ SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
 SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: job_inspect
--- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length.
+-- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut.
 -- (The payload is never decoded here: its numbers keep their digits, any depth is fine, and a
 -- large one is cut on the server instead of being sent whole to show its beginning.)
+-- lease_owner and last_error: whole, or their first `text_chars` characters (a role may have
+-- written megabytes before migration 15), each with its size in bytes when it was cut.
 SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts,
-       j.lease_owner, j.lease_until, j.heartbeat_at, j.last_error, j.created_at, j.updated_at,
-       j.finished_at, j.unique_key,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN j.lease_owner
+            ELSE substr(j.lease_owner, 1, %(text_chars)s::integer) END AS lease_owner,
+       CASE WHEN char_length(j.lease_owner) > %(text_chars)s::integer
+            THEN octet_length(j.lease_owner) END AS lease_owner_cut_bytes,
+       j.lease_until, j.heartbeat_at,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN j.last_error
+            ELSE substr(j.last_error, 1, %(text_chars)s::integer) END AS last_error,
+       CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
+            THEN octet_length(j.last_error) END AS last_error_cut_bytes,
+       j.created_at, j.updated_at, j.finished_at, j.unique_key,
        CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
             ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
        length(p.text) AS payload_length
@@ -312,3 +322,59 @@ FROM {schema}.jobs AS j
 -- (OFFSET 0: the text is made once, not once per use.)
 CROSS JOIN LATERAL (SELECT j.payload::text AS text OFFSET 0) AS p
 WHERE j.id = %(id)s;
+
+-- name: job_attempts_inspect
+-- The attempts of one job for `inspect`: all, or the latest `rows` (oldest first) with their owner and error cut to `text_chars` characters (sizes in bytes of the cut ones) and how many there are.
+SELECT a.job_id, a.attempt,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN a.lease_owner
+            ELSE substr(a.lease_owner, 1, %(text_chars)s::integer) END AS lease_owner,
+       CASE WHEN char_length(a.lease_owner) > %(text_chars)s::integer
+            THEN octet_length(a.lease_owner) END AS lease_owner_cut_bytes,
+       a.started_at, a.heartbeat_at, a.ended_at, a.outcome,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN a.error
+            ELSE substr(a.error, 1, %(text_chars)s::integer) END AS error,
+       CASE WHEN char_length(a.error) > %(text_chars)s::integer
+            THEN octet_length(a.error) END AS error_cut_bytes,
+       a.error_detail, a.total
+FROM (
+    SELECT *, count(*) OVER () AS total
+    FROM {schema}.job_attempts
+    WHERE job_id = %(id)s
+    ORDER BY attempt DESC
+    LIMIT %(rows)s
+) AS a
+ORDER BY a.attempt;
+
+-- name: job_events_inspect
+-- The audit events of one job for `inspect`: all, or the latest `rows` (oldest first) with actor and reason cut to `text_chars` characters and before/after only as far as `inspect` shows them (status, attempts, lease_owner cut), and how many there are.
+SELECT e.id, e.job_id, e.at,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN e.actor
+            ELSE substr(e.actor, 1, %(text_chars)s::integer) END AS actor,
+       CASE WHEN char_length(e.actor) > %(text_chars)s::integer
+            THEN octet_length(e.actor) END AS actor_cut_bytes,
+       e.action,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN e.reason
+            ELSE substr(e.reason, 1, %(text_chars)s::integer) END AS reason,
+       CASE WHEN char_length(e.reason) > %(text_chars)s::integer
+            THEN octet_length(e.reason) END AS reason_cut_bytes,
+       CASE WHEN %(text_chars)s::integer IS NULL OR jsonb_typeof(e.before) <> 'object' THEN e.before
+            ELSE (SELECT coalesce(jsonb_object_agg(d.k, CASE WHEN jsonb_typeof(d.v) = 'string'
+                      THEN to_jsonb(substr(d.v #>> '{}', 1, %(text_chars)s::integer))
+                      ELSE d.v END), '{}'::jsonb)
+                  FROM jsonb_each(e.before) AS d(k, v)
+                  WHERE d.k IN ('status', 'attempts', 'lease_owner')) END AS before,
+       CASE WHEN %(text_chars)s::integer IS NULL OR jsonb_typeof(e.after) <> 'object' THEN e.after
+            ELSE (SELECT coalesce(jsonb_object_agg(d.k, CASE WHEN jsonb_typeof(d.v) = 'string'
+                      THEN to_jsonb(substr(d.v #>> '{}', 1, %(text_chars)s::integer))
+                      ELSE d.v END), '{}'::jsonb)
+                  FROM jsonb_each(e.after) AS d(k, v)
+                  WHERE d.k IN ('status', 'attempts', 'lease_owner')) END AS after,
+       e.db_role, e.total
+FROM (
+    SELECT *, count(*) OVER () AS total
+    FROM {schema}.job_events
+    WHERE job_id = %(id)s
+    ORDER BY id DESC
+    LIMIT %(rows)s
+) AS e
+ORDER BY e.id;
