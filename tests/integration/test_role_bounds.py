@@ -223,3 +223,27 @@ def test_worker_id_longer_than_the_bound_is_refused(db_dsn: str) -> None:
         dsn=db_dsn,
     )
     assert_one_line_error(proc, 2, "--worker-id: at most 400 characters, got 401")
+
+
+def test_list_pages_through_big_payloads_without_casting_them(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """`list` over 16 MB payloads cast each to text (a third of a second each) and answered
+    "the filter had to scan" at its timeout; a payload too big to cast now shows its size."""
+    sql_conn.execute(
+        "WITH b AS (SELECT string_agg(md5(g::text), '') AS s FROM generate_series(1, 500000) g) "
+        "INSERT INTO leasectl.jobs (queue, payload, status, finished_at) "
+        "SELECT 'big', jsonb_build_object('blob', b.s), 'Completed', now() "
+        "FROM b, generate_series(1, 6)"
+    )
+    [small] = _pending(db_dsn, 1, queue="big")
+    shown = cli("list", "-q", "big", "--timeout", "1s", "--json", dsn=db_dsn)
+    assert shown.returncode == 0, shown.stderr
+    jobs = json.loads(shown.stdout)["jobs"]
+    assert len(jobs) == 7
+    assert jobs[0]["id"] == small and jobs[0]["payload_text"] == '{"i": 0}'
+    assert {(j["payload_text"], j["payload_bytes"] > 16_000_000) for j in jobs[1:]} == {
+        (None, True)
+    }
+    table = cli("list", "-q", "big", "--timeout", "1s", dsn=db_dsn)
+    assert table.returncode == 0, table.stderr
