@@ -432,7 +432,8 @@ class StatusReport:
     owners: tuple[OwnerHealth, ...]
     finished_estimate: dict[str, int] = field(default_factory=dict)
     recent_window: timedelta = timedelta(hours=1)
-    paused: tuple[PausedQueue, ...] = ()
+    paused: tuple[PausedQueue, ...] = ()  # the first ones, by name (bounded)
+    paused_total: int = 0  # how many queues are paused
     # True: more (queue, priority) groups of Pending jobs than status reads; queues are missing.
     truncated: bool = False
     # Read from a hot standby: how far behind its primary (db_now is its read clock); None: a

@@ -41,6 +41,10 @@ from leasectl.db import producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 
+# The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
+# role with 20,000 paused queues made it print 20,000 lines.
+PAUSED_READ = 1000
+
 # The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
 # takes a few hundred milliseconds (BENCHMARKS.md, "counters").
 FOLD_LIMIT = 100_000
@@ -390,7 +394,7 @@ class Operations:
             ("status_finished_recent", {"queue": queue, "window": recent_window}),
             ("status_finished_estimate", {"schema": self.db.schema}),
             ("status_owners", {"window": owner_window, "limit": owner_limit}),
-            ("queues_paused", {"queues": [queue] if queue is not None else None}),
+            ("status_paused", {"queue": queue, "limit": PAUSED_READ}),
         ]
         # One read-only REPEATABLE READ transaction with the console's settings (generic plans,
         # index paths only, no JIT, no parallel workers: each statement is a few index probes),
@@ -438,6 +442,7 @@ class Operations:
             read_lag=clock[0]["lag"],
             recent_window=recent_window,
             paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             truncated=truncated,
         )
 

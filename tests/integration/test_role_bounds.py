@@ -247,3 +247,22 @@ def test_list_pages_through_big_payloads_without_casting_them(
     }
     table = cli("list", "-q", "big", "--timeout", "1s", dsn=db_dsn)
     assert table.returncode == 0, table.stderr
+
+
+def test_status_shows_the_first_paused_queues_and_how_many_more(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """20,000 paused queues made `status` print 20,000 lines."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.queue_state (queue, paused_by, reason) "
+        "SELECT 'q' || lpad(i::text, 5, '0'), 'op', 'why' FROM generate_series(1, 1200) AS i"
+    )
+    plain = cli("status", dsn=db_dsn)
+    assert plain.returncode == 0, plain.stderr
+    assert len(plain.stdout.splitlines()) < 100
+    assert "q00020" in plain.stdout and "q00021" not in plain.stdout
+    assert "…and 1,180 more paused queues (all: status --json)" in plain.stdout
+    doc = json.loads(cli("status", "--json", dsn=db_dsn).stdout)
+    assert len(doc["paused"]) == 1000 and doc["paused_total"] == 1200
+    one = json.loads(cli("status", "--json", "--queue", "q00500", dsn=db_dsn).stdout)
+    assert [p["queue"] for p in one["paused"]] == ["q00500"] and one["paused_total"] == 1
