@@ -297,7 +297,7 @@ SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts
        left(CASE WHEN e.reason IS NOT NULL AND j.last_error = e.reason THEN a.error
                  ELSE j.last_error END, 300) AS last_error,
        j.created_at, j.updated_at, p.lapsed_at,
-       e.actor AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
+       left(e.actor, 300) AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
        e.at AS quarantined_at
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
