@@ -18,6 +18,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from leasectl.core.config import MAX_ERROR_CHARS
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
@@ -266,7 +267,7 @@ class WorkerStore:
                 "id": lease.job_id,
                 "attempt": lease.attempt,
                 "owner": lease.owner,
-                "error": error,
+                "error": error[:MAX_ERROR_CHARS],  # (migration 15's bound: never refused)
                 "detail": detail,
                 "delay": retry_delay,
                 "retry": retry,
