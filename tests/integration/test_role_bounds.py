@@ -143,7 +143,18 @@ def test_a_worker_fails_alone_a_job_whose_attempts_it_cannot_count(
     with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
         conn.execute("UPDATE leasectl.jobs SET attempts = %s WHERE id = %s", (INT_MAX, bad))
     worker = subprocess.Popen(
-        [sys.executable, "-m", "leasectl", "worker", "-q", "q", "--handler", "tests.handlers:noop"],
+        [
+            sys.executable,
+            "-m",
+            "leasectl",
+            "worker",
+            "-q",
+            "q",
+            "--handler",
+            "tests.handlers:noop",
+            "--concurrency",
+            "8",
+        ],
         env=_env(granted.dsn("worker")),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
