@@ -19,9 +19,14 @@ from psycopg import errors
 
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
+from leasectl.db import sql as queries
 from tests.exporter import exporter, scrape
 from tests.integration.test_cli import _env, assert_one_line_error, cli
-from tests.integration.test_privileges import Roles, granted, roles  # noqa: F401 (fixtures)
+from tests.integration.test_privileges import (  # noqa: F401 (fixtures)
+    Roles,
+    granted,
+    roles,
+)
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -277,3 +282,60 @@ def test_status_shows_the_first_paused_queues_and_how_many_more(
     assert len(doc["paused"]) == 1000 and doc["paused_total"] == 1200
     one = json.loads(cli("status", "--json", "--queue", "q00500", dsn=db_dsn).stdout)
     assert [p["queue"] for p in one["paused"]] == ["q00500"] and one["paused_total"] == 1
+
+
+def test_the_migration_cuts_text_that_others_update_and_records_it(empty_db_dsn: str) -> None:
+    """A schema at version 14 with a job and an attempt holding megabytes a role wrote: after
+    `init` both are cut to migration 15's bounds (or every statement that updates them again
+    would fail its constraint), the job with a `bounded` event holding the lengths; a workers
+    row stays as it was (its constraint NOT VALID: the readers cope)."""
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        conn.execute(queries.get("migrations_table_create").render("leasectl"))
+        for migration in queries.migrations()[:14]:
+            for statement in migration.enum_values_for("leasectl"):  # (committed first)
+                conn.execute(statement)
+            conn.execute(migration.render("leasectl"))
+            conn.execute(
+                queries.get("migration_record").render("leasectl"),
+                {"version": migration.version, "name": migration.name},
+            )
+        [bad] = conn.execute(
+            "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until, "
+            "last_error) VALUES ('q', 'Processing', 1, repeat('o', 100000), now(), "
+            "repeat('é', 5000)) RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+        [good] = conn.execute(
+            "INSERT INTO leasectl.jobs (queue, last_error) VALUES ('q', 'e') RETURNING id"
+        ).fetchone()  # type: ignore[misc]
+        conn.execute(
+            "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, error) "
+            "VALUES (%s, 1, repeat('o', 100000), repeat('e', 5000))",
+            (bad,),
+        )
+        conn.execute(HOSTILE_WORKER.format(id="evil", interval="100000000 years"))
+    with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+        assert 15 in store.db.migrate()
+    with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+        jobs = conn.execute(
+            "SELECT id, char_length(lease_owner), char_length(last_error) FROM leasectl.jobs "
+            "ORDER BY id"
+        ).fetchall()
+        attempt = conn.execute(
+            "SELECT char_length(lease_owner), char_length(error) FROM leasectl.job_attempts"
+        ).fetchall()
+        events = conn.execute(
+            "SELECT job_id, actor, action, before, after FROM leasectl.job_events"
+        ).fetchall()
+        kept = conn.execute("SELECT lease_ttl::text FROM leasectl.workers").fetchall()
+    assert jobs == [(bad, 400, 4000), (good, None, 1)]
+    assert attempt == [(400, 4000)]
+    assert events == [
+        (
+            bad,
+            "leasectl init",
+            "bounded",
+            {"lease_owner_chars": 100000, "last_error_chars": 5000},
+            {"lease_owner_chars": 400, "last_error_chars": 4000},
+        )
+    ]
+    assert kept == [("100000000 years",)]
