@@ -10,7 +10,9 @@ claiming one, resumed at its key), in four variants on four connections of one f
 * *no pause check*: without the ``NOT EXISTS (... queue_state ...)`` line;
 * *no history*: without the ``closed`` and ``opened`` parts (no attempt row opened or closed);
 * *no counters*: the shipped statement, run while ``counters_from_attempts`` (migration 11's
-  statement-level trigger on ``job_attempts``) is disabled.
+  statement-level trigger on ``job_attempts``) is disabled;
+* *bounds of v14*: the shipped statement, run while the jobs and job_attempts CHECK constraints
+  are as before migration 15 (without its bounds on owners and errors).
 
 The variants take turns round by round (the order rotating), so that the drift of the machine
 and of the claim index falls on all alike. Prints, per variant, the median over rounds of the
@@ -49,6 +51,7 @@ def variants() -> dict[str, queries.Query]:
         "no pause check": queries.Query(NAME + "_nopause", "", text.replace(CHECK, "")),
         "no history": queries.Query(NAME + "_nohistory", "", history.sub(")\n", text)),
         "no counters": queries.Query(NAME + "_nocounters", "", text),
+        "bounds of v14": queries.Query(NAME + "_v14bounds", "", text),
         **{
             label: queries.Query(NAME + "_" + label.replace(" ", "_"), "", text)
             for label in FUNCTIONS
@@ -69,6 +72,24 @@ def counters_function(drop: tuple[str, ...]) -> str:
         body = body.replace("FROM jobs WHERE", "FROM {schema}.jobs WHERE")
     return body.replace("{schema}", SCHEMA)
 
+
+# Migration 15's bounds taken off (as migration 5 left jobs), then put back.
+V14_BOUNDS = (
+    "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_bounded_values; "
+    "ALTER TABLE {s}.jobs ADD CONSTRAINT jobs_bounded_values CHECK (char_length(queue) <= 200 "
+    "AND max_attempts <= 1000 AND run_at BETWEEN '0001-01-02 00:00+00' AND "
+    "'9999-12-30 00:00+00') NOT VALID; "
+    "ALTER TABLE {s}.job_attempts DROP CONSTRAINT job_attempts_bounded_values"
+)
+V15_BOUNDS = (
+    "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_bounded_values; "
+    "ALTER TABLE {s}.jobs ADD CONSTRAINT jobs_bounded_values CHECK (char_length(queue) <= 200 "
+    "AND max_attempts <= 1000 AND run_at BETWEEN '0001-01-02 00:00+00' AND "
+    "'9999-12-30 00:00+00' AND char_length(lease_owner) <= 400 "
+    "AND char_length(last_error) <= 4000) NOT VALID; "
+    "ALTER TABLE {s}.job_attempts ADD CONSTRAINT job_attempts_bounded_values CHECK ("
+    "char_length(lease_owner) <= 400 AND char_length(error) <= 4000) NOT VALID"
+)
 
 # Variants of the trigger's function, each installed for its variant's round only.
 FUNCTIONS = {
@@ -123,6 +144,8 @@ def main() -> None:
                     v = runs[label]
                     if label == "no counters":
                         counters(False)
+                    if label == "bounds of v14":
+                        admin.execute(V14_BOUNDS.format(s=SCHEMA))
                     if label in FUNCTIONS:
                         admin.execute(counters_function(FUNCTIONS[label]))
                     try:
@@ -130,6 +153,8 @@ def main() -> None:
                     finally:
                         if label == "no counters":
                             counters(True)
+                        if label == "bounds of v14":
+                            admin.execute(V15_BOUNDS.format(s=SCHEMA))
                         if label in FUNCTIONS:
                             admin.execute(counters_function(()))
                     if r == 0:

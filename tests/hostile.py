@@ -61,6 +61,16 @@ CORPUS: list[str] = MARKUP + TERMINAL + UNICODE + SHAPE
 # Short enough to be a queue name, a worker id or a filter.
 NAMES: list[str] = [s for s in CORPUS if len(s) <= 200]
 
+# Migration 15 bounds what a worker or an operator writes (owners 400 characters, errors 4000,
+# audit actors and reasons 1000); rows from before it may hold the corpus's 100,000 characters,
+# and the readers must show them. A seed that writes it there drops these bounds first.
+UNBOUNDED = [
+    "ALTER TABLE leasectl.jobs DROP CONSTRAINT jobs_bounded_values",
+    "ALTER TABLE leasectl.job_attempts DROP CONSTRAINT job_attempts_bounded_values",
+    "ALTER TABLE leasectl.job_events DROP CONSTRAINT job_events_bounded_values",
+    "ALTER TABLE leasectl.workers DROP CONSTRAINT workers_bounded_values",
+]
+
 
 def literal_probe(text: str) -> str:
     """The longest run (at most 20 characters) of printable ASCII in ``text``: a piece that

@@ -464,15 +464,24 @@ MUTANTS += (
           "(%(created_until)s::interval IS NULL OR j.created_at < now() - "
           "%(created_until)s::interval)", "TRUE"),
     _list("finished-since",
-          "(%(finished_since)s::interval IS NULL\n       OR j.finished_at >= now() - "
+          "(%(finished_since)s::interval IS NULL\n           OR j.finished_at >= now() - "
           "%(finished_since)s::interval)", "TRUE", LIST_TIMES),
     _list("finished-until",
-          "(%(finished_until)s::interval IS NULL\n       OR j.finished_at < now() - "
+          "(%(finished_until)s::interval IS NULL\n           OR j.finished_at < now() - "
           "%(finished_until)s::interval)", "TRUE", LIST_TIMES),
     # The id window a bulk action reads a page in (runtime/bulk.py).
     _list("floor", "(%(floor)s::bigint IS NULL OR j.id >= %(floor)s::bigint)", "TRUE",
           "tests/integration/test_bulk.py::"
           "test_pages_are_read_in_windows_of_ids_and_after_bounds_the_run"),
+)  # fmt: skip
+
+# A worker fails alone the due jobs whose attempts cannot count one more (migration 15): only
+# those, not the others on the claim's walk.
+MUTANTS += (
+    mutant("unclaimable-attempts", "jobs.sql", "jobs_fail_unclaimable",
+           "j.attempts >= 2147483647", "TRUE",
+           ("tests/integration/test_role_bounds.py::"
+            "test_a_worker_fails_alone_a_job_whose_attempts_it_cannot_count",)),
 )  # fmt: skip
 
 # The count of a bulk action's dry run and confirmation repeats jobs_list's predicates: each

@@ -174,11 +174,22 @@ def inspect(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(metavar="ID", help="Job id.", show_default=False)],
     as_json: JsonOpt = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Show every attempt and event and every text whole (without it, long texts "
+            "and long histories are cut, saying so; --json is always whole).",
+        ),
+    ] = False,
 ) -> None:
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
+    whole = as_json or full
     with _operations(ctx) as ops:
-        detail = ops.inspect(parsed, payload_chars=None if as_json else PAYLOAD_SHOWN)
+        detail = ops.inspect(
+            parsed, payload_chars=None if whole else PAYLOAD_SHOWN, bounded=not whole
+        )
     if as_json:
         _emit_json(detail_json(detail))
     else:

@@ -12,6 +12,7 @@ import typer
 from leasectl.cli.completion import complete_queue
 from leasectl.cli.root import _duration, _globals, _queue_name
 from leasectl.cli.stderr import LogLevel, _setup_logging
+from leasectl.core.config import MAX_OWNER_CHARS
 from leasectl.core.errors import LeasectlError, UsageError
 from leasectl.core.literal import echo
 from leasectl.runtime import parent
@@ -121,6 +122,10 @@ def worker(
     if worker_id is not None:
         if not worker_id.strip():
             raise UsageError("--worker-id must not be empty")
+        if len(worker_id) > MAX_OWNER_CHARS:
+            raise UsageError(
+                f"--worker-id: at most {MAX_OWNER_CHARS} characters, got {len(worker_id):,}"
+            )
         settings["worker_id"] = worker_id
     worker_config = WorkerConfig(**settings)
     keep_trying = _duration(start_retry, "--start-retry", allow_zero=True)

@@ -192,7 +192,9 @@ class DatabaseSource:
 
     def inspect(self, job_id: int) -> JobDetail:
         db, ops = self._operations()
-        return self._call(ACTION_ROLE, db, lambda: ops.inspect(job_id, payload_chars=PAYLOAD_CHARS))
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.inspect(job_id, payload_chars=PAYLOAD_CHARS, bounded=True)
+        )
 
     def find(self, flt: JobFilter, after: int | None, limit: int) -> JobPage:
         """One page of the find screen, read as `leasectl list` reads it (History.list_jobs,

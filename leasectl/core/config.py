@@ -59,6 +59,11 @@ def check_queue(name: str, option: str = "--queue") -> str:
 # The most an operator's audit reason may hold (pause, resume, cancel, delete): queue_state's
 # and job_events' bound (migrations 7 and 10).
 MAX_REASON_CHARS = 1000
+# What a worker or an operator writes (migration 15): a worker id (lease_owner), an error, an
+# audit actor. Longer text froze the readers that showed it.
+MAX_OWNER_CHARS = 400
+MAX_ERROR_CHARS = 4000
+MAX_ACTOR_CHARS = 1000
 
 
 def check_reason(text: str | None, *, required: str | None) -> str | None:
@@ -216,7 +221,7 @@ def operator_actor() -> str:
     $USER, else $LOGNAME, else the name of the process's OS account (cron and systemd units
     often set neither), else its uid."""
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or _os_account()
-    return f"operator:{user}@{socket.gethostname()}"
+    return f"operator:{user}@{socket.gethostname()}"[:MAX_ACTOR_CHARS]
 
 
 def _os_account() -> str:
@@ -230,7 +235,7 @@ def _os_account() -> str:
 
 
 def watcher_actor() -> str:
-    return f"watcher@{socket.gethostname()}:{os.getpid()}"
+    return f"watcher@{socket.gethostname()}:{os.getpid()}"[:MAX_ACTOR_CHARS]
 
 
 def parse_listen(text: str, what: str = "--listen") -> tuple[str, int]:

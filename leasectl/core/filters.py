@@ -162,12 +162,14 @@ class ListedJob:
     lease_owner: str | None
     last_error: str | None
     last_error_chars: int | None
-    payload_text: str
-    payload_chars: int
+    # None when its payload is stored in too many bytes to cast for a listing (db/history.py).
+    payload_text: str | None
+    payload_chars: int | None
     run_at: datetime
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    payload_bytes: int | None = None  # its stored (maybe compressed) size
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@ from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
 
+from leasectl.core.texts import PayloadText as PayloadText  # (its home before)
+from leasectl.core.texts import TextCut
+
 # What a timestamp Python cannot hold is loaded as (PostgreSQL's 'infinity' and '-infinity', and
 # dates outside Python's years 1 to 9999): the latest and earliest aware datetimes. Displays show
 # them as "infinity" and "-infinity" (models.infinity_label), never as a date. The schema refuses
@@ -40,71 +43,6 @@ class Undecodable:
     place of the value; ``reason`` says why."""
 
     reason: str
-
-
-@dataclass(frozen=True)
-class PayloadText:
-    """A payload as PostgreSQL writes it (``jsonb::text``: numbers exact, never decoded), or
-    its first ``len(text)`` characters when ``truncated``; ``chars``: the whole text's length."""
-
-    text: str
-    chars: int
-
-    @property
-    def truncated(self) -> bool:
-        return len(self.text) < self.chars
-
-    def pretty(self, indent: int = 2, max_indent: int = 40) -> str:
-        """The text laid out one member per line, indented by nesting (at most ``max_indent``
-        columns), without decoding it: numbers keep their digits, a text cut anywhere (a
-        truncated one) is laid out as far as it goes, and any depth takes one pass."""
-        out: list[str] = []
-        depth = 0
-        in_string = escaped = False
-        text = self.text
-        i, n = 0, len(text)
-
-        def newline() -> None:
-            out.append("\n" + " " * min(depth * indent, max_indent))
-
-        while i < n:
-            char = text[i]
-            if in_string:
-                out.append(char)
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-                out.append(char)
-            elif char in "[{":
-                closing = "]" if char == "[" else "}"
-                j = i + 1
-                while j < n and text[j] in " \t\r\n":
-                    j += 1
-                if j < n and text[j] == closing:  # empty: [] or {}
-                    out.append(char + closing)
-                    i = j + 1
-                    continue
-                depth += 1
-                out.append(char)
-                newline()
-            elif char in "]}":
-                depth = max(0, depth - 1)
-                newline()
-                out.append(char)
-            elif char == ",":
-                out.append(",")
-                newline()
-            elif char == ":":
-                out.append(": ")
-            elif char not in " \t\r\n":
-                out.append(char)
-            i += 1
-        return "".join(out)
 
 
 class JobStatus(enum.StrEnum):
@@ -317,6 +255,11 @@ class JobDetail:
     queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
     # The producer's unique key (migration 12): at most one live job per queue has it.
     unique_key: str | None = None
+    # A bounded read (inspect, the console): the texts read only in part, and how many attempts
+    # and events the job has (only the latest ROWS_SHOWN of each are read).
+    cuts: tuple[TextCut, ...] = ()
+    attempts_total: int | None = None
+    events_total: int | None = None
 
 
 @dataclass(frozen=True)
@@ -490,7 +433,8 @@ class StatusReport:
     owners: tuple[OwnerHealth, ...]
     finished_estimate: dict[str, int] = field(default_factory=dict)
     recent_window: timedelta = timedelta(hours=1)
-    paused: tuple[PausedQueue, ...] = ()
+    paused: tuple[PausedQueue, ...] = ()  # the first ones, by name (bounded)
+    paused_total: int = 0  # how many queues are paused
     # True: more (queue, priority) groups of Pending jobs than status reads; queues are missing.
     truncated: bool = False
     # Read from a hot standby: how far behind its primary (db_now is its read clock); None: a

@@ -21,6 +21,8 @@ from leasectl.db.connection import Database
 
 # What a listing shows of an error and a payload (inspect shows them whole).
 TEXT_CHARS = 1000
+# A payload stored in more bytes is not cast to text for a listing (its size is shown instead).
+PAYLOAD_CAST_BYTES = 256 * 1024
 
 # The boolean parameter of jobs_list that admits each status.
 STATE_PARAMS = {
@@ -81,6 +83,7 @@ def list_params(
         "window_first": _window_first(flt),
         "limit": limit + 1,
         "text_chars": TEXT_CHARS,
+        "payload_cast_bytes": PAYLOAD_CAST_BYTES,
     }
     return params
 

@@ -37,10 +37,15 @@ from leasectl.core.models import (
     Skipped,
     StatusReport,
 )
+from leasectl.core.texts import ROWS_SHOWN, TEXT_SHOWN, TextCut
 from leasectl.db import producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.held import apply_skipping_held
+
+# The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
+# role with 20,000 paused queues made it print 20,000 lines.
+PAUSED_READ = 1000
 
 # The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
 # takes a few hundred milliseconds (BENCHMARKS.md, "counters").
@@ -315,22 +320,41 @@ class Operations:
             raise JobNotFound(self._not_found(job_id))
         return Job.from_row(row)
 
-    def inspect(self, job_id: int, *, payload_chars: int | None = None) -> JobDetail:
+    def inspect(
+        self, job_id: int, *, payload_chars: int | None = None, bounded: bool = False
+    ) -> JobDetail:
         """A job with its attempts and events; its payload as PayloadText (exact text, never
-        decoded): whole, or only its first ``payload_chars`` characters."""
-        row = self.db.one("job_inspect", {"id": job_id, "payload_chars": payload_chars})
+        decoded): whole, or only its first ``payload_chars`` characters. ``bounded``: its text
+        fields cut to TEXT_SHOWN characters and only its latest ROWS_SHOWN attempts and events
+        (what a role wrote may be megabytes, or millions of rows); ``cuts`` says what was cut."""
+        text_chars = TEXT_SHOWN if bounded else None
+        row = self.db.one(
+            "job_inspect", {"id": job_id, "payload_chars": payload_chars, "text_chars": text_chars}
+        )
         if row is None:
             raise JobNotFound(self._not_found(job_id))
         row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
         job = Job.from_row(row)
-        attempts = tuple(
-            Attempt.from_row(r) for r in self.db.rows("job_attempts_list", {"id": job_id})
+        shown = {"id": job_id, "text_chars": text_chars, "rows": ROWS_SHOWN if bounded else None}
+        attempt_rows = self.db.rows("job_attempts_inspect", shown)
+        event_rows = self.db.rows("job_events_inspect", shown)
+        cuts = (
+            _cuts("job", job_id, [row], ("lease_owner", "last_error"))
+            + _cuts("attempt", "attempt", attempt_rows, ("lease_owner", "error"))
+            + _cuts("event", "id", event_rows, ("actor", "reason"))
         )
-        events = tuple(Event.from_row(r) for r in self.db.rows("job_events_list", {"id": job_id}))
         paused = self.paused([job.queue])
         db_now = self.db.server_info()["db_now"]
         return JobDetail(
-            job, attempts, events, db_now, paused[0] if paused else None, row["unique_key"]
+            job,
+            tuple(Attempt.from_row(r) for r in attempt_rows),
+            tuple(Event.from_row(r) for r in event_rows),
+            db_now,
+            paused[0] if paused else None,
+            row["unique_key"],
+            cuts,
+            attempts_total=attempt_rows[0]["total"] if attempt_rows else 0,
+            events_total=event_rows[0]["total"] if event_rows else 0,
         )
 
     def _not_found(self, job_id: int) -> str:
@@ -386,7 +410,7 @@ class Operations:
             ("status_finished_recent", {"queue": queue, "window": recent_window}),
             ("status_finished_estimate", {"schema": self.db.schema}),
             ("status_owners", {"window": owner_window, "limit": owner_limit}),
-            ("queues_paused", {"queues": [queue] if queue is not None else None}),
+            ("status_paused", {"queue": queue, "limit": PAUSED_READ}),
         ]
         # One read-only REPEATABLE READ transaction with the console's settings (generic plans,
         # index paths only, no JIT, no parallel workers: each statement is a few index probes),
@@ -434,6 +458,7 @@ class Operations:
             read_lag=clock[0]["lag"],
             recent_window=recent_window,
             paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             truncated=truncated,
         )
 
@@ -534,3 +559,16 @@ def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: 
             heartbeat_age=age,
         )
     return Skipped(seen.id, SkipCode.RACED, action, **facts)
+
+
+def _cuts(
+    record: str, key: int | str, rows: Sequence[dict[str, Any]], columns: Sequence[str]
+) -> tuple[TextCut, ...]:
+    """The text fields of ``rows`` a bounded read cut (``<column>_cut_bytes`` set); ``key``: the
+    record's key, or the column that holds it."""
+    return tuple(
+        TextCut(record, key if isinstance(key, int) else r[key], c, len(r[c]), r[f"{c}_cut_bytes"])
+        for r in rows
+        for c in columns
+        if r[f"{c}_cut_bytes"] is not None
+    )

@@ -15,9 +15,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 
+from leasectl.core.config import MAX_ERROR_CHARS
 from leasectl.core.errors import ConnectionFailed
+from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
 from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
@@ -32,6 +35,8 @@ NOTIFY_QUEUE_CHARS = 128
 
 _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
 CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
+# Round trips that may fail on attempts at the integer's maximum, each failing such jobs alone.
+UNCLAIMABLE_TRIES = 4
 # The claim statement's start key when it reads a queue from its head: before every job's
 # (priority is an integer, run_at may be any timestamp, ids are bigints).
 CLAIM_FROM_HEAD: dict[str, Any] = {
@@ -129,8 +134,7 @@ class WorkerStore:
         """
         fence = self._fence(done, owner)
         limit = max(0, min(limit, CLAIM_MAX))
-        rows, names, tolerated = self._hot(
-            "jobs_complete_and_claim",
+        rows, names, tolerated = self._round_trip(
             {
                 "done_ids": fence["ids"],
                 "done_attempts": fence["attempts"],
@@ -156,6 +160,29 @@ class WorkerStore:
         if len(leases) > 1:  # one batch, in claim order
             leases.sort(key=_claim_order)
         return leases, {lease.job_id for lease in done} - accepted
+
+    def _round_trip(self, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str], bool]:
+        """``jobs_complete_and_claim``; when a due job's attempts cannot count one more (its
+        integer at the maximum: a role wrote it), the whole statement fails, at every claim of
+        every worker of the queue. Then the jobs on the claim's walk that cannot are failed alone
+        (``jobs_fail_unclaimable``) and the round trip runs again: the hot statement itself
+        checks nothing more."""
+        with self.db.errors(), self._kept_connection() as kept:
+            for tries in range(UNCLAIMABLE_TRIES):
+                try:
+                    rows, names = kept.run("jobs_complete_and_claim", params)
+                    return rows, names, kept.tolerated
+                except pg_errors.NumericValueOutOfRange:
+                    if tries + 1 == UNCLAIMABLE_TRIES:
+                        raise
+                    walk = ("queue", "limit", "from_priority", "from_run_at", "from_id")
+                    failed, _ = kept.run("jobs_fail_unclaimable", {k: params[k] for k in walk})
+                    log.warning(
+                        "queue %s: failed jobs %s: attempts at the integer's maximum",
+                        echo(params["queue"]),
+                        ", ".join(str(row[0]) for row in failed) or "(none found)",
+                    )
+        raise AssertionError("unreachable")  # (mypy: the loop returns or raises)
 
     def _hot(
         self, name: str, params: dict[str, Any]
@@ -246,7 +273,7 @@ class WorkerStore:
                 "id": lease.job_id,
                 "attempt": lease.attempt,
                 "owner": lease.owner,
-                "error": error,
+                "error": error[:MAX_ERROR_CHARS],  # (migration 15's bound: never refused)
                 "detail": detail,
                 "delay": retry_delay,
                 "retry": retry,

@@ -32,11 +32,44 @@ def detail_renderables(detail: JobDetail, *, cell_limit: int | None = None) -> l
     last error is always shown whole."""
     return [
         fields_panel(detail),
+        *cuts_note(detail),
         payload_panel(detail.job),
         attempts_table(detail.attempts, detail.db_now, cell_limit=cell_limit),
         *traceback_panel(detail),
         Text(),
         events_table(detail.events, cell_limit=cell_limit),
+    ]
+
+
+_FIELD_WORDS = {
+    ("job", "lease_owner"): "lease owner",
+    ("job", "last_error"): "last error",
+    ("attempt", "lease_owner"): "owner of attempt {key}",
+    ("attempt", "error"): "error of attempt {key}",
+    ("event", "actor"): "actor of event {key}",
+    ("event", "reason"): "reason of event {key}",
+}
+
+
+def cuts_note(detail: JobDetail) -> list[RenderableType]:
+    """What a bounded read left out (texts cut, earlier attempts and events), with their sizes
+    and the command that shows all of it; nothing when it left nothing out."""
+    parts = [
+        _FIELD_WORDS.get((c.record, c.column), c.column).format(key=c.key)
+        + f" (first {c.shown_chars:,} characters of {c.full_bytes:,} bytes)"
+        for c in detail.cuts
+    ]
+    for total, shown, what in (
+        (detail.attempts_total, len(detail.attempts), "attempts"),
+        (detail.events_total, len(detail.events), "events"),
+    ):
+        if total is not None and total > shown:
+            parts.append(f"{total - shown:,} earlier {what} (the latest {shown:,} shown)")
+    if not parts:
+        return []
+    note = "cut: " + "; ".join(parts)
+    return [
+        Text(f"{note}. All of it: leasectl inspect {detail.job.id} --full (or --json)", "yellow")
     ]
 
 
@@ -90,7 +123,10 @@ def fields_panel(detail: JobDetail) -> RenderableType:
         add("unique key", lit(detail.unique_key))
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
+    cut = {c.column for c in detail.cuts if c.record == "job"}
     owner = lit(job.lease_owner or "-")
+    if "lease_owner" in cut:
+        owner.append("…  (cut)", style="yellow")
     if job.lease_owner and job.status != JobStatus.PROCESSING:
         owner.append("  (last holder)", style="dim")
     add("lease owner", owner)
@@ -114,7 +150,10 @@ def fields_panel(detail: JobDetail) -> RenderableType:
             due += ", but its queue is paused: no worker claims it until `leasectl resume`"
         run_at += f"  ({due})"
     add("run at", run_at)
-    add("last error", lit(job.last_error, "red", multiline=True) if job.last_error else "-")
+    error = lit(job.last_error, "red", multiline=True) if job.last_error else Text("-")
+    if "last_error" in cut:
+        error.append("…  (cut)", style="yellow")
+    add("last error", error)
     add("created", timestamp(job.created_at))
     add("updated", timestamp(job.updated_at))
     add("finished", timestamp(job.finished_at))

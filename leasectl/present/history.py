@@ -42,6 +42,13 @@ def _cut(text: str | None, chars: int | None) -> Text:
     return lit(shown)
 
 
+def _payload_cell(job: ListedJob) -> Text:
+    """The payload's beginning, or its stored size when it was too big to read for a list."""
+    if job.payload_text is None:
+        return Text(f"({job.payload_bytes or 0:,} bytes: inspect {job.id})", style="dim")
+    return _cut(job.payload_text, job.payload_chars)
+
+
 def _when(page: JobPage, job: ListedJob) -> Text:
     """The time the filter's --since/--until apply to: finished, or created."""
     moment = job.finished_at if page.filter.finished_only else job.created_at
@@ -79,7 +86,7 @@ class JobListing:
             errors = [_cut(j.last_error, j.last_error_chars) for j in page.jobs]
             texts.append(("last error", errors, CELL_CHARS))
         if width >= 100:
-            payloads = [_cut(j.payload_text, j.payload_chars) for j in page.jobs]
+            payloads = [_payload_cell(j) for j in page.jobs]
             texts.append(("payload", payloads, CELL_CHARS))
 
         def natural(header: str, cells: list[Text]) -> int:

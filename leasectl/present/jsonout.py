@@ -226,7 +226,9 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         "totals": _counts_json(totals(report), report.db_now),
         "finished_estimate": finished_estimate(report),
         "owners": [owner_json(o) for o in report.owners],
+        # The first paused queues by name (at most 1,000) and how many there are.
         "paused": [paused_queue_json(p) for p in report.paused],
+        "paused_total": report.paused_total,
         "check": check_json(report, limits),
         "truncated": report.truncated,
         # Read from a hot standby (--read-dsn): seconds behind its primary (null: a primary),

@@ -134,7 +134,9 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         )
     parts.append(Text())
     if report.paused:
-        parts.append(paused_table(report.paused, now))
+        parts.append(paused_table(report.paused[:PAUSED_SHOWN], now))
+        if (more := max(report.paused_total, len(report.paused)) - PAUSED_SHOWN) > 0:
+            parts.append(Text(f"…and {more:,} more paused queues (all: status --json)", "dim"))
         parts.append(Text())
     parts.append(owners_table(report.owners, now))
     if report.expired or report.stuck:
@@ -172,6 +174,10 @@ def owners_table(owners: Sequence[OwnerHealth], db_now: datetime) -> RenderableT
             Text(lease_intervals(o.heartbeat_every, o.lease_ttl)),
         )
     return listing
+
+
+# The paused queues status shows (--json lists up to db/operations.py's PAUSED_READ).
+PAUSED_SHOWN = 20
 
 
 def paused_table(paused: Sequence[PausedQueue], db_now: datetime) -> RenderableType:

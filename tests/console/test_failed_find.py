@@ -33,7 +33,7 @@ from tests.console.test_hostile import (
     show_row,
     widget_text,
 )
-from tests.hostile import CORPUS, NAMES
+from tests.hostile import CORPUS, NAMES, UNBOUNDED
 from tests.util import wait_for_lock_wait, wait_until_pilot
 
 # -- the filter words ---------------------------------------------------------------------------
@@ -256,6 +256,8 @@ def test_error_parts() -> None:
 def seed_failed(conn: psycopg.Connection) -> list[tuple[int, str, str]]:
     """A Failed job for each hostile name: its queue and owner, an error ``Name: TEXT``
     (hostile class and text), a payload holding both; (id, name, error)."""
+    for statement in UNBOUNDED:
+        conn.execute(statement)
     seeded = []
     for i, name in enumerate(NAMES):
         text = CORPUS[i]

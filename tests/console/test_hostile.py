@@ -44,7 +44,7 @@ from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus, OwnerHealth, PanelJob
 from leasectl.present.jsonout import terminal_safe_json
 from tests.conftest import SCHEMA
-from tests.hostile import CORPUS, NAMES
+from tests.hostile import CORPUS, NAMES, UNBOUNDED
 from tests.util import wait_until_pilot
 
 SIZE = (200, 60)
@@ -72,6 +72,8 @@ class Hostile:
 
 
 def seed_hostile(conn: psycopg.Connection) -> list[Hostile]:
+    for statement in UNBOUNDED:
+        conn.execute(statement)
     seeded = []
     for i, name in enumerate(NAMES):
         text = CORPUS[i]  # the corpus, the 100,000-character text included; NAMES is shorter

@@ -684,6 +684,11 @@ class FindTable(PanelTable[ListedJob]):
             lit(view.cut(error, self.CHARS), no_wrap=True, overflow="ellipsis")
             if error
             else Text("-", style="dim"),
-            lit(view.cut(item.payload_text, self.CHARS), "dim", no_wrap=True, overflow="ellipsis"),
+            lit(
+                view.cut(item.payload_text or f"({item.payload_bytes or 0:,} bytes)", self.CHARS),
+                "dim",
+                no_wrap=True,
+                overflow="ellipsis",
+            ),
             Text(age(ctx.now, moment), justify="right"),
         )

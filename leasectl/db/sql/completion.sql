@@ -37,8 +37,12 @@ WITH RECURSIVE pending(queue, n) AS (
     FROM stuck AS p
     WHERE p.queue IS NOT NULL AND p.n < %(scan)s
 ), served AS (
-    SELECT unnest(w.queues) AS queue
+    -- (A workers row from before migration 15 may list any number of names of any length:
+    -- only names a queue may have, among its first 1000.)
+    SELECT q.queue
     FROM (SELECT queues FROM {schema}.workers ORDER BY last_seen_at DESC LIMIT %(workers)s) AS w
+    CROSS JOIN LATERAL unnest(w.queues[1:1000]) AS q(queue)
+    WHERE char_length(q.queue) <= 200
 )
 SELECT DISTINCT queue
 FROM (

@@ -109,10 +109,13 @@ CROSS JOIN (
            count(*) FILTER (
                WHERE j.lease_until >= {now}
                  AND j.lease_until < {now} + (
-                     SELECT greatest(max(heartbeat_every), %(risk_window)s::interval)
+                     -- (Clamped as migration 15 bounds them: an older row's may overflow the sum.)
+                     SELECT greatest(least(max(heartbeat_every), interval '3650 days'),
+                                     %(risk_window)s::interval)
                      FROM {schema}.workers)
                  AND j.lease_until < {now} + coalesce(
-                     (SELECT w.heartbeat_every FROM {schema}.workers AS w
+                     (SELECT least(greatest(w.heartbeat_every, interval '0'), interval '3650 days')
+                      FROM {schema}.workers AS w
                       WHERE w.worker_id = j.lease_owner),
                      %(risk_window)s::interval)
            ) AS at_risk
@@ -262,7 +265,8 @@ WITH picked AS (
 SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
        j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
        left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
-       coalesce(w.heartbeat_every, %(risk_window)s::interval) AS risk_window,
+       coalesce(least(greatest(w.heartbeat_every, interval '0'), interval '3650 days'),
+                %(risk_window)s::interval) AS risk_window,
        j.lease_until AS lapsed_at
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
@@ -293,7 +297,7 @@ SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts
        left(CASE WHEN e.reason IS NOT NULL AND j.last_error = e.reason THEN a.error
                  ELSE j.last_error END, 300) AS last_error,
        j.created_at, j.updated_at, p.lapsed_at,
-       e.actor AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
+       left(e.actor, 300) AS quarantined_by, left(e.reason, 300) AS quarantine_reason,
        e.at AS quarantined_at
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id

@@ -143,6 +143,25 @@ SELECT c.*, d.ids AS completed_ids
 FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
 LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
+-- name: jobs_fail_unclaimable
+-- Fail the due Pending jobs a claim cannot lease, alone: attempts at the integer's maximum (written by hand: no bound on attempts, migration 15), whose +1 failed the whole claim. Run only after it did, on its walk (key, limit).
+WITH picked AS (
+    SELECT id
+    FROM {schema}.jobs
+    WHERE status = 'Pending' AND queue = %(queue)s AND run_at <= now()
+      AND (priority, run_at, id) >= (%(from_priority)s, %(from_run_at)s, %(from_id)s)
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'Failed', lease_until = NULL, finished_at = now(), updated_at = now(),
+    last_error = 'attempts is ' || j.attempts
+                 || ', the most its integer holds: no attempt can be counted; failed unrun'
+FROM picked AS p
+WHERE j.id = p.id AND j.attempts >= 2147483647
+RETURNING j.id;
+
 -- name: jobs_claim_expired
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
 -- The condition of every lease is re-checked in the UPDATE (a heartbeat may have renewed it);
@@ -189,6 +208,8 @@ WITH previous AS (
         heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
+      -- (Not one at the integer's maximum: its +1 would fail the statement.)
+      AND j.attempts < 2147483647
       -- Not while its queue is paused: a pause stops every claim of the queue's jobs, this
       -- one too (resume the queue to run it).
       AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = j.queue)
@@ -298,12 +319,22 @@ SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
 SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: job_inspect
--- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length.
+-- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut.
 -- (The payload is never decoded here: its numbers keep their digits, any depth is fine, and a
 -- large one is cut on the server instead of being sent whole to show its beginning.)
+-- lease_owner and last_error: whole, or their first `text_chars` characters (a role may have
+-- written megabytes before migration 15), each with its size in bytes when it was cut.
 SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts,
-       j.lease_owner, j.lease_until, j.heartbeat_at, j.last_error, j.created_at, j.updated_at,
-       j.finished_at, j.unique_key,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN j.lease_owner
+            ELSE substr(j.lease_owner, 1, %(text_chars)s::integer) END AS lease_owner,
+       CASE WHEN char_length(j.lease_owner) > %(text_chars)s::integer
+            THEN octet_length(j.lease_owner) END AS lease_owner_cut_bytes,
+       j.lease_until, j.heartbeat_at,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN j.last_error
+            ELSE substr(j.last_error, 1, %(text_chars)s::integer) END AS last_error,
+       CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
+            THEN octet_length(j.last_error) END AS last_error_cut_bytes,
+       j.created_at, j.updated_at, j.finished_at, j.unique_key,
        CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
             ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
        length(p.text) AS payload_length
@@ -311,3 +342,59 @@ FROM {schema}.jobs AS j
 -- (OFFSET 0: the text is made once, not once per use.)
 CROSS JOIN LATERAL (SELECT j.payload::text AS text OFFSET 0) AS p
 WHERE j.id = %(id)s;
+
+-- name: job_attempts_inspect
+-- The attempts of one job for `inspect`: all, or the latest `rows` (oldest first) with their owner and error cut to `text_chars` characters (sizes in bytes of the cut ones) and how many there are.
+SELECT a.job_id, a.attempt,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN a.lease_owner
+            ELSE substr(a.lease_owner, 1, %(text_chars)s::integer) END AS lease_owner,
+       CASE WHEN char_length(a.lease_owner) > %(text_chars)s::integer
+            THEN octet_length(a.lease_owner) END AS lease_owner_cut_bytes,
+       a.started_at, a.heartbeat_at, a.ended_at, a.outcome,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN a.error
+            ELSE substr(a.error, 1, %(text_chars)s::integer) END AS error,
+       CASE WHEN char_length(a.error) > %(text_chars)s::integer
+            THEN octet_length(a.error) END AS error_cut_bytes,
+       a.error_detail, a.total
+FROM (
+    SELECT *, count(*) OVER () AS total
+    FROM {schema}.job_attempts
+    WHERE job_id = %(id)s
+    ORDER BY attempt DESC
+    LIMIT %(rows)s
+) AS a
+ORDER BY a.attempt;
+
+-- name: job_events_inspect
+-- The audit events of one job for `inspect`: all, or the latest `rows` (oldest first) with actor and reason cut to `text_chars` characters and before/after only as far as `inspect` shows them (status, attempts, lease_owner cut), and how many there are.
+SELECT e.id, e.job_id, e.at,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN e.actor
+            ELSE substr(e.actor, 1, %(text_chars)s::integer) END AS actor,
+       CASE WHEN char_length(e.actor) > %(text_chars)s::integer
+            THEN octet_length(e.actor) END AS actor_cut_bytes,
+       e.action,
+       CASE WHEN %(text_chars)s::integer IS NULL THEN e.reason
+            ELSE substr(e.reason, 1, %(text_chars)s::integer) END AS reason,
+       CASE WHEN char_length(e.reason) > %(text_chars)s::integer
+            THEN octet_length(e.reason) END AS reason_cut_bytes,
+       CASE WHEN %(text_chars)s::integer IS NULL OR jsonb_typeof(e.before) <> 'object' THEN e.before
+            ELSE (SELECT coalesce(jsonb_object_agg(d.k, CASE WHEN jsonb_typeof(d.v) = 'string'
+                      THEN to_jsonb(substr(d.v #>> '{}', 1, %(text_chars)s::integer))
+                      ELSE d.v END), '{}'::jsonb)
+                  FROM jsonb_each(e.before) AS d(k, v)
+                  WHERE d.k IN ('status', 'attempts', 'lease_owner')) END AS before,
+       CASE WHEN %(text_chars)s::integer IS NULL OR jsonb_typeof(e.after) <> 'object' THEN e.after
+            ELSE (SELECT coalesce(jsonb_object_agg(d.k, CASE WHEN jsonb_typeof(d.v) = 'string'
+                      THEN to_jsonb(substr(d.v #>> '{}', 1, %(text_chars)s::integer))
+                      ELSE d.v END), '{}'::jsonb)
+                  FROM jsonb_each(e.after) AS d(k, v)
+                  WHERE d.k IN ('status', 'attempts', 'lease_owner')) END AS after,
+       e.db_role, e.total
+FROM (
+    SELECT *, count(*) OVER () AS total
+    FROM {schema}.job_events
+    WHERE job_id = %(id)s
+    ORDER BY id DESC
+    LIMIT %(rows)s
+) AS e
+ORDER BY e.id;

@@ -111,10 +111,13 @@ SELECT j.queue, j.lease_owner AS owner, count(*) AS processing,
        count(*) FILTER (
            WHERE j.lease_until >= now()
              AND j.lease_until < now() + (
-                 SELECT greatest(max(heartbeat_every), %(risk_window)s::interval)
+                 -- (Clamped as migration 15 bounds them: an older row's may overflow the sum.)
+                 SELECT greatest(least(max(heartbeat_every), interval '3650 days'),
+                                 %(risk_window)s::interval)
                  FROM {schema}.workers)
              AND j.lease_until < now() + coalesce(
-                 (SELECT w.heartbeat_every FROM {schema}.workers AS w
+                 (SELECT least(greatest(w.heartbeat_every, interval '0'), interval '3650 days')
+                  FROM {schema}.workers AS w
                   WHERE w.worker_id = j.lease_owner),
                  %(risk_window)s::interval)
        ) AS at_risk

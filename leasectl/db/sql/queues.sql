@@ -12,6 +12,14 @@ FROM {schema}.queue_pause(%(queue)s::text, %(actor)s::text, %(reason)s::text, %(
 SELECT queue, paused_at, paused_by, reason
 FROM {schema}.queue_resume(%(queue)s::text, %(actor)s::text, %(reason)s::text, %(channel)s::text);
 
+-- name: status_paused
+-- The paused queues for `status` (all, or the one named `queue`), by name: at most %(limit)s, each row with how many there are in all.
+SELECT queue, paused_at, paused_by, reason, count(*) OVER () AS total
+FROM {schema}.queue_state
+WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
+ORDER BY queue
+LIMIT %(limit)s;
+
 -- name: queues_paused
 -- The paused queues (all, or those named in `queues`), by name.
 SELECT queue, paused_at, paused_by, reason

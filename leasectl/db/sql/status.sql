@@ -166,10 +166,16 @@ WITH held AS (
     SELECT * FROM {schema}.workers
     WHERE last_seen_at > {now} - %(window)s::interval
 )
-SELECT coalesce(w.worker_id, h.lease_owner) AS owner,
-       coalesce(w.hostname, o.hostname) AS hostname, coalesce(w.pid, o.pid) AS pid,
-       coalesce(w.queues, o.queues) AS queues, coalesce(w.lease_ttl, o.lease_ttl) AS lease_ttl,
-       coalesce(w.heartbeat_every, o.heartbeat_every) AS heartbeat_every,
+-- Values clamped and cut to what a workers row may hold since migration 15: an older row may
+-- hold an interval no timedelta holds, or megabytes of text.
+SELECT left(coalesce(w.worker_id, h.lease_owner), 400) AS owner,
+       left(coalesce(w.hostname, o.hostname), 400) AS hostname, coalesce(w.pid, o.pid) AS pid,
+       (SELECT array_agg(left(q, 200))
+        FROM unnest((coalesce(w.queues, o.queues))[1:1000]) AS q) AS queues,
+       least(greatest(coalesce(w.lease_ttl, o.lease_ttl), interval '0'), interval '3650 days')
+           AS lease_ttl,
+       least(greatest(coalesce(w.heartbeat_every, o.heartbeat_every), interval '0'),
+             interval '3650 days') AS heartbeat_every,
        coalesce(w.started_at, o.started_at) AS started_at,
        coalesce(w.last_seen_at, o.last_seen_at) AS last_seen_at,
        coalesce(w.stopped_at, o.stopped_at) AS stopped_at,
