@@ -16,7 +16,8 @@ from leasectl.core.config import watcher_actor
 from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
-from leasectl.db.operations import FOLD_LIMIT, Operations
+from leasectl.db.counters import FOLD_LIMIT
+from leasectl.db.operations import Operations
 
 log = logging.getLogger("leasectl.watcher")
 

@@ -14,6 +14,7 @@ import yaml
 from tests.exporter import Scrape, exporter, scrape
 from tests.seed import seed_console
 from tests.stores import Stores
+from tests.util import wait_until
 
 RULES = Path(__file__).resolve().parents[2] / "contrib" / "prometheus" / "alerts.yml"
 METRIC = re.compile(r"\bleasectl_[a-z_]+\b")
@@ -37,7 +38,7 @@ def exported(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> tuple[
     with exporter(db_dsn) as (_, url):
         up = scrape(url)
         sql_conn.execute("DROP SCHEMA leasectl CASCADE")
-        down = scrape(url)
+        down = wait_until(lambda: (d := scrape(url)).value("leasectl_up") == 0 and d)
     assert up.value("leasectl_up") == 1 and down.value("leasectl_up") == 0
     return up, down
 
