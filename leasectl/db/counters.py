@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
 from leasectl.db import sql as queries
@@ -28,18 +29,24 @@ def _ms(limit: timedelta) -> str:
 def fold(db: Database, limit: int = FOLD_LIMIT, timeout: timedelta = FOLD_TIMEOUT) -> int:
     """Move up to ``limit`` counter deltas into their totals, in one transaction bounded by
     ``timeout``; how many moved (a ``QueryTimeout`` past it)."""
+    with db.connection(timeout=TIMED_OUT) as conn:
+        return fold_on(conn, db.schema, limit, timeout)
+
+
+TIMED_OUT = "folding the counters took longer than its limit"
+
+
+def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: timedelta) -> int:
+    """``fold`` on a connection the caller holds (its errors mapped by the caller)."""
     settings: dict[str, Any] = {
         "setting_names": ["statement_timeout", "lock_timeout"],
         "setting_values": [_ms(timeout), _ms(timeout)],
     }
-    with db.connection(timeout="folding the counters took longer than its limit") as conn:
-        with conn.pipeline(), conn.transaction():
-            conn.execute(queries.get("console_settings").render(db.schema), settings)
-            cur = conn.cursor(row_factory=dict_row)
-            cur.execute(
-                queries.get("metrics_counters_fold").render(db.schema), {"fold_limit": limit}
-            )
-        row = cur.fetchone()
+    with conn.pipeline(), conn.transaction():
+        conn.execute(queries.get("console_settings").render(schema), settings)
+        cur = conn.cursor(row_factory=dict_row)
+        cur.execute(queries.get("metrics_counters_fold").render(schema), {"fold_limit": limit})
+    row = cur.fetchone()
     return int(row["folded"]) if row else 0
 
 

@@ -7,6 +7,11 @@ finished history is only the planner's estimate; the owners are the console's
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,6 +105,8 @@ class MetricsReads:
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
         self.risk_window = risk_window
         self._may_fold: bool | None = None
+        self._socket: int | None = None  # the descriptor abort() shuts
+        self._socket_lock = threading.Lock()
 
     def close(self) -> None:
         self.db.close(timeout=1.0)
@@ -108,7 +115,35 @@ class MetricsReads:
         """Move up to ``fold_limit`` counter deltas into their totals (one short write
         transaction, bounded by ``timeout``); returns how many. No value changes: a scrape
         reads both."""
-        return counter_folds.fold(self.db, self.limits["fold_limit"], timeout)
+        with self._tracked(timeout=counter_folds.TIMED_OUT) as conn:
+            return counter_folds.fold_on(conn, self.db.schema, self.limits["fold_limit"], timeout)
+
+    @contextlib.contextmanager
+    def _tracked(self, **mapping: Any) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection whose socket ``abort`` may shut meanwhile (a duplicate of its
+        descriptor, so that it names this socket even if the connection closes)."""
+        with self.db.connection(**mapping) as conn:
+            fd = os.dup(conn.pgconn.socket)
+            with self._socket_lock:
+                self._socket = fd
+            try:
+                yield conn
+            finally:
+                with self._socket_lock:
+                    self._socket = None
+                os.close(fd)
+
+    def abort(self) -> None:
+        """From another thread: shut the socket of the call in progress, so that a call that
+        waits for a server that no longer answers (a black-holed network) fails now."""
+        with self._socket_lock:
+            if self._socket is None:
+                return
+            with (
+                contextlib.suppress(OSError),
+                socket.fromfd(self._socket, socket.AF_INET, socket.SOCK_STREAM) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
 
     @property
     def may_fold(self) -> bool:
@@ -143,7 +178,7 @@ class MetricsReads:
             ("paused", "console_paused", params),
             ("counters", "metrics_counters", params),
         ]
-        with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
+        with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
                 cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for label, name, args in reads:

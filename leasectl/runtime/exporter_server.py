@@ -45,6 +45,9 @@ class _RequestBytes:
         self.deadline = deadline
         self.buffer = b""
 
+    def close(self) -> None:
+        self.buffer = b""  # the socket is the server's to close
+
     def readline(self, limit: int = -1) -> bytes:
         while True:
             end = self.buffer.find(b"\n") + 1

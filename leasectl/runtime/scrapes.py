@@ -4,8 +4,9 @@ that asks for it, a fold between scrapes, and neither ever holding up a scrape o
 Each connection has one thread (a ``_Session``) that runs its calls one at a time; a scrape
 waits for a read at most ``--timeout`` and then answers without it. A server-side
 statement_timeout ends a slow statement, but a connection whose packets vanish (a black-holed
-network) never answers at all: a session that has been busy longer than the timeout is then
-abandoned (its thread closes its connection whenever its call returns) and the next read gets a
+network) never answers at all: a session that has been busy longer than the timeout has its
+socket shut (the call fails at once) and is abandoned (its thread closes its connection when the
+call returns: at once, or after connect_timeout while it was connecting); the next read gets a
 new connection. At most ``MAX_ABANDONED`` abandoned sessions live at once, so a black hole costs
 a bounded number of threads and sockets.
 """
@@ -82,6 +83,13 @@ class _Session:
             self._pending += 1
         self.calls.put(call)
         return call
+
+    def abort(self) -> None:
+        """Shut the connection of the call in progress (``MetricsReads.abort``): a call that
+        waits for a server that stopped answering fails now, and the session reconnects."""
+        reads = self.reads
+        if reads is not None:
+            reads.abort()
 
     def stop(self) -> None:
         """End the thread after the call in progress (if that ever returns), closing the
@@ -218,7 +226,10 @@ class SharedReads:
         """Leave a session behind once it has been busy past the limit: its connection no
         longer answers (the server would have cancelled the statement by now)."""
         since = self._session.busy_since
-        if since is None or time.monotonic() - since < limit or self._stuck():
+        if since is None or time.monotonic() - since < limit:
+            return
+        self._session.abort()
+        if self._stuck():
             return
         self._session.stop()
         self._abandoned.append(self._session)
