@@ -258,6 +258,8 @@ def test_concurrent_folds_count_each_delta_once(
     ids = store.ops.enqueue([{}] * 200, queue="f")
     for job in ids:  # 200 statements: 200 deltas
         assert store.work.complete(store.work.claim("f", "w", TTL)) == {job}
+    # One key's 200 deltas: a fold moves at most its limit of them.
+    assert sql_conn.execute("SELECT leasectl.counters_fold(7)").fetchone() == (7,)
     errors: list[BaseException] = []
 
     def fold() -> None:
