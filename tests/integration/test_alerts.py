@@ -133,7 +133,9 @@ def test_a_hostile_queue_and_owner_come_out_of_the_rules_as_data(
         assert job
     store.work.claim(HOSTILE_QUEUE, HOSTILE_OWNER, timedelta(seconds=30))
     sql_conn.execute("UPDATE leasectl.jobs SET lease_until = now() - interval '1 hour'")
-    sql_conn.execute("UPDATE leasectl.jobs SET run_at = now() - interval '1 hour' WHERE status = 'Pending'")
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET run_at = now() - interval '1 hour' WHERE status = 'Pending'"
+    )
     with exporter(db_dsn) as (_, url):
         s = scrape(url)
     [expired] = s.series("leasectl_leases_expired")
