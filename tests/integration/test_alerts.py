@@ -115,7 +115,7 @@ def _render(text: str, labels: dict[str, str]) -> str:
 
 
 def test_no_rule_puts_a_label_value_inside_a_command() -> None:
-    """Issue #36: the rules spliced label values into commands to paste
+    """The rules spliced label values into commands to paste
     (`leasectl requeue-stuck --owner '{{ $labels.owner }}'`): a producer's queue named
     ``x'; touch /tmp/PWNED; echo '`` fired a rule whose command ran `touch`."""
     for rule in rules():

@@ -364,7 +364,7 @@ def test_counters_past_their_limit_say_they_are_truncated(
 def test_many_series_of_one_counter_leave_the_others_in_the_scrape(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    """Issue #36: the read stopped at 20,000 rows across counters, so 20,000 pause/resume
+    """The read stopped at 20,000 rows across counters, so 20,000 pause/resume
     series made the watcher's counter vanish from /metrics."""
     act_on_everything(store, sql_conn)
     sql_conn.execute(

@@ -1,4 +1,4 @@
-"""Issue #36, the exporter's part: no role may freeze, blind or crash the exporter, the counters'
+"""No role may freeze, blind or crash the exporter, the counters'
 fold or the watcher behind them, with real roles made by `leasectl grant`, a real `leasectl
 metrics` process, a real black hole (a proxy that stops forwarding) and real slow clients."""
 

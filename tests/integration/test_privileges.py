@@ -937,7 +937,7 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
 def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep_it(
     server_dsn: str, empty_db_dsn: str
 ) -> None:
-    """Issue #36: a viewer that could run counters_fold froze every later fold (and the
+    """A viewer that could run counters_fold froze every later fold (and the
     exporter and the watcher behind it) by leaving its transaction open. Migration 16 takes
     EXECUTE from the roles `leasectl grant --viewer` (or migration 11) gave it to, and from no
     operator; `leasectl grant --viewer` no longer grants it."""

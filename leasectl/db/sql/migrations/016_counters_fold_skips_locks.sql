@@ -1,4 +1,4 @@
--- The counters (migration 11) against roles that would freeze or inflate them (issue #36).
+-- The counters (migration 11) against roles that would freeze or inflate them.
 -- {schema} is the quoted schema name; as in migration 6, the bodies name no schema.
 --
 -- 1. counters_fold never waits for another transaction's row locks. Migration 11's fold waited
