@@ -9,6 +9,8 @@ import re
 import secrets
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -27,8 +29,9 @@ from leasectl.db import grants
 from leasectl.db.metrics import MetricsReads, MetricsRows
 from leasectl.runtime.exporter import LeasectlCollector
 from leasectl.runtime.exporter_server import MAX_CONNECTIONS, REQUEST_TIMEOUT
-from leasectl.runtime.watcher import Watcher, WatcherConfig
+from leasectl.runtime.watcher import STOP_GRACE, Watcher, WatcherConfig
 from tests.exporter import exporter, scrape
+from tests.integration.test_cli import _env
 from tests.integration.test_privileges import Roles, login_roles
 from tests.stores import Stores
 from tests.util import wait_until
@@ -159,6 +162,7 @@ class BlackHole:
             else (socket.AF_INET, (host, port))
         )
         self.hole = threading.Event()
+        self.swallowed = 0  # bytes sent into the hole
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.dsn = conninfo.make_conninfo(
             dsn, host="127.0.0.1", port=str(self.listener.getsockname()[1])
@@ -181,6 +185,8 @@ class BlackHole:
             while data := src.recv(65536):
                 if not self.hole.is_set():
                     dst.sendall(data)
+                else:
+                    self.swallowed += len(data)
 
     def close(self) -> None:
         for s in self.sockets:
@@ -220,6 +226,35 @@ def test_a_black_holed_connection_answers_down_within_the_timeout_and_sigterm_en
             _, err = proc.communicate()
         assert "scrape failed: ScrapeTimeout: the database did not answer within 1s" in err
     finally:
+        hole.close()
+
+
+def test_sigterm_ends_watch_while_its_pass_waits_for_a_black_holed_database(
+    db_dsn: str,
+) -> None:
+    hole = BlackHole(db_dsn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leasectl", "watch", "--interval", "200ms"],
+        env=_env(hole.dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "watching all queues" in proc.stderr.readline()
+        hole.hole.set()
+        wait_until(lambda: hole.swallowed > 0, what="the next pass sends into the hole")
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(STOP_GRACE + 10) == 0
+        assert time.monotonic() - started < STOP_GRACE + 3
+        _, err = proc.communicate()
+        assert "the pass did not end within 5s of the signal" in err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         hole.close()
 
 
