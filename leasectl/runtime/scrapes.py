@@ -154,6 +154,7 @@ class SharedReads:
         self._cached: tuple[float, _Call] | None = None
         self._failing: str | None = None
         self._fold_failing: str | None = None
+        self._told_no_fold = False
         self._closed = False
 
     def close(self) -> None:
@@ -204,7 +205,10 @@ class SharedReads:
 
     def _fold(self, reads: MetricsReads) -> None:
         if not reads.may_fold:
-            return None  # a viewer's exporter: `watch` folds
+            if not self._told_no_fold:
+                log.info("this role may not fold the counters (a viewer's): `leasectl watch` does")
+                self._told_no_fold = True
+            return None
         try:
             reads.fold(self.timeout)
         except Exception as exc:
