@@ -157,13 +157,16 @@ class SharedReads:
         self._told_no_fold = False
         self._closed = False
 
-    def close(self) -> None:
-        """Stop every session; waits for none of them."""
+    def close(self, wait: float = 2.0) -> None:
+        """Stop every session; waits at most ``wait`` seconds for the current one to close its
+        connection (none for those left behind)."""
         with self._lock:
             self._closed = True
             self._session.stop()
             for session in self._abandoned:
                 session.stop()
+            current = self._session.thread
+        current.join(wait)
 
     def read(self) -> Outcome:
         """One scrape's rows: a read finished less than ``cache_for`` seconds ago, the read in
@@ -216,8 +219,8 @@ class SharedReads:
             if error != self._fold_failing:
                 log.warning("folding the counters failed: %s: %s", error, visible(str(exc)))
             self._fold_failing = error
-        else:
-            self._fold_failing = None
+            raise  # the session decides whether its connection is still sound
+        self._fold_failing = None
         return None
 
     # -- under self._lock ---------------------------------------------------------------------
