@@ -178,8 +178,14 @@ class SharedReads:
             if cached is not None and start - cached[0] < self.cache_for:
                 return self._outcome(cached[1], None)
             call = self._reading
-            if call is not None and call.done.is_set() and start - call.finished >= self.cache_for:
-                call = None  # a read no scrape took in time: too old to answer this one
+            if call is not None and call.done.is_set():
+                # A read that ended after its scrapes stopped waiting: fresh data answers this
+                # scrape; a failure (or old data) is not this scrape's, which reads anew.
+                self._reading = None
+                if call.error is None and start - call.finished < self.cache_for:
+                    self._cached = (call.finished, call)
+                    return self._outcome(call, None)
+                call = None
             if call is None:
                 if self._stuck():
                     return self._report(Outcome(None, DatabaseNotAnswering.__name__, 0.0), "")
@@ -190,7 +196,7 @@ class SharedReads:
             if self._reading is call and call.done.is_set():
                 self._reading = None
                 if call.error is None:
-                    self._cached = (time.monotonic(), call)
+                    self._cached = (call.finished, call)
             if call.done.is_set():
                 return self._outcome(call, None)
             self._abandon_if_stuck(call, limit)

@@ -354,7 +354,12 @@ def test_a_scrape_past_its_timeout_says_down_and_the_next_one_reads(
         # (The read before answers the scrapes of the next second: scrapes.CACHE_FOR.)
         down = wait_until(lambda: (d := scrape(url)).value("leasectl_up") == 0 and d)
         assert down.value("leasectl_up") == 0
-        assert down.value("leasectl_scrape_error_info", error="QueryTimeout") == 1
+        # The server cancels the statement (QueryTimeout) a little before the wall clock gives
+        # up on it (ScrapeTimeout): on a loaded machine, either may come first.
+        assert {dict(k)["error"] for k in down.series("leasectl_scrape_error_info")} <= {
+            "QueryTimeout", "ScrapeTimeout",
+        }  # fmt: skip
+        assert down.series("leasectl_scrape_error_info")
         assert 0.4 < down.value("leasectl_scrape_duration_seconds") < 5
         locker.rollback()
         up = scrape(url)
