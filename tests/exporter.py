@@ -48,10 +48,11 @@ def scrape(url: str, timeout: float = 30) -> Scrape:
 
 @contextlib.contextmanager
 def exporter(
-    dsn: str, *args: str, listen: str = "127.0.0.1:0"
+    dsn: str, *args: str, listen: str = "127.0.0.1:0", stopped_by_test: bool = False
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """`leasectl metrics --listen LISTEN --json` running against ``dsn``: (process, URL).
-    Stopped by SIGTERM afterwards, which must end it cleanly (exit 0)."""
+    Stopped by SIGTERM afterwards (or by the test, ``stopped_by_test``), which must end it
+    cleanly (exit 0)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "leasectl", "metrics", "--listen", listen, "--json", *args],
         env=_env(dsn),
@@ -67,7 +68,7 @@ def exporter(
         )
         url = json.loads(line)["listen"]
         yield proc, url
-        assert proc.poll() is None, "the exporter ended while serving"
+        assert stopped_by_test or proc.poll() is None, "the exporter ended while serving"
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

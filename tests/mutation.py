@@ -571,6 +571,11 @@ NOT_COUNTED = COUNTERS + "test_an_attempt_updated_after_it_ended_and_other_audit
 NEITHER = COUNTERS + "test_a_takeover_and_a_release_count_as_neither_completion_nor_failure"
 FOLDS = COUNTERS + "test_concurrent_folds_count_each_delta_once"
 FOLD_LIMIT = COUNTERS + "test_two_collectors_agree_and_folding_changes_no_value"
+FOLD_SQL = "migrations/016_counters_fold_skips_locks.sql"
+FOLD_HELD = (
+    "tests/integration/test_metrics_abuse.py::"
+    "test_a_fold_left_open_freezes_no_fold_no_scrape_and_no_watcher_pass"
+)
 
 
 def _counted(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
@@ -611,9 +616,15 @@ MUTANTS += (
              "coalesce(e.before ->> 'queue', j.queue, '')", "coalesce(j.queue, '')"),
     _counted("event-job", "counters_from_job_events", "FROM jobs WHERE id = e.job_id OFFSET 0",
              "FROM jobs OFFSET 0"),
-    _counted("fold-adds", "counters_fold", "SET value = t.value + excluded.value",
-             "SET value = excluded.value", FOLDS),
-    _counted("fold-limit", "counters_fold", " LIMIT max_rows))", "))", FOLD_LIMIT),
+    # The fold as migration 16 redefined it (it never waits for another transaction's locks).
+    mutant("counters-fold-adds", FOLD_SQL, "counters_fold", "SET value = t.value + s.delta",
+           "SET value = s.delta", (FOLDS,)),
+    mutant("counters-fold-limit", FOLD_SQL, "counters_fold",
+           "            LIMIT max_rows\n            FOR UPDATE OF d SKIP LOCKED", 
+           "            FOR UPDATE OF d SKIP LOCKED", (FOLDS,)),
+    mutant("counters-fold-skips-held-totals", FOLD_SQL, "counters_fold",
+           "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE SKIP LOCKED",
+           "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE", (FOLD_HELD,)),
 )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import logging
 import signal
+import threading
 from datetime import timedelta
 from types import FrameType
 from typing import Annotated
@@ -30,7 +31,13 @@ from leasectl.present.actions import (
     watcher_renderables,
 )
 from leasectl.present.jsonout import watcher_json
-from leasectl.runtime.watcher import DEFAULT_REASON, Watcher, WatcherConfig, run_pass
+from leasectl.runtime.watcher import (
+    DEFAULT_REASON,
+    Watcher,
+    WatcherConfig,
+    run_pass,
+    run_until_stopped,
+)
 
 log = logging.getLogger("leasectl.cli")
 
@@ -100,10 +107,12 @@ def watch(
     _setup_logging(log_level)
     with _operations(ctx) as ops:
         watcher = Watcher(ops, watcher_config)
+        signalled = threading.Event()
 
         def stop(signum: int, frame: FrameType | None) -> None:
             log.info("signal %d: stopping the watcher", signum)
             watcher.stop()
+            signalled.set()
 
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
@@ -114,7 +123,7 @@ def watch(
             ops.db.where,
         )
         try:
-            watcher.run()
+            run_until_stopped(watcher, signalled)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -8,7 +8,7 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from leasectl.cli.root import _duration, _emit_json, _globals, _say
 from leasectl.cli.stderr import LogLevel, _setup_logging
@@ -18,6 +18,7 @@ from leasectl.core.literal import echo
 from leasectl.db.connection import Database
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import FOLD_EVERY, LeasectlCollector
+from leasectl.runtime.exporter_server import serve
 
 
 def metrics(
@@ -28,7 +29,7 @@ def metrics(
             "--listen",
             metavar="HOST:PORT",
             help="Where to serve /metrics: 127.0.0.1:9464, [::1]:9464, 0.0.0.0:9464 (every "
-            "interface); port 0 picks a free port.",
+            "interface: /metrics has no authentication); port 0 picks a free port.",
             show_default=False,
         ),
     ],
@@ -36,8 +37,8 @@ def metrics(
         str,
         typer.Option(
             metavar="DURATION",
-            help="A scrape's limit for reaching and reading the database; past it the scrape "
-            "answers leasectl_up 0.",
+            help="A scrape's limit for reaching and reading the database (wall clock); past it "
+            "the scrape answers leasectl_up 0.",
         ),
     ] = "5s",
     log_level: Annotated[
@@ -72,7 +73,7 @@ def metrics(
         registry = CollectorRegistry(auto_describe=True)
         registry.register(collector)
         try:
-            server, thread = start_http_server(port, addr=host, registry=registry)
+            server, thread = serve(host, port, registry)
         except OSError as exc:
             raise LeasectlError(f"cannot listen on {echo(listen)}: {exc.strerror or exc}") from None
         bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
@@ -89,6 +90,8 @@ def metrics(
                 _emit_json({"listen": url, "host": bound_host, "port": bound_port}, indent=None)
             else:
                 _say(f"serving metrics of schema {echo(schema)} at {first.db.where} on {url}")
+            # The fold runs on the collector's database thread: this loop only waits for a
+            # signal, so SIGTERM ends the exporter whatever the database does.
             while not stop.wait(FOLD_EVERY):
                 collector.fold()
         finally:

@@ -7,6 +7,11 @@ finished history is only the planner's estimate; the owners are the console's
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,9 +21,11 @@ from psycopg.rows import dict_row
 
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.models import OwnerHealth, PausedQueue
+from leasectl.db import counters as counter_folds
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.operations import FOLD_LIMIT, owner_health
+from leasectl.db.counters import FOLD_LIMIT
+from leasectl.db.operations import owner_health
 
 
 @dataclass(frozen=True)
@@ -80,7 +87,7 @@ class MetricsReads:
         owner_window: timedelta = timedelta(hours=1),
         paused_limit: int = 1000,
         risk_window: timedelta = timedelta(seconds=10),
-        counter_limit: int = 20000,
+        counter_limit: int = 20000,  # series per counter
         fold_limit: int = FOLD_LIMIT,
     ) -> None:
         self.db = db
@@ -97,31 +104,67 @@ class MetricsReads:
         self.owner_limit = owner_limit
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
         self.risk_window = risk_window
+        self._may_fold: bool | None = None
+        self._socket: int | None = None  # the descriptor abort() shuts
+        self._socket_lock = threading.Lock()
 
     def close(self) -> None:
         self.db.close(timeout=1.0)
 
-    def fold(self) -> int:
+    def fold(self, timeout: timedelta = counter_folds.FOLD_TIMEOUT) -> int:
         """Move up to ``fold_limit`` counter deltas into their totals (one short write
-        transaction); returns how many. No value changes: a scrape reads both."""
-        row = self.db.one("metrics_counters_fold", {"fold_limit": self.limits["fold_limit"]})
-        return int(row["folded"]) if row else 0
+        transaction, bounded by ``timeout``); returns how many. No value changes: a scrape
+        reads both."""
+        with self._tracked(timeout=counter_folds.TIMED_OUT) as conn:
+            return counter_folds.fold_on(conn, self.db.schema, self.limits["fold_limit"], timeout)
+
+    @contextlib.contextmanager
+    def _tracked(self, **mapping: Any) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection whose socket ``abort`` may shut meanwhile (a duplicate of its
+        descriptor, so that it names this socket even if the connection closes)."""
+        with self.db.connection(**mapping) as conn:
+            fd = os.dup(conn.pgconn.socket)
+            with self._socket_lock:
+                self._socket = fd
+            try:
+                yield conn
+            finally:
+                with self._socket_lock:
+                    self._socket = None
+                os.close(fd)
+
+    def abort(self) -> None:
+        """From another thread: shut the socket of the call in progress, so that a call that
+        waits for a server that no longer answers (a black-holed network) fails now."""
+        with self._socket_lock:
+            if self._socket is None:
+                return
+            with (
+                contextlib.suppress(OSError),
+                socket.fromfd(self._socket, socket.AF_INET, socket.SOCK_STREAM) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @property
+    def may_fold(self) -> bool:
+        """Whether this role may fold (an operator's; a viewer's reads only), asked once."""
+        if self._may_fold is None:
+            self._may_fold = counter_folds.may_fold(self.db)
+        return self._may_fold
 
     def read(self, timeout: timedelta) -> MetricsRows:
         """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
         each statement bounded by ``timeout``."""
         schema = self.db.schema
+        limit = str(max(1, int(timeout.total_seconds() * 1000)))
         params: dict[str, Any] = {
             **self.limits,
             "budget": self.budget,
             "floor": self.floor,
             "risk_window": self.risk_window,
             "schema": schema,
-            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
-            "setting_values": [
-                *queries.CONSOLE_SETTINGS.values(),
-                str(max(1, int(timeout.total_seconds() * 1000))),
-            ],
+            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout", "lock_timeout"],
+            "setting_values": [*queries.CONSOLE_SETTINGS.values(), limit, limit],
         }
         reads: list[tuple[str, str, dict[str, Any]]] = [
             ("begin", "console_snapshot_begin", params),
@@ -135,7 +178,7 @@ class MetricsReads:
             ("paused", "console_paused", params),
             ("counters", "metrics_counters", params),
         ]
-        with self.db.connection(timeout="the scrape's reads took longer than --timeout") as conn:
+        with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
                 cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for label, name, args in reads:
@@ -152,7 +195,8 @@ class MetricsReads:
             truncated.add("owners")
         if rows["paused"] and int(rows["paused"][0]["total"]) > len(rows["paused"]):
             truncated.add("paused")
-        if len(rows["counters"]) > self.limits["counter_limit"]:
+        counter_rows = _per_counter(rows["counters"], self.limits["counter_limit"])
+        if len(counter_rows) < len(rows["counters"]):
             truncated.add("counters")
         return MetricsRows(
             db_now=db_now,
@@ -182,7 +226,19 @@ class MetricsReads:
             paused=tuple(PausedQueue.from_row(r) for r in rows["paused"]),
             counters=tuple(
                 CounterValue(r["counter"], r["action"], r["queue"], int(r["value"]))
-                for r in rows["counters"][: self.limits["counter_limit"]]
+                for r in counter_rows
             ),
             truncated=frozenset(truncated),
         )
+
+
+def _per_counter(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """At most ``limit`` rows of each counter (metrics_counters reads one more of a counter
+    that has more: that one is truncated, the others whole)."""
+    kept: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for r in rows:
+        seen[r["counter"]] = seen.get(r["counter"], 0) + 1
+        if seen[r["counter"]] <= limit:
+            kept.append(r)
+    return kept

@@ -38,7 +38,7 @@ from leasectl.core.models import (
     StatusReport,
 )
 from leasectl.core.texts import ROWS_SHOWN, TEXT_SHOWN, TextCut
-from leasectl.db import producer
+from leasectl.db import counters, producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.held import apply_skipping_held
@@ -46,10 +46,6 @@ from leasectl.db.held import apply_skipping_held
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
 PAUSED_READ = 1000
-
-# The most counter deltas one fold moves (migration 11's counters_fold): a fold of that many
-# takes a few hundred milliseconds (BENCHMARKS.md, "counters").
-FOLD_LIMIT = 100_000
 
 
 def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
@@ -482,9 +478,9 @@ class Operations:
         return (int(row["jobs"]), int(row["events"])) if row else (0, 0)
 
     def fold_counters(self, limit: int = 0) -> int:
-        """Move up to ``limit`` (FOLD_LIMIT) counter deltas into their totals; how many moved."""
-        row = self.db.one("metrics_counters_fold", {"fold_limit": limit or FOLD_LIMIT})
-        return int(row["folded"]) if row else 0
+        """Move up to ``limit`` (FOLD_LIMIT) counter deltas into their totals; how many moved.
+        Bounded in time (``counters.FOLD_TIMEOUT``); never waits for another role's locks."""
+        return counters.fold(self.db, limit or counters.FOLD_LIMIT)
 
     def prune_count(self, older_than: timedelta, queue: str | None) -> int:
         row = self.db.one("jobs_prune_count", {"older_than": older_than, "queue": queue})

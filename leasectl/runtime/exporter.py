@@ -1,30 +1,31 @@
-"""The Prometheus exporter (``leasectl metrics``): a collector that reads the database on each
-scrape (``db/metrics.py``) and names what it read in Prometheus' terms.
+"""The Prometheus exporter (``leasectl metrics``): a collector that reads the database for the
+scrapes (``db/metrics.py`` through ``runtime/scrapes.py``) and names what it read in
+Prometheus' terms; the HTTP server is ``runtime/exporter_server.py``.
 
-A scrape that cannot reach the database still answers: ``leasectl_up 0`` and the error's class;
-the next scrape connects afresh (one connection attempt per scrape, not the pool's growing
-backoff), so the exporter recovers at the first scrape after the database is back. Scrapes are
-serialised: two Prometheus servers scraping at once cost one read each, one after the other.
+A scrape that cannot reach the database, or does not hear from it within ``--timeout``, still
+answers: ``leasectl_up 0`` and the error's class; the next read connects afresh (one connection
+attempt per read, not the pool's growing backoff), so the exporter recovers at the first scrape
+after the database is back. Concurrent scrapes share one read, and a read answers the scrapes
+of the next second too (``scrapes.CACHE_FOR``).
+
+Label values are data written by producers and workers: control characters (C0, DEL, C1), bidi
+and other format characters come out as visible escapes (``\\x1b``, ``\\u202e``, as the CLI
+shows them, ``core/literal.py``) and a backslash is doubled, so that distinct values stay
+distinct and ``curl /metrics`` in a terminal prints text, never commands to the terminal.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from leasectl.core.errors import QueryTimeout
 from leasectl.core.literal import visible
 from leasectl.core.models import Freshness, JobStatus
 from leasectl.db.metrics import MetricsReads, MetricsRows
-
-log = logging.getLogger(__name__)
+from leasectl.runtime.scrapes import SharedReads
 
 # Every metric this exporter can emit: name -> (type, labels, help). README's "Metrics" section
 # lists the same; tests check both against a real scrape.
@@ -156,8 +157,17 @@ def _family(name: str) -> Metric:
     return _counter(name) if METRICS[name][0] == "counter" else _gauge(name)
 
 
+def label(value: str) -> str:
+    """A label value safe to print: every control, format and separator character escaped as
+    the CLI shows it, and a backslash doubled first (so that no two values become one)."""
+    if value.isascii() and value.isprintable() and "\\" not in value:
+        return value
+    return visible(value.replace("\\", "\\\\"))
+
+
 class LeasectlCollector(Collector):
-    """Reads the database on each scrape; never raises out of ``collect``."""
+    """Reads the database for the scrapes; never raises out of ``collect``, never waits for
+    the database longer than ``timeout``."""
 
     def __init__(
         self,
@@ -167,36 +177,16 @@ class LeasectlCollector(Collector):
     ) -> None:
         """``reads``: over an open database (None: connect at the first scrape); ``connect``:
         a new one, after a scrape that lost the database."""
-        self.reads = reads
-        self.timeout = timeout
-        self.connect = connect
-        self._lock = threading.Lock()
-        self._failing: str | None = None  # the error class of the last failed scrape
-        self._fold_failing: str | None = None  # ... and of the last failed fold
+        self.shared = SharedReads(reads, timeout, connect)
 
     def close(self) -> None:
-        with self._lock:
-            if self.reads is not None:
-                self.reads.close()
-                self.reads = None
+        self.shared.close()
 
     def fold(self) -> None:
-        """Fold the counters' deltas (``leasectl metrics`` runs it every FOLD_EVERY seconds,
-        between scrapes): a scrape then reads the deltas of about a second, not of a scrape
-        interval. A failure is logged once and left to the next fold; the next scrape says
-        whether the database can be read."""
-        with self._lock:
-            if self.reads is None:
-                return
-            try:
-                self.reads.fold()
-            except Exception as exc:
-                error = type(exc).__name__
-                if error != self._fold_failing:
-                    log.warning("folding the counters failed: %s: %s", error, visible(str(exc)))
-                self._fold_failing = error
-            else:
-                self._fold_failing = None
+        """Start a fold of the counters' deltas if the exporter's role may fold (``leasectl
+        metrics`` asks every FOLD_EVERY seconds, between scrapes): a scrape then reads the
+        deltas of about a second. Never waits; a failure is logged once."""
+        self.shared.fold()
 
     def describe(self) -> Iterator[Metric]:
         # No reads at registration: the registry learns the names from this, not from collect().
@@ -204,39 +194,19 @@ class LeasectlCollector(Collector):
             yield _family(name)
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            start = time.perf_counter()
-            try:
-                if self.reads is None:
-                    self.reads = self.connect()
-                rows: MetricsRows | None = self.reads.read(self.timeout)
-                error = None
-            except Exception as exc:  # any failure is a scrape of "down", never a 500
-                rows, error = None, type(exc).__name__
-                if error != self._failing:
-                    log.warning("scrape failed: %s: %s", error, visible(str(exc)))
-                if self.reads is not None and not isinstance(exc, QueryTimeout):
-                    # A slow statement leaves the connection sound; anything else may not.
-                    with contextlib.suppress(Exception):
-                        self.reads.close()
-                    self.reads = None
-            else:
-                if self._failing is not None:
-                    log.warning("scrape succeeded again")
-            self._failing = error
-            elapsed = time.perf_counter() - start
+        outcome = self.shared.read()
         up = _gauge("leasectl_up")
-        up.add_metric([], 0 if rows is None else 1)
+        up.add_metric([], 0 if outcome.rows is None else 1)
         yield up
-        if error is not None:
+        if outcome.error is not None:
             info = _gauge("leasectl_scrape_error_info")
-            info.add_metric([error], 1)
+            info.add_metric([outcome.error], 1)
             yield info
         duration = _gauge("leasectl_scrape_duration_seconds")
-        duration.add_metric([], elapsed)
+        duration.add_metric([], outcome.took)
         yield duration
-        if rows is not None:
-            yield from families(rows)
+        if outcome.rows is not None:
+            yield from families(outcome.rows)
 
 
 def families(rows: MetricsRows) -> Iterator[Metric]:
@@ -249,17 +219,17 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     jobs, capped = _gauge("leasectl_jobs"), _gauge("leasectl_jobs_capped")
     oldest = _gauge("leasectl_oldest_due_job_age_seconds")
     for p in rows.pending:
-        jobs.add_metric([p.queue, JobStatus.PENDING], p.jobs.value)
-        capped.add_metric([p.queue, JobStatus.PENDING], int(p.jobs.capped))
-        oldest.add_metric([p.queue], p.oldest_due_age or 0.0)
+        jobs.add_metric([label(p.queue), JobStatus.PENDING], p.jobs.value)
+        capped.add_metric([label(p.queue), JobStatus.PENDING], int(p.jobs.capped))
+        oldest.add_metric([label(p.queue)], p.oldest_due_age or 0.0)
     processing: dict[str, int] = {}
     for lease in rows.leases:
         processing[lease.queue] = processing.get(lease.queue, 0) + lease.processing
     for queue in sorted(processing):
-        jobs.add_metric([queue, JobStatus.PROCESSING], processing[queue])
+        jobs.add_metric([label(queue), JobStatus.PROCESSING], processing[queue])
     for queue, stuck in sorted(rows.stuck.items()):
-        jobs.add_metric([queue, JobStatus.STUCK], stuck.value)
-        capped.add_metric([queue, JobStatus.STUCK], int(stuck.capped))
+        jobs.add_metric([label(queue), JobStatus.STUCK], stuck.value)
+        capped.add_metric([label(queue), JobStatus.STUCK], int(stuck.capped))
     yield jobs
     yield capped
     yield oldest
@@ -272,8 +242,8 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
 
     expired, at_risk = _gauge("leasectl_leases_expired"), _gauge("leasectl_leases_at_risk")
     for lease in rows.leases:
-        expired.add_metric([lease.queue, lease.owner], lease.expired)
-        at_risk.add_metric([lease.queue, lease.owner], lease.at_risk)
+        expired.add_metric([label(lease.queue), label(lease.owner)], lease.expired)
+        at_risk.add_metric([label(lease.queue), label(lease.owner)], lease.at_risk)
     yield expired
     yield at_risk
 
@@ -282,8 +252,8 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     by_freshness = dict.fromkeys(Freshness, 0)
     for owner in rows.owners:
         by_freshness[owner.freshness] += 1
-        held.add_metric([owner.owner, owner.freshness], owner.held)
-        held_expired.add_metric([owner.owner, owner.freshness], owner.expired)
+        held.add_metric([label(owner.owner), owner.freshness], owner.held)
+        held_expired.add_metric([label(owner.owner), owner.freshness], owner.expired)
     for freshness, owned in by_freshness.items():
         owners.add_metric([freshness], owned)
     yield owners
@@ -292,7 +262,7 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
 
     paused = _gauge("leasectl_queue_paused")
     for state in rows.paused:
-        paused.add_metric([state.queue], 1)
+        paused.add_metric([label(state.queue)], 1)
     yield paused
 
     counters = {name: _counter(name) for name in COUNTERS.values()}
@@ -300,6 +270,6 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
         name = COUNTERS.get(c.counter)
         if name is None:  # a counter of a newer leasectl's schema
             continue
-        labels = [c.queue, c.action] if len(METRICS[name][1]) == 2 else [c.queue]
+        labels = [label(c.queue), label(c.action)][: len(METRICS[name][1])]
         counters[name].add_metric(labels, c.value)
     yield from counters.values()

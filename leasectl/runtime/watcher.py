@@ -16,7 +16,8 @@ from leasectl.core.config import watcher_actor
 from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
-from leasectl.db.operations import FOLD_LIMIT, Operations
+from leasectl.db.counters import FOLD_LIMIT
+from leasectl.db.operations import Operations
 
 log = logging.getLogger("leasectl.watcher")
 
@@ -169,3 +170,41 @@ class Watcher:
             self._fold_failed = True
         else:
             self._fold_failed = False
+
+
+# Seconds a signalled watcher's pass has to end before `watch` exits without it.
+STOP_GRACE = 5.0
+
+
+def run_until_stopped(
+    watcher: Watcher, signalled: threading.Event, grace: float = STOP_GRACE
+) -> bool:
+    """Run ``watcher`` on a thread of its own until it ends, or until ``grace`` seconds after
+    ``signalled`` is set (and ``watcher.stop()`` called): a pass that waits for a database that
+    no longer answers (a black-holed network) cannot keep SIGTERM from ending `watch`; the
+    server rolls back what the pass had not committed. False: the pass was left behind. An
+    error the watcher raised is raised here."""
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            watcher.run()
+        except BaseException as exc:
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="leasectl-watcher", daemon=True).start()
+    while not done.wait(0.2):
+        if signalled.is_set():
+            if not done.wait(grace):
+                log.warning(
+                    "watcher: the pass did not end within %gs of the signal; exiting without it",
+                    grace,
+                )
+                return False
+            break
+    if failed:
+        raise failed[0]
+    return True

@@ -5,6 +5,8 @@ run next."""
 from __future__ import annotations
 
 import re
+import unicodedata
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import yaml
 from tests.exporter import Scrape, exporter, scrape
 from tests.seed import seed_console
 from tests.stores import Stores
+from tests.util import wait_until
 
 RULES = Path(__file__).resolve().parents[2] / "contrib" / "prometheus" / "alerts.yml"
 METRIC = re.compile(r"\bleasectl_[a-z_]+\b")
@@ -37,7 +40,7 @@ def exported(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> tuple[
     with exporter(db_dsn) as (_, url):
         up = scrape(url)
         sql_conn.execute("DROP SCHEMA leasectl CASCADE")
-        down = scrape(url)
+        down = wait_until(lambda: (d := scrape(url)).value("leasectl_up") == 0 and d)
     assert up.value("leasectl_up") == 1 and down.value("leasectl_up") == 0
     return up, down
 
@@ -79,12 +82,11 @@ def test_every_rule_waits_and_says_what_to_run_next() -> None:
         assert rule["annotations"]["summary"], rule["alert"]
         assert "`leasectl " in description, rule["alert"]
         if "$labels.queue" in rule["annotations"]["summary"]:
-            assert "leasectl tui --queue '{{ $labels.queue }}'" in description, rule["alert"]
+            assert "`leasectl tui` and filter (`/`) to the queue named above" in " ".join(
+                description.split()
+            ), rule["alert"]
     silent = next(r for r in rules() if r["alert"] == "LeasectlExpiredLeasesSilentOwner")
-    assert (
-        "leasectl requeue-stuck --owner '{{ $labels.owner }}'"
-        in silent["annotations"]["description"]
-    )
+    assert "`leasectl requeue-stuck --dry-run`" in silent["annotations"]["description"]
     # The issue's five: silent owner > 2 min, expired > 5 min, oldest due, Stuck, exporter down.
     assert {
         "LeasectlExpiredLeasesSilentOwner",
@@ -96,3 +98,54 @@ def test_every_rule_waits_and_says_what_to_run_next() -> None:
     by_name = {r["alert"]: r for r in rules()}
     assert by_name["LeasectlExpiredLeasesSilentOwner"]["for"] == "2m"
     assert by_name["LeasectlExpiredLeases"]["for"] == "5m"
+
+
+CODE = re.compile(r"`([^`]*)`")
+# A queue name and an owner a producer and a worker may write: shell quoting broken out of,
+# a terminal retitled and cleared, text reordered.
+HOSTILE_QUEUE = "x'; touch /tmp/PWNED; echo '"
+HOSTILE_OWNER = "w\x1b]0;owned\x07\x1b[2J\u202e$(reboot)"
+
+
+def _render(text: str, labels: dict[str, str]) -> str:
+    """An annotation as Prometheus renders it for these labels (the template forms used here)."""
+    for name, value in labels.items():
+        text = text.replace("{{ $labels." + name + " }}", value)
+    return text
+
+
+def test_no_rule_puts_a_label_value_inside_a_command() -> None:
+    """The rules spliced label values into commands to paste
+    (`leasectl requeue-stuck --owner '{{ $labels.owner }}'`): a producer's queue named
+    ``x'; touch /tmp/PWNED; echo '`` fired a rule whose command ran `touch`."""
+    for rule in rules():
+        for key, text in rule["annotations"].items():
+            for command in CODE.findall(text):
+                assert "{{" not in command and "$labels" not in command, (rule["alert"], key)
+
+
+def test_a_hostile_queue_and_owner_come_out_of_the_rules_as_data(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """The label values a rule would be rendered with, from a real exporter: escaped (no byte a
+    terminal acts on), and in no command of the rendered annotation."""
+    for job in store.ops.enqueue([{}, {}], queue=HOSTILE_QUEUE):
+        assert job
+    store.work.claim(HOSTILE_QUEUE, HOSTILE_OWNER, timedelta(seconds=30))
+    sql_conn.execute("UPDATE leasectl.jobs SET lease_until = now() - interval '1 hour'")
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET run_at = now() - interval '1 hour' WHERE status = 'Pending'"
+    )
+    with exporter(db_dsn) as (_, url):
+        s = scrape(url)
+    [expired] = s.series("leasectl_leases_expired")
+    labels = dict(expired)
+    assert labels["queue"] == HOSTILE_QUEUE  # printable: shown as it is, as prose
+    assert labels["owner"] == "w\\x1b]0;owned\\x07\\x1b[2J\\u202e$(reboot)"
+    assert s.value("leasectl_oldest_due_job_age_seconds", queue=HOSTILE_QUEUE) > 600
+    for rule in rules():
+        for text in rule["annotations"].values():
+            rendered = _render(text, labels)
+            assert not any(unicodedata.category(ch) in {"Cc", "Cf"} for ch in rendered.strip())
+            for command in CODE.findall(rendered):
+                assert HOSTILE_QUEUE not in command and "reboot" not in command, rule["alert"]

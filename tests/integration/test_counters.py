@@ -10,8 +10,10 @@ import uuid
 from datetime import timedelta
 
 import psycopg
+import pytest
 
 from bench.plans import explain_nested
+from leasectl.core.errors import PermissionDenied
 from leasectl.db import grants
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import LeasectlCollector
@@ -256,6 +258,8 @@ def test_concurrent_folds_count_each_delta_once(
     ids = store.ops.enqueue([{}] * 200, queue="f")
     for job in ids:  # 200 statements: 200 deltas
         assert store.work.complete(store.work.claim("f", "w", TTL)) == {job}
+    # One key's 200 deltas: a fold moves at most its limit of them.
+    assert sql_conn.execute("SELECT leasectl.counters_fold(7)").fetchone() == (7,)
     errors: list[BaseException] = []
 
     def fold() -> None:
@@ -275,7 +279,7 @@ def test_concurrent_folds_count_each_delta_once(
     assert _collect(MetricsReads(store.db)) == {"leasectl_jobs_completed_total{f}": 200}
 
 
-def test_every_role_that_acts_counts_and_a_viewer_reads_and_folds(
+def test_every_role_that_acts_counts_an_operator_folds_and_a_viewer_only_reads(
     server_dsn: str, db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     tag = uuid.uuid4().hex[:8]
@@ -297,7 +301,12 @@ def test_every_role_that_acts_counts_and_a_viewer_reads_and_folds(
             seen = operator.ops.seen_now([b])
             assert operator.ops.operator_cancel(seen, actor="o", reason="r").changed == (b,)
             operator.ops.pause("r", actor="o", reason="r")
-            assert MetricsReads(viewer.db).fold() == 6
+            # Migration 16: a viewer may not fold (it would hold the folds' locks); it reads.
+            assert not MetricsReads(viewer.db).may_fold
+            with pytest.raises(PermissionDenied):
+                MetricsReads(viewer.db).fold()
+            assert MetricsReads(operator.db).may_fold
+            assert MetricsReads(operator.db).fold() == 6
             assert _collect(MetricsReads(viewer.db)) == {
                 "leasectl_jobs_completed_total{r}": 1,
                 "leasectl_attempts_failed_total{r}": 1,
@@ -333,11 +342,42 @@ def test_the_watcher_folds_the_counters_after_each_pass(
 def test_counters_past_their_limit_say_they_are_truncated(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
+    """The limit is per counter: a counter of many series is cut, and says so, but never
+    pushes another counter out of the scrape (every counter keeps its first series)."""
     act_on_everything(store, sql_conn)
-    rows = MetricsReads(store.db, counter_limit=3).read(timedelta(seconds=10))
-    assert len(rows.counters) == 3 and "counters" in rows.truncated
-    rows = MetricsReads(store.db, counter_limit=15).read(timedelta(seconds=10))
-    assert len(rows.counters) == 15 and "counters" not in rows.truncated
+    whole = MetricsReads(store.db).read(timedelta(seconds=10))
+    per_counter: dict[str, list[tuple[str, str]]] = {}
+    for c in whole.counters:
+        per_counter.setdefault(c.counter, []).append((c.action, c.queue))
+    assert set(per_counter) == {"completed", "failed", "retried", "watcher", "operator"}
+    assert max(len(v) for v in per_counter.values()) > 1
+    rows = MetricsReads(store.db, counter_limit=1).read(timedelta(seconds=10))
+    assert "counters" in rows.truncated
+    assert {c.counter: [(c.action, c.queue)] for c in rows.counters} == {
+        counter: keys[:1] for counter, keys in per_counter.items()
+    }
+    most = max(len(v) for v in per_counter.values())
+    rows = MetricsReads(store.db, counter_limit=most).read(timedelta(seconds=10))
+    assert rows.counters == whole.counters and "counters" not in rows.truncated
+
+
+def test_many_series_of_one_counter_leave_the_others_in_the_scrape(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """The read stopped at 20,000 rows across counters, so 20,000 pause/resume
+    series made the watcher's counter vanish from /metrics."""
+    act_on_everything(store, sql_conn)
+    sql_conn.execute(
+        "INSERT INTO leasectl.counter_totals (counter, action, queue, value) "
+        "SELECT 'operator', a, 'q' || i, 1 FROM generate_series(1, 60) AS i, "
+        "unnest(ARRAY['pause', 'resume']) AS a"
+    )
+    rows = MetricsReads(store.db, counter_limit=50).read(timedelta(seconds=10))
+    assert {c.counter for c in rows.counters} == {
+        "completed", "failed", "retried", "watcher", "operator",
+    }  # fmt: skip
+    assert sum(c.counter == "operator" for c in rows.counters) == 50
+    assert "counters" in rows.truncated
 
 
 def test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history(

@@ -891,8 +891,9 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
     server_dsn: str, empty_db_dsn: str
 ) -> None:
     """Migration 11 adds the counters: the roles that could read job_events (viewers and
-    operators granted by version 10) read and fold them, with no `leasectl grant` re-run; a
-    worker's completion is counted although it may not write the counters."""
+    operators granted by version 10) read them, and operators fold them (migration 16 takes the
+    fold from viewers), with no `leasectl grant` re-run; a worker's completion is counted
+    although it may not write the counters."""
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v10_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
@@ -918,14 +919,15 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
             assert store.db.migrate() == [m.version for m in queries.migrations()][10:]
         with Stores.connect(roles.dsn("worker"), "leasectl") as store:
             assert store.work.complete(store.work.claim("q", "w", timedelta(seconds=30))) == {job}
+        with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+            conn.execute("SELECT leasectl.counters_fold(10)")
         for kind in ("viewer", "operator"):
             with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
-                conn.execute("SELECT leasectl.counters_fold(10)")
                 total = conn.execute(
                     "SELECT sum(value) FROM leasectl.counter_totals WHERE counter = 'completed'"
                 ).fetchone()
                 assert total == (1,)
-        for kind in ("worker", "producer"):
+        for kind in ("viewer", "worker", "producer"):
             with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
                 with pytest.raises(errors.InsufficientPrivilege):
                     conn.execute("SELECT leasectl.counters_fold(10)")
@@ -934,6 +936,58 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                     conn.execute(
                         "INSERT INTO leasectl.counter_deltas VALUES ('completed', '', 'q', 1)"
                     )
+
+
+def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep_it(
+    server_dsn: str, empty_db_dsn: str
+) -> None:
+    """A viewer that could run counters_fold froze every later fold (and the
+    exporter and the watcher behind it) by leaving its transaction open. Migration 16 takes
+    EXECUTE from the roles `leasectl grant --viewer` (or migration 11) gave it to, and from no
+    operator; `leasectl grant --viewer` no longer grants it."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v15_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            with conn.transaction():
+                migrate_to(conn, 9)
+            # Migration 10's enum values are committed before the rest uses them (as init does).
+            conn.execute("ALTER TYPE leasectl.job_status ADD VALUE 'Cancelled'")
+            conn.execute("ALTER TYPE leasectl.attempt_outcome ADD VALUE 'cancelled'")
+            with conn.transaction():
+                for migration in queries.migrations()[9:15]:
+                    conn.execute(migration.render("leasectl"))
+                    conn.execute(
+                        queries.get("migration_record").render("leasectl"),
+                        {"version": migration.version, "name": migration.name},
+                    )
+                for kind, name in names.items():
+                    grant_as_before(conn, kind, name, ())
+                # What grant_viewer granted before migration 16.
+                conn.execute(
+                    sql.SQL("GRANT EXECUTE ON FUNCTION leasectl.counters_fold TO {}").format(
+                        sql.Identifier(names["viewer"])
+                    )
+                )
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in queries.migrations()][15:]
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            may = conn.execute(
+                "SELECT r, has_function_privilege(r, 'leasectl.counters_fold(integer)', "
+                "'EXECUTE') FROM unnest(%s::text[]) AS r",
+                [["public", *(names[kind] for kind in KINDS)]],
+            ).fetchall()
+        assert [m for _, m in may] == [False, False, True, False, False]
+        with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT leasectl.counters_fold(10)")
+        with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+            assert conn.execute("SELECT leasectl.counters_fold(10)").fetchone() == (0,)
+        with Stores.connect(empty_db_dsn, "leasectl") as store:  # today's grant, again
+            grants.apply(store.db, [grants.Grant(grants.Kind.VIEWER, names["viewer"])])
+        with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT leasectl.counters_fold(10)")
 
 
 def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upgrade(

@@ -6,17 +6,16 @@
 
 -- name: grant_viewer
 -- Read-only: status, inspect, requeue-stuck --dry-run, the console in read-only mode and the
--- exporter. (counters_fold moves counter deltas into their totals, which changes no value a
--- reader sees: the exporter runs it every second so that a scrape reads few deltas.)
+-- exporter. Not counters_fold (migration 16): a read-only role takes no lock a writer needs; the
+-- exporter run as a viewer reads totals plus deltas and leaves folding to `watch`.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
     {schema}.counter_totals, {schema}.counter_deltas TO {role};
-GRANT EXECUTE ON FUNCTION {schema}.counters_fold TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
--- cancel, delete).
+-- cancel, delete) and the counters' fold (`watch` folds after each pass).
 -- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
 -- functions that run with the owner's rights and write the audit row of every change; an
 -- operator changes no table itself.

@@ -132,21 +132,33 @@ LIMIT %(lease_limit)s;
 SELECT now() AS db_now;
 
 -- name: metrics_counters_fold
--- Fold up to %(fold_limit)s counter deltas into their totals (migration 11's counters_fold): the
--- exporter runs it every second between scrapes, so that a scrape reads few deltas and never
--- waits for a fold of many.
+-- Fold up to %(fold_limit)s counter deltas into their totals (counters_fold, migrations 11 and
+-- 16: it skips what another transaction holds): `watch` runs it after each pass and an exporter
+-- whose role may (an operator's) every second, so that a scrape reads few deltas.
 SELECT {schema}.counters_fold(%(fold_limit)s) AS folded;
+
+-- name: counters_may_fold
+-- Whether the session's role may run counters_fold (migration 16 took it from viewers).
+SELECT coalesce(bool_or(has_function_privilege(p.oid, 'EXECUTE')), false) AS may_fold
+FROM pg_catalog.pg_proc AS p
+WHERE p.proname = 'counters_fold'
+  AND p.pronamespace = (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = %(schema)s);
 
 -- name: metrics_counters
 -- Every counter (migration 11): its total plus the deltas not folded yet, read in the scrape's
--- snapshot, so that each delta is counted once (a fold moves it in one statement). The totals are
--- read in their primary key's order, at most %(counter_limit)s + 1 rows (more: truncated).
-SELECT c.counter, c.action, c.queue, sum(c.value)::bigint AS value
+-- snapshot, so that each delta is counted once (a fold moves it in one statement). At most
+-- %(counter_limit)s + 1 series per counter, in key order (more: that counter is truncated), so
+-- that many series of one counter never push another counter out of the scrape.
+SELECT r.counter, r.action, r.queue, r.value
 FROM (
-    SELECT counter, action, queue, value FROM {schema}.counter_totals
-    UNION ALL
-    SELECT counter, action, queue, delta FROM {schema}.counter_deltas
-) AS c
-GROUP BY c.counter, c.action, c.queue
-ORDER BY c.counter, c.action, c.queue
-LIMIT %(counter_limit)s + 1;
+    SELECT c.counter, c.action, c.queue, sum(c.value)::bigint AS value,
+           row_number() OVER (PARTITION BY c.counter ORDER BY c.action, c.queue) AS n
+    FROM (
+        SELECT counter, action, queue, value FROM {schema}.counter_totals
+        UNION ALL
+        SELECT counter, action, queue, delta FROM {schema}.counter_deltas
+    ) AS c
+    GROUP BY c.counter, c.action, c.queue
+) AS r
+WHERE r.n <= %(counter_limit)s + 1
+ORDER BY r.counter, r.action, r.queue;
