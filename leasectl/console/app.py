@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -22,6 +22,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from leasectl.console import view
+from leasectl.console.keys import QuitGuard
 from leasectl.console.messages import (
     ActionFailed,
     ActionFinished,
@@ -81,7 +82,10 @@ class ConsoleApp(App[None]):
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
+        # ctrl+c quits from anywhere, a text box in focus too (Textual's own ctrl+c only says
+        # how to quit); q asks first unless it is safe (keys.py).
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
+        Binding("q", "ask_quit", "Quit", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("colon", "command_palette", "Commands", show=False),
     ]
@@ -125,6 +129,8 @@ class ConsoleApp(App[None]):
         self.last_error: str | None = None
         # The find screen's filter, as last typed: the next `f` starts from it.
         self.find_text = ""
+        self.quit_guard = QuitGuard()
+        self.quitting = False
 
     def get_default_screen(self) -> Screen[None]:
         return MainScreen(self)
@@ -162,6 +168,36 @@ class ConsoleApp(App[None]):
             timeout=timeout,
             markup=False,
         )
+
+    # -- keys and quitting -------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            if self.quitting:
+                return  # keys typed after the quit (`q:`) must not open screens as it closes
+            self.quit_guard.saw(event.key, event.is_printable, time.monotonic())
+        await super().on_event(event)
+
+    async def action_quit(self) -> None:
+        self.quitting = True
+        self.exit()
+
+    def action_help_quit(self) -> None:
+        """Textual's ctrl+c only tells how to quit (with its markup shown as text, since every
+        notification here is plain): here ctrl+c quits."""
+        self.quitting = True
+        self.exit()
+
+    async def action_ask_quit(self) -> None:
+        on_main = len(self.screen_stack) == 1
+        if self.quit_guard.quits(time.monotonic(), on_main=on_main):
+            await self.action_quit()
+            return
+        self.notify("Quit the console? Press q again, or ctrl+c.", title="Quit?", timeout=3)
+
+    def action_command_palette(self) -> None:
+        if not self.quitting:
+            super().action_command_palette()
 
     # -- time -------------------------------------------------------------------------------
 
@@ -332,7 +368,9 @@ class ConsoleApp(App[None]):
             self.push_screen(HelpScreen())
 
     def open_detail(self, job_id: int) -> None:
-        self.push_screen(DetailScreen(job_id, self.source.inspect, self.request_action))
+        self.push_screen(
+            DetailScreen(job_id, self.source.inspect, self.request_action, self.request_pause)
+        )
 
     def open_filter(self) -> None:
         """The dialog lists every queue with live jobs and knows every owner, not only those
@@ -354,6 +392,7 @@ class ConsoleApp(App[None]):
                 act=self.request_action,
                 bulk=self.source,
                 read_only=lambda: self.read_only,
+                pause=self.request_pause,
             ),
             callback=self._find_closed,
         )
