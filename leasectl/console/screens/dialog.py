@@ -18,7 +18,7 @@ from textual.widgets import Button, Input, Static
 
 CONFIRM_KEY = "ctrl+y"
 CONFIRM_HINT = "ctrl+y confirms · esc back"
-ENTER_HINT = "Enter does not confirm here: press ctrl+y (or tab to the button), esc to go back."
+ENTER_HINT = "Enter does not confirm: ctrl+y does (or tab to the button)."
 
 
 class ReasonDialog(ModalScreen[str | None]):

@@ -51,8 +51,20 @@ PAGE = 50
 # The confirmation's count stops here ("at least N"): a count of millions scans too long.
 BULK_COUNT_CAP = 100_000
 
-# The keys the results keep; any other printable key there goes to the filter box.
-RESULT_KEYS = frozenset({"c", "r", "s", "D", "P", "R", "S", "C", "n", "p", "question_mark"})
+# The keys the results keep (as BINDINGS, which the footer shows); any other printable key
+# there goes to the filter box.
+RESULT_KEYS = {
+    "c": "act('cancel')",
+    "r": "act('requeue')",
+    "s": "act('mark-stuck')",
+    "D": "act('delete')",
+    "P": "pause",
+    "R": "bulk('requeue')",
+    "S": "bulk('mark-stuck')",
+    "C": "bulk('cancel')",
+    "n": "next_page",
+    "p": "previous_page",
+}
 
 Search = Callable[[JobFilter, int | None, int], JobPage]
 
@@ -136,6 +148,9 @@ class FindScreen(Screen[str]):
         self.afters: list[int | None] = [None]
         self.page: JobPage | None = None
         self.searches = 0  # the number of the latest search; an answer to another is stale
+        # Whether keys type into the filter box (else they are the results' keys): kept here,
+        # not read off the focus, which moves only after the keys already sent.
+        self.in_box = True
         self.running = False
         self._asked: tuple[JobFilter, list[int | None]] = (JobFilter(), [None])
 
@@ -237,28 +252,44 @@ class FindScreen(Screen[str]):
     # -- keys -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        in_box = isinstance(self.focused, Input)
-        if action in ("next_page", "previous_page", "act", "bulk", "pause") and in_box:
+        if action in ("next_page", "previous_page", "act", "bulk", "pause") and self.in_box:
             return False  # the keys type into the filter
-        if action in ("cursor", "results") and not in_box:
+        if action in ("cursor", "results") and not self.in_box:
             return False  # the results have their own arrows; tab goes back to the filter
         return True
 
-    def on_key(self, event: events.Key) -> None:
-        """On the results, a printable key that is not one of theirs goes back to the filter
-        box, typed there: a person refining the filter keeps typing into it."""
-        if not isinstance(self.focused, FindTable) or not event.is_printable:
+    def _typing(self, in_box: bool) -> None:
+        if in_box != self.in_box:
+            self.in_box = in_box
+            self.refresh_bindings()
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        self._typing(isinstance(event.widget, Input))
+
+    async def on_key(self, event: events.Key) -> None:
+        """Printable keys type into the filter box. Here come those the box did not take: on
+        the results, their own keys act (here, in the order typed: a binding would be looked up
+        only after later keys of a burst had moved the focus); any other goes back to the box,
+        typed there; and keys on their way to the results when the focus moved are typed."""
+        if not event.is_printable or not event.character:
             return
-        if event.key in RESULT_KEYS:
-            return  # an action (its own confirmation guards it), a page, help
+        action = None if self.in_box else RESULT_KEYS.get(event.key)
+        if event.key == "question_mark" and not self.in_box:
+            return  # help, as everywhere
         event.stop()
+        if action is not None:
+            await self.run_action(action)
+            return
+        typed = self.in_box or event.key not in ("f", "slash")  # f and / only lead back
         box = self.query_one("#find-input", Input)
         box.focus()
-        if event.key not in ("f", "slash") and event.character:
+        self._typing(True)
+        if typed:
             box.cursor_position = len(box.value)
             box.insert_text_at_cursor(event.character)
 
     def action_results(self) -> None:
+        self._typing(False)
         self.query_one(FindTable).focus()
 
     def action_cursor(self, rows: int) -> None:
