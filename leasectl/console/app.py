@@ -14,15 +14,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import ClassVar
 
-from textual import events, work
-from textual.app import App, SystemCommand
+from textual import work
+from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
 from leasectl.console import view
-from leasectl.console.keys import QuitGuard
+from leasectl.console.keys import KeyedApp
 from leasectl.console.messages import (
     ActionFailed,
     ActionFinished,
@@ -77,15 +77,12 @@ def run(
         raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(KeyedApp):
     CSS_PATH = "app.tcss"
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        # ctrl+c quits from anywhere, a text box in focus too (Textual's own ctrl+c only says
-        # how to quit); q asks first unless it is safe (keys.py).
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
-        Binding("q", "ask_quit", "Quit", show=False),
+        # (ctrl+c and q: keys.py)
         Binding("question_mark", "help", "Help"),
         Binding("colon", "command_palette", "Commands", show=False),
     ]
@@ -129,8 +126,6 @@ class ConsoleApp(App[None]):
         self.last_error: str | None = None
         # The find screen's filter, as last typed: the next `f` starts from it.
         self.find_text = ""
-        self.quit_guard = QuitGuard()
-        self.quitting = False
 
     def get_default_screen(self) -> Screen[None]:
         return MainScreen(self)
@@ -168,36 +163,6 @@ class ConsoleApp(App[None]):
             timeout=timeout,
             markup=False,
         )
-
-    # -- keys and quitting -------------------------------------------------------------------
-
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Key) and not event.is_forwarded:
-            if self.quitting:
-                return  # keys typed after the quit (`q:`) must not open screens as it closes
-            self.quit_guard.saw(event.key, event.is_printable, time.monotonic())
-        await super().on_event(event)
-
-    async def action_quit(self) -> None:
-        self.quitting = True
-        self.exit()
-
-    def action_help_quit(self) -> None:
-        """Textual's ctrl+c only tells how to quit (with its markup shown as text, since every
-        notification here is plain): here ctrl+c quits."""
-        self.quitting = True
-        self.exit()
-
-    async def action_ask_quit(self) -> None:
-        on_main = len(self.screen_stack) == 1
-        if self.quit_guard.quits(time.monotonic(), on_main=on_main):
-            await self.action_quit()
-            return
-        self.notify("Quit the console? Press q again, or ctrl+c.", title="Quit?", timeout=3)
-
-    def action_command_palette(self) -> None:
-        if not self.quitting:
-            super().action_command_palette()
 
     # -- time -------------------------------------------------------------------------------
 

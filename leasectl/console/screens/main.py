@@ -98,6 +98,7 @@ class MainScreen(Screen[None]):
         # filter, an empty panel gives the focus to the first one with jobs (see _settle).
         self.picked = False
         self._settled_for: view.ConsoleFilter | None = None
+        self._focusing: Widget | None = None  # the table activate() last focused, until it is
         self._titles_shown: dict[int, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
@@ -139,7 +140,8 @@ class MainScreen(Screen[None]):
         self.active = index % len(PANELS)
         for i, panel in enumerate(self.query(".panel")):
             panel.set_class(i == self.active, "-active")
-        self.tables[self.active].focus()
+        self._focusing = self.tables[self.active]
+        self._focusing.focus()
         self._show_tabs()
 
     def action_panel(self, index: int) -> None:
@@ -169,9 +171,15 @@ class MainScreen(Screen[None]):
             self.activate(first)
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if self._focusing is not None:
+            # A focus asked for before the last activate() arrives late: it is not a choice.
+            if event.widget is self._focusing:
+                self._focusing = None
+            return
         for i, table in enumerate(self.tables):
             if event.widget is table and i != self.active:
                 self.active = i
+                self.picked = True  # a click
                 for j, panel in enumerate(self.query(".panel")):
                     panel.set_class(j == i, "-active")
                 self._show_tabs()
