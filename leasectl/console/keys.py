@@ -28,11 +28,12 @@ class QuitGuard:
         self.q_typed = False  # the last `q` came within a typing gap of the key before it
         self.asked_at: float | None = None
         self.ask_window = ASK_WINDOW
+        self.typing_gap = TYPING_GAP
 
     def saw(self, key: str, printable: bool, at: float) -> None:
         if key == "q":
             last = self.last_printable
-            self.q_typed = last is not None and at - last < TYPING_GAP
+            self.q_typed = last is not None and at - last < self.typing_gap
         if printable:
             self.last_printable = at
 

@@ -231,7 +231,8 @@ def test_every_printable_key_on_every_screen_runs_no_action_without_its_confirma
     async def run() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
-            if hasattr(app, "quit_guard"):  # the q of one screen does not answer another's
+            if hasattr(app, "quit_guard"):  # q always asks (a slow moment is not a pause in
+                app.quit_guard.typing_gap = 3600.0  # typing), and never answers another's
                 app.quit_guard.ask_window = 0.0
             for name, opener in OPENERS.items():
                 screen = await opener(pilot)
