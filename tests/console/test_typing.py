@@ -1,4 +1,4 @@
-"""Issue #37: the console under a person's hands. Typing never acts (a search keeps the filter
+"""The console under a person's hands. Typing never acts (a search keeps the filter
 box's focus; Enter in a text box never confirms an action), keys act where they are pressed,
 a `q` typed among other keys only asks, and no key sequence ends in a traceback."""
 

@@ -130,7 +130,7 @@ def test_dry_run_counts_and_samples_and_changes_nothing(
 def test_cancel_dry_run_needs_no_reason_as_requeue_dry_run_does_not(
     db_dsn: str, sql_conn: psycopg.Connection
 ) -> None:
-    """Issue #37: `cancel --dry-run` demanded --reason; a dry run changes nothing."""
+    """`cancel --dry-run` demanded --reason; a dry run changes nothing."""
     _insert(sql_conn, 2, status="Pending", error=None)
     before = snapshot(db_dsn)
     for action in ("cancel", "requeue"):

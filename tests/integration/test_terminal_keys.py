@@ -1,4 +1,4 @@
-"""Keys pressed in a real terminal (issue #37): ctrl+c quits the console and the demo (with
+"""Keys pressed in a real terminal: ctrl+c quits the console and the demo (with
 Textual 8.2 it opened a pop-up reading `Press [b]q[/b] to quit`), and `q:` typed in one burst
 quits cleanly (it printed a NoMatches traceback from the command palette and exited 0).
 

@@ -35,9 +35,9 @@ class DetailScreen(Screen[None]):
         Binding("ctrl+r", "reload", "Reload"),
         Binding("r", "act('requeue')", "Requeue"),
         Binding("s", "act('mark-stuck')", "Mark stuck"),
-        Binding("c", "act('cancel')", "Cancel job"),
-        Binding("D", "act('delete')", "Delete job"),
-        Binding("P", "pause", "Pause/resume"),
+        Binding("c", "act('cancel')", "Cancel"),
+        Binding("D", "act('delete')", "Delete"),
+        Binding("P", "pause", "Pause"),
     ]
 
     def __init__(
@@ -61,7 +61,7 @@ class DetailScreen(Screen[None]):
         yield Static(Text(f" Job #{self.job_id}", style="bold"), id="detail-title")
         with VerticalScroll(id="detail-body"):
             yield Static(Text(f"loading job #{self.job_id}…", style="dim"), id="detail-content")
-        yield Footer()
+        yield Footer(compact=True)  # every key within 80 columns
 
     def on_mount(self) -> None:
         self.action_reload()
