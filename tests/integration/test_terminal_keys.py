@@ -10,7 +10,11 @@ a key, not as a SIGINT.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
+
+from leasectl.db.embedded import EmbeddedServer
 from tests.integration.test_cli import _env
 from tests.integration.test_terminal import Terminal, demo_workers_of, gone, leasectl, terminal
 from tests.util import wait_until
@@ -58,3 +62,20 @@ def test_ctrl_c_stops_the_demo_and_its_fleet(empty_db_dsn: str) -> None:
         assert term.proc.returncode == 0, output[-2000:]
         assert_clean(output)
         assert demo_workers_of(pid) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_its_fleet_and_its_embedded_server(embedded_dir: Path) -> None:
+    """README's first screen: Ctrl+C stops the fleet and the server (here the embedded one the
+    demo started)."""
+    env = {**_env(None), "LEASECTL_EMBEDDED_DIR": str(embedded_dir)}
+    with terminal(leasectl("demo", "--fresh"), env) as term:
+        term.wait_for(b"Pending")
+        pid = term.proc.pid
+        wait_until(lambda: demo_workers_of(pid), what="the demo's workers")
+        assert EmbeddedServer(embedded_dir).is_running()
+        output = press_and_wait(term, b"\x03", DEMO_STOP_WITHIN_S)
+        assert term.proc.returncode == 0, output[-2000:]
+        assert_clean(output)
+    assert demo_workers_of(pid) == []
+    wait_until(lambda: not EmbeddedServer(embedded_dir).is_running(), timeout=30, what="server")
