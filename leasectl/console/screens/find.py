@@ -239,7 +239,7 @@ class FindScreen(Screen[str]):
             text.append(f"{page.jobs[-1].id}, newest first")
         more = []
         if page.jobs:
-            more.append("↑↓ move · tab to act")
+            more.append("↑↓ move · tab to act" if self.in_box else "enter detail · esc back")
         if page.next_after is not None:
             more.append("n next page")
         if n > 1:
@@ -262,6 +262,8 @@ class FindScreen(Screen[str]):
         if in_box != self.in_box:
             self.in_box = in_box
             self.refresh_bindings()
+            if self.page is not None and not (self.running or self.bulk_counting):
+                self._status(self._page_text(self.page))  # its key hints follow the focus
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._typing(isinstance(event.widget, Input))
