@@ -360,7 +360,9 @@ def guarded_command(
     ) -> None:
         if force and not forceable:
             raise UsageError(f"--force does not apply to {name}")
-        reason = reason_rule(reason)
+        # A dry run changes nothing and so needs no reason; one given is still checked.
+        if not (dry_run and reason is None):
+            reason = reason_rule(reason)
         args = FilterArgs(state or (), queue, owner, error, payload, since, until)
         if ids:
             if args.given() or everything:

@@ -16,13 +16,14 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from textual import work
-from textual.app import App, SystemCommand
+from textual.app import SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
 
 from leasectl.console import view
+from leasectl.console.keys import KeyedApp
 from leasectl.console.messages import (
     ActionFailed,
     ActionFinished,
@@ -78,12 +79,12 @@ def run(
         raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
-class ConsoleApp(App[None]):
+class ConsoleApp(KeyedApp):
     CSS_PATH = "app.tcss"
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit"),
+        # (ctrl+c and q: keys.py)
         Binding("question_mark", "help", "Help"),
         Binding("colon", "command_palette", "Commands", show=False),
     ]
@@ -340,7 +341,9 @@ class ConsoleApp(App[None]):
             self.push_screen(HelpScreen())
 
     def open_detail(self, job_id: int) -> None:
-        self.push_screen(DetailScreen(job_id, self.source.inspect, self.request_action))
+        self.push_screen(
+            DetailScreen(job_id, self.source.inspect, self.request_action, self.request_pause)
+        )
 
     def open_filter(self) -> None:
         """The dialog lists every queue with live jobs and knows every owner, not only those
@@ -362,6 +365,7 @@ class ConsoleApp(App[None]):
                 act=self.request_action,
                 bulk=self.source,
                 read_only=lambda: self.read_only,
+                pause=self.request_pause,
             ),
             callback=self._find_closed,
         )

@@ -73,10 +73,10 @@ def test_requeue_all_matching_confirms_the_count_and_runs_in_batches(
         shown = screen_text(app, "the confirmation")
         assert "state:Failed queue:payments" in shown.replace("\n", " ")
         # No reason: refused, the dialog stays.
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         error = confirm.query_one("#confirm-error", Static)
         assert "A reason is required" in widget_text(error, "error")
-        await pilot.press(*"INC-9", "enter")
+        await pilot.press(*"INC-9", "ctrl+y")
         await wait_until_pilot(pilot, lambda: screen.bulk_result is not None, "the run")
         assert screen.bulk_running is None
         done = [s.id for call in source.calls for s in call[1]]
@@ -99,7 +99,7 @@ def test_esc_stops_a_run_after_the_batch_in_flight_and_skips_are_reported() -> N
         screen = await search(app, pilot, "state:failed")
         confirm = await confirm_open(app, pilot, "R")
         assert confirm.title_text.startswith(f"Requeue {len(ids)} jobs")
-        await pilot.press(*"why", "enter")
+        await pilot.press(*"why", "ctrl+y")
         await asyncio.to_thread(source.holding.wait, 10)
         status = screen.query_one("#find-bulk")
         await wait_until_pilot(
@@ -167,7 +167,7 @@ def test_against_postgresql_audited_with_the_filter_and_a_capped_count(
         confirm = await confirm_open(app, pilot, "R")
         assert confirm.title_text == "Requeue at least 3 jobs matching the filter?"
         assert "counting stopped there" in screen_text(app, "the confirmation")
-        await pilot.press(*"gateway back", "enter")
+        await pilot.press(*"gateway back", "ctrl+y")
         await wait_until_pilot(pilot, lambda: screen.bulk_result is not None, "the run", 30)
         result = screen.bulk_result
         assert result is not None and (result.matched, result.changed) == (4, 4)

@@ -47,7 +47,7 @@ def test_cancel_a_pending_and_a_live_processing_job(
         assert isinstance(screen, ConfirmScreen) and screen.action is Action.CANCEL
         assert "revoked" in str(screen.query_one("#confirm-condition", Static).render())
         screen.query_one("#reason", Input).value = "customer asked"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None and app.last_result.changed == (live.job_id,)
 
@@ -71,7 +71,7 @@ def test_cancel_of_a_job_that_moved_after_the_operator_looked_is_skipped(
         await wait_until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "confirm")
         assert store.work.complete([lease]) == {lease.job_id}
         app.screen.query_one("#reason", Input).value = "stop it"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None and app.last_result.changed == ()
         [skipped] = app.last_result.skipped
@@ -104,7 +104,7 @@ def test_delete_has_its_own_confirmation_that_says_it_is_permanent(
         for widget in (screen.query_one("#reason"), *screen.query(Button)):
             assert in_sight(app, widget), widget
         screen.query_one("#reason", Input).value = "INC-12 cleanup"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None and app.last_result.changed == (stuck,)
         app.last_result = None
@@ -146,6 +146,7 @@ def test_cancel_from_the_detail_and_delete_from_the_find_screen(
         table = app.screen.query_one(FindTable)
         await wait_until_pilot(pilot, lambda: [j.id for j in table.items] == [job_id], "found")
         assert table.items[0].status == JobStatus.CANCELLED
+        await pilot.press("tab")  # from the filter box to the results, whose letters act
         await confirm(app, pilot, "D", "found it")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None and app.last_result.changed == (job_id,)

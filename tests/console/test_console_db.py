@@ -98,7 +98,7 @@ async def confirm(app: ConsoleApp, pilot: Pilot[None], key: str, reason: str) ->
     await pilot.press(key)
     await wait_until_pilot(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
     app.screen.query_one("#reason", Input).value = reason
-    await pilot.press("enter")
+    await pilot.press("ctrl+y")
 
 
 def events(conn: psycopg.Connection, job_id: int) -> list[tuple[str, str, str]]:
@@ -209,7 +209,7 @@ def test_requeue_of_a_job_that_completed_after_the_snapshot_is_skipped(
         # While the operator types, the worker finishes the job after all.
         assert store.work.complete([lease]) == {lease.job_id}
         app.screen.query_one("#reason", Input).value = "looks stuck"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert app.last_result.changed == ()
@@ -264,7 +264,7 @@ def test_requeue_all_expired_in_the_filter(
         assert sorted(j.id for j in screen.jobs) == expired
         assert "Requeue all 2 expired jobs" in screen.title_text
         screen.query_one("#reason", Input).value = "bulk"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(pilot, lambda: app.last_result is not None, "the action result")
         assert app.last_result is not None
         assert sorted(app.last_result.changed) == expired

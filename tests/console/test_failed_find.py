@@ -157,7 +157,10 @@ def test_find_pages_with_keyset_and_opens_the_detail() -> None:
     async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
         screen = await search(app, pilot, "")
         assert shown_ids(screen) == [j.id for j in found[:50]]
-        assert isinstance(app.focused, FindTable)  # results in hand: n and p page
+        # The filter box keeps the focus (typing refines it); tab to the results: n, p page.
+        assert isinstance(app.focused, Input)
+        await pilot.press("tab")
+        assert isinstance(app.focused, FindTable)
         await page_to(pilot, screen, "n")
         assert shown_ids(screen) == [j.id for j in found[50:100]]
         await page_to(pilot, screen, "n")

@@ -470,7 +470,7 @@ async def act(
     app.screen.query_one("#reason", Input).value = reason
     await pilot.pause()
     assert reason in screen_text(app, "the reason typed")
-    await pilot.press("enter")
+    await pilot.press("ctrl+y")
     await toast_shown(app, pilot, result)
 
 

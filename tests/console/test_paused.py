@@ -139,12 +139,12 @@ def test_p_pauses_the_highlighted_jobs_queue_with_a_reason(
         await highlight(app, pilot, "pending", seeded.pending[0])
         screen = await press_p(app, pilot)
         assert not screen.resuming
-        await pilot.press("enter")  # no reason: refused, the dialog stays
+        await pilot.press("ctrl+y")  # no reason: refused, the dialog stays
         await pilot.pause()
         assert app.screen is screen
         assert "reason is required" in str(screen.query_one("#confirm-error", Static).render())
         screen.query_one("#reason", Input).value = "card processor down"
-        await pilot.press("enter")
+        await pilot.press("ctrl+y")
         await wait_until_pilot(
             pilot,
             lambda: app.snapshot is not None and app.snapshot.paused_total == 1,
@@ -172,7 +172,7 @@ def test_p_on_a_paused_queues_row_resumes_it(
         assert screen.resuming
         body = str(screen.query_one("#confirm-condition", Static).render())
         assert 'by alice: "card processor down"' in body
-        await pilot.press("enter")  # a resume needs no reason
+        await pilot.press("ctrl+y")  # a resume needs no reason
         await wait_until_pilot(
             pilot,
             lambda: app.snapshot is not None and app.snapshot.paused_total == 0,

@@ -127,6 +127,23 @@ def test_dry_run_counts_and_samples_and_changes_nothing(
     assert snapshot(db_dsn) == before
 
 
+def test_cancel_dry_run_needs_no_reason_as_requeue_dry_run_does_not(
+    db_dsn: str, sql_conn: psycopg.Connection
+) -> None:
+    """`cancel --dry-run` demanded --reason; a dry run changes nothing."""
+    _insert(sql_conn, 2, status="Pending", error=None)
+    before = snapshot(db_dsn)
+    for action in ("cancel", "requeue"):
+        proc = cli(action, "-q", "payments", "--dry-run", dsn=db_dsn)
+        assert proc.returncode == 0, proc.stderr
+        assert "nothing changed" in proc.stdout
+    assert snapshot(db_dsn) == before
+    # Without --dry-run the reason is still required, before anything is read.
+    proc = cli("cancel", "-q", "payments", dsn=db_dsn)
+    assert proc.returncode == 2 and "--reason must not be empty" in proc.stderr
+    assert snapshot(db_dsn) == before
+
+
 def test_skips_are_reported_with_reasons_and_exit_1(
     db_dsn: str, sql_conn: psycopg.Connection
 ) -> None:

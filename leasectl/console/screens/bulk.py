@@ -4,17 +4,13 @@ filter, the first jobs, how it runs, and a reason."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Label, Static
 
 from leasectl.console import view
+from leasectl.console.screens.dialog import ReasonDialog
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.bulk import DEFAULT_BATCH, BulkPlan
 from leasectl.core.filters import JobFilter
@@ -31,10 +27,8 @@ def count_phrase(plan: BulkPlan | None) -> str:
     return f"{'at least ' if plan.capped else ''}{plan.count:,} {noun}"
 
 
-class BulkConfirmScreen(ModalScreen[str | None]):
+class BulkConfirmScreen(ReasonDialog):
     """Dismisses with the reason typed, or None when cancelled."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(
         self, action: str, flt: JobFilter, plan: BulkPlan | None, count_error: str | None
@@ -60,12 +54,10 @@ class BulkConfirmScreen(ModalScreen[str | None]):
             yield LiteralInput(placeholder="e.g. payments gateway back, INC-1234", id="reason")
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
+                yield self.hint()
                 yield Button(f"{VERBS[self.action]} all", variant="warning", id="confirm-ok")
                 # "Back", not "Cancel": beside "Cancel all" it would read as the action.
                 yield Button("Back" if self.action == "cancel" else "Cancel", id="confirm-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
     def _filter_text(self) -> Text:
         text = Text("Filter: ", style="bold")
@@ -106,18 +98,3 @@ class BulkConfirmScreen(ModalScreen[str | None]):
             "done stay done."
         )
         return text
-
-    @on(Input.Submitted, "#reason")
-    @on(Button.Pressed, "#confirm-ok")
-    def _submit(self) -> None:
-        reason = self.query_one("#reason", Input).value.strip()
-        if not reason:
-            error = self.query_one("#confirm-error", Static)
-            error.update(Text("A reason is required: it goes to the audit log.", style="red"))
-            self.query_one("#reason", Input).focus()
-            return
-        self.dismiss(reason)
-
-    @on(Button.Pressed, "#confirm-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import ClassVar
 
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Label, Static
 
 from leasectl.console import view
+from leasectl.console.screens.dialog import ReasonDialog
 from leasectl.console.view import Action, Verdict
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.config import format_duration
@@ -27,10 +24,8 @@ from leasectl.present.times import countdown
 LISTED = 6
 
 
-class ConfirmScreen(ModalScreen[str | None]):
+class ConfirmScreen(ReasonDialog):
     """Dismisses with the reason typed, or None when cancelled."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(
         self,
@@ -76,6 +71,7 @@ class ConfirmScreen(ModalScreen[str | None]):
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
+                yield self.hint()
                 label = f"{self.action.verb} {len(self.jobs)}"
                 if self.action is Action.DELETE:
                     yield Button(label, variant="error", id="confirm-ok")
@@ -85,9 +81,6 @@ class ConfirmScreen(ModalScreen[str | None]):
                 yield Button(
                     "Back" if self.action is Action.CANCEL else "Cancel", id="confirm-cancel"
                 )
-
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
     def _jobs_text(self) -> Text:
         text = Text()
@@ -150,35 +143,19 @@ class ConfirmScreen(ModalScreen[str | None]):
             return None
         return Text("\n".join("⚠ " + line for line in lines), style="yellow")
 
-    @on(Input.Submitted, "#reason")
-    @on(Button.Pressed, "#confirm-ok")
-    def _submit(self) -> None:
-        reason = self.query_one("#reason", Input).value.strip()
-        if not reason:
-            error = self.query_one("#confirm-error", Static)
-            error.update(Text("A reason is required: it goes to the audit log.", style="red"))
-            self.query_one("#reason", Input).focus()
-            return
-        self.dismiss(reason)
 
-    @on(Button.Pressed, "#confirm-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)
-
-
-class QueueConfirmScreen(ModalScreen[str | None]):
+class QueueConfirmScreen(ReasonDialog):
     """The confirmation of a pause (a reason required, as `leasectl pause` requires one) or a
     resume (a reason optional) of one queue. Dismisses with the reason typed ("" for a resume
     without one), or None when cancelled. ``pause``: the queue's pause as last polled (None:
     not paused, so this confirms a pause)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, queue: str, pause: PausedQueue | None, now: datetime) -> None:
         super().__init__()
         self.queue = queue
         self.pause = pause
         self.now = now
+        self.reason_required = pause is None  # a resume's reason is optional
 
     @property
     def resuming(self) -> bool:
@@ -203,11 +180,9 @@ class QueueConfirmScreen(ModalScreen[str | None]):
             )
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
+                yield self.hint()
                 yield Button(verb, variant="warning", id="confirm-ok")
                 yield Button("Cancel", id="confirm-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
     def _body(self) -> Text:
         text = Text()
@@ -226,18 +201,3 @@ class QueueConfirmScreen(ModalScreen[str | None]):
         text.append('".\n')
         text.append("Its workers are told at once and claim its jobs again.", style="dim")
         return text
-
-    @on(Input.Submitted, "#reason")
-    @on(Button.Pressed, "#confirm-ok")
-    def _submit(self) -> None:
-        reason = self.query_one("#reason", Input).value.strip()
-        if not reason and not self.resuming:
-            error = self.query_one("#confirm-error", Static)
-            error.update(Text("A reason is required: it goes to the audit log.", style="red"))
-            self.query_one("#reason", Input).focus()
-            return
-        self.dismiss(reason)
-
-    @on(Button.Pressed, "#confirm-cancel")
-    def action_cancel(self) -> None:
-        self.dismiss(None)

@@ -33,8 +33,11 @@ class DetailScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("ctrl+r", "reload", "Reload"),
-        Binding("c", "act('cancel')", "Cancel job"),
-        Binding("D", "act('delete')", "Delete job"),
+        Binding("r", "act('requeue')", "Requeue"),
+        Binding("s", "act('mark-stuck')", "Mark stuck"),
+        Binding("c", "act('cancel')", "Cancel"),
+        Binding("D", "act('delete')", "Delete"),
+        Binding("P", "pause", "Pause"),
     ]
 
     def __init__(
@@ -42,10 +45,13 @@ class DetailScreen(Screen[None]):
         job_id: int,
         load: Callable[[int], JobDetail],
         act: Callable[[Action, list[PanelJob]], None] | None = None,
+        pause: Callable[[str | None], None] | None = None,
     ) -> None:
         """``load`` reads the job (in a thread: it may block on the database); ``act``
-        confirms and runs a guarded action on the job as this screen last loaded it."""
+        confirms and runs a guarded action on the job as this screen last loaded it; ``pause``
+        confirms and pauses (or resumes) its queue."""
         super().__init__()
+        self.pause = pause
         self.job_id = job_id
         self.load = load
         self.act = act
@@ -55,7 +61,7 @@ class DetailScreen(Screen[None]):
         yield Static(Text(f" Job #{self.job_id}", style="bold"), id="detail-title")
         with VerticalScroll(id="detail-body"):
             yield Static(Text(f"loading job #{self.job_id}…", style="dim"), id="detail-content")
-        yield Footer()
+        yield Footer(compact=True)  # every key within 80 columns
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -67,10 +73,18 @@ class DetailScreen(Screen[None]):
         self._load(self.job_id)
 
     def action_act(self, name: str) -> None:
-        """Cancel or delete the job as shown (guarded on that state); reloads after."""
-        if self.act is None or self.detail is None:
-            return
-        self.act(Action(name), [as_panel_job(self.detail.job)])
+        """Act on the job as shown (guarded on that state); reload (ctrl+r) to see the change."""
+        if self.detail is None:
+            self.notify(f"Job #{self.job_id} is not loaded yet: nothing to act on.", timeout=4)
+        elif self.act is not None:
+            self.act(Action(name), [as_panel_job(self.detail.job)])
+
+    def action_pause(self) -> None:
+        """Pause (or resume) the job's queue."""
+        if self.detail is None:
+            self.notify(f"Job #{self.job_id} is not loaded yet: its queue is not known.", timeout=4)
+        elif self.pause is not None:
+            self.pause(self.detail.job.queue)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="detail")
     def _load(self, job_id: int) -> None:

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import ClassVar, Protocol
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -51,6 +51,21 @@ PAGE = 50
 # The confirmation's count stops here ("at least N"): a count of millions scans too long.
 BULK_COUNT_CAP = 100_000
 
+# The keys the results keep (as BINDINGS, which the footer shows); any other printable key
+# there goes to the filter box.
+RESULT_KEYS = {
+    "c": "act('cancel')",
+    "r": "act('requeue')",
+    "s": "act('mark-stuck')",
+    "D": "act('delete')",
+    "P": "pause",
+    "R": "bulk('requeue')",
+    "S": "bulk('mark-stuck')",
+    "C": "bulk('cancel')",
+    "n": "next_page",
+    "p": "previous_page",
+}
+
 Search = Callable[[JobFilter, int | None, int], JobPage]
 
 
@@ -77,18 +92,27 @@ class FindScreen(Screen[str]):
     """Dismisses with the filter text last typed (the next `f` starts from it)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        # The footer (compact) fits 80 columns: n and p are said on the page's own line, and
-        # "all" is every job the filter matches (help says so).
+        # The footer (compact) fits 80 columns: n and p are said on the page's own line, "all"
+        # is every job the filter matches, and r, s, P, D are in help.
         Binding("escape", "back", "Back"),
+        Binding("slash", "edit", "Filter"),
+        Binding("f", "edit", "Filter", show=False),
+        Binding("tab", "results", "Results"),
+        # In the filter box the arrows move the results' cursor: the box keeps the focus.
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("pagedown", "cursor(10)", "Page down", show=False),
+        Binding("pageup", "cursor(-10)", "Page up", show=False),
         Binding("n", "next_page", "Next page", show=False),
         Binding("p", "previous_page", "Previous page", show=False),
-        Binding("slash", "edit", "Filter"),
         Binding("c", "act('cancel')", "Cancel"),
-        Binding("D", "act('delete')", "Delete"),
+        Binding("r", "act('requeue')", "Requeue", show=False),
+        Binding("s", "act('mark-stuck')", "Mark stuck", show=False),
+        Binding("D", "act('delete')", "Delete", show=False),
+        Binding("P", "pause", "Pause/resume", show=False),
         Binding("R", "bulk('requeue')", "Requeue all"),
         Binding("S", "bulk('mark-stuck')", "Stuck all"),
         Binding("C", "bulk('cancel')", "Cancel all"),
-        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def __init__(
@@ -101,9 +125,12 @@ class FindScreen(Screen[str]):
         *,
         bulk: BulkSource | None = None,
         read_only: Callable[[], str | None] = lambda: None,
+        pause: Callable[[str | None], None] | None = None,
     ) -> None:
-        """``act`` confirms and runs a guarded action on a found job as its page shows it."""
+        """``act`` confirms and runs a guarded action on a found job as its page shows it;
+        ``pause`` confirms and pauses (or resumes) a queue."""
         super().__init__()
+        self.pause = pause
         self.search = search
         self.bulk = bulk
         self.read_only = read_only
@@ -121,6 +148,9 @@ class FindScreen(Screen[str]):
         self.afters: list[int | None] = [None]
         self.page: JobPage | None = None
         self.searches = 0  # the number of the latest search; an answer to another is stale
+        # Whether keys type into the filter box (else they are the results' keys): kept here,
+        # not read off the focus, which moves only after the keys already sent.
+        self.in_box = True
         self.running = False
         self._asked: tuple[JobFilter, list[int | None]] = (JobFilter(), [None])
 
@@ -189,8 +219,8 @@ class FindScreen(Screen[str]):
         table.show(page.jobs, ctx)
         table.move_cursor(row=0, animate=False)
         self._status(self._page_text(page))
-        if page.jobs:
-            table.focus()
+        # The focus stays in the filter box: what is typed next refines the filter (a person
+        # types on at once); tab (or a click) moves to the results, whose letters act.
 
     def on_find_failed(self, message: FindFailed) -> None:
         if message.search != self.searches or not self.running:
@@ -208,11 +238,12 @@ class FindScreen(Screen[str]):
             text.append(f"{count_text(len(page.jobs))} jobs, ids {page.jobs[0].id} to ")
             text.append(f"{page.jobs[-1].id}, newest first")
         more = []
+        if page.jobs:
+            more.append("↑↓ move · tab to act" if self.in_box else "enter detail · esc back")
         if page.next_after is not None:
             more.append("n next page")
         if n > 1:
             more.append("p back")
-        more.append("enter detail")
         text.append("   " + " · ".join(more), style="dim")
         text.append("   filter: ", style="dim")
         text.append_text(lit(view.find_text(page.filter) or "all jobs", "dim"))
@@ -221,18 +252,73 @@ class FindScreen(Screen[str]):
     # -- keys -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("next_page", "previous_page", "act", "bulk") and isinstance(
-            self.focused, Input
-        ):
+        if action in ("next_page", "previous_page", "act", "bulk", "pause") and self.in_box:
             return False  # the keys type into the filter
+        if action in ("cursor", "results") and not self.in_box:
+            return False  # the results have their own arrows; tab goes back to the filter
         return True
 
+    def _typing(self, in_box: bool) -> None:
+        if in_box != self.in_box:
+            self.in_box = in_box
+            self.refresh_bindings()
+            if self.page is not None and not (self.running or self.bulk_counting):
+                self._status(self._page_text(self.page))  # its key hints follow the focus
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        self._typing(isinstance(event.widget, Input))
+
+    async def on_key(self, event: events.Key) -> None:
+        """Printable keys type into the filter box. Here come those the box did not take: on
+        the results, their own keys act (here, in the order typed: a binding would be looked up
+        only after later keys of a burst had moved the focus); any other goes back to the box,
+        typed there; and keys on their way to the results when the focus moved are typed."""
+        if not event.is_printable or not event.character:
+            return
+        action = None if self.in_box else RESULT_KEYS.get(event.key)
+        if event.key == "question_mark" and not self.in_box:
+            return  # help, as everywhere
+        event.stop()
+        if action is not None:
+            await self.run_action(action)
+            return
+        typed = self.in_box or event.key not in ("f", "slash")  # f and / only lead back
+        box = self.query_one("#find-input", Input)
+        box.focus()
+        self._typing(True)
+        if typed:
+            box.cursor_position = len(box.value)
+            box.insert_text_at_cursor(event.character)
+
+    def action_results(self) -> None:
+        self._typing(False)
+        self.query_one(FindTable).focus()
+
+    def action_cursor(self, rows: int) -> None:
+        table = self.query_one(FindTable)
+        if table.row_count:
+            table.move_cursor(row=max(0, min(table.row_count - 1, table.cursor_row + rows)))
+
     def action_act(self, name: str) -> None:
-        """Cancel or delete the highlighted job as this page shows it (guarded on that state:
-        a job that moved since the page was read is skipped). Search again to see the change."""
+        """Act on the highlighted job as this page shows it (guarded on that state: a job that
+        moved since the page was read is skipped). Search again to see the change."""
         job = self.query_one(FindTable).highlighted()
-        if self.act is not None and job is not None:
-            self.act(view.Action(name), [view.as_panel_job(job)])
+        action = view.Action(name)
+        if job is None:
+            self.notify(f"Nothing to {action.verb.lower()}: no job found here; search first.")
+        elif self.act is not None:
+            self.act(action, [view.as_panel_job(job)])
+
+    def action_pause(self) -> None:
+        """Pause (or resume) the filter's queue when it names one, else the highlighted
+        job's."""
+        job = self.query_one(FindTable).highlighted()
+        queue = self.filter.queue if self.filter is not None else None
+        queue = queue or (job.queue if job is not None else None)
+        if queue is None:
+            self.notify("Nothing to pause: give queue: in the filter, or find a job of it.")
+        elif self.pause is not None:
+            self.pause(queue)
 
     def action_next_page(self) -> None:
         if self.running or self.page is None or self.page.next_after is None:

@@ -19,8 +19,8 @@ KEYS = (
     ("enter", "job detail: fields, payload, attempts, audit events (on an owner: filter by it)"),
     ("esc", "back / close; on the main screen: clear the selection, else the filter"),
     ("space", "select or unselect the highlighted job (actions apply to the selection)"),
-    ("r", "requeue the selected jobs, else the highlighted one"),
-    ("s", "mark stuck the selected jobs, else the highlighted one"),
+    ("r", "requeue the selected jobs, else the highlighted one; also in detail, find"),
+    ("s", "mark stuck the selected jobs, else the highlighted one; also in detail, find"),
     ("R", "requeue every expired lease in the current filter"),
     (
         "c",
@@ -30,14 +30,18 @@ KEYS = (
     (
         "P",
         "pause the highlighted job's queue (no worker claims its jobs; a reason is required), "
-        "or resume it if it is paused (shown under the counts: ⏸ paused)",
+        "or resume it if it is paused (shown under the counts: ⏸ paused); in find: the "
+        "filter's queue when it names one",
     ),
+    ("ctrl+y", "confirm an action's dialog (its reason box has the focus; Enter does not confirm)"),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
     ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),
     (
         "f",
         "find jobs with leasectl list's filter (state: queue: owner: error: payload: since: "
-        "until:), newest first; n / p next and previous page, enter detail, esc cancel / back",
+        "until:), newest first; typing stays in the filter box (↑ ↓ move through the results); "
+        "tab to the results: n / p pages, enter detail, r s c D P act; any other key types "
+        "into the filter again; esc cancel / back",
     ),
     (
         "R S C (in find)",
@@ -47,7 +51,8 @@ KEYS = (
     ("ctrl+r", "refresh now"),
     (": or ctrl+p", "command palette"),
     ("?", "this help"),
-    ("q", "quit"),
+    ("ctrl+c", "quit, from anywhere"),
+    ("q", "quit; on another screen, or right after typing, it asks first (q again quits)"),
 )
 
 LEGEND = (

@@ -86,9 +86,6 @@ class MainScreen(Screen[None]):
         Binding("4", "panel(3)", "Owners", show=False),
         Binding("5", "panel(4)", "Failed", show=False),
         Binding("f", "find", "Find"),
-        # Quit as everywhere, but not in this screen's footer: it holds the keys an operator
-        # acts with within 80 columns (see compose).
-        Binding("q", "app.quit", "Quit", show=False),
     ]
 
     def __init__(self, host: MainHost) -> None:
@@ -97,6 +94,11 @@ class MainScreen(Screen[None]):
         # Below 120 columns the panels no longer fit side by side: show one at a time.
         self.HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
         self.active = 1
+        # Whether the operator chose the panel (1-5, tab): until then, and again under a new
+        # filter, an empty panel gives the focus to the first one with jobs (see _settle).
+        self.picked = False
+        self._settled_for: view.ConsoleFilter | None = None
+        self._focusing: Widget | None = None  # the table activate() last focused, until it is
         self._titles_shown: dict[int, tuple[str, str]] = {}
 
     def compose(self) -> ComposeResult:
@@ -138,22 +140,46 @@ class MainScreen(Screen[None]):
         self.active = index % len(PANELS)
         for i, panel in enumerate(self.query(".panel")):
             panel.set_class(i == self.active, "-active")
-        self.tables[self.active].focus()
+        self._focusing = self.tables[self.active]
+        self._focusing.focus()
         self._show_tabs()
 
     def action_panel(self, index: int) -> None:
+        self.picked = True
         self.activate(index)
 
     def action_next_panel(self) -> None:
+        self.picked = True
         self.activate(self.active + 1)
 
     def action_previous_panel(self) -> None:
+        self.picked = True
         self.activate(self.active - 1)
 
+    def _settle(self, snap: Snapshot) -> None:
+        """Keys act on the highlighted row: unless the operator chose a panel, an empty one
+        hands the focus to the first panel with jobs (Pending, Processing, Stuck, Failed), so
+        that a row is highlighted from start-up and after a filter."""
+        if self._settled_for != self.host.filter:
+            self._settled_for = self.host.filter
+            self.picked = False
+        if self.picked or self.tables[self.active].row_count:
+            return
+        rows = (snap.pending, snap.processing, snap.stuck, (), snap.failed)
+        first = next((i for i, listed in enumerate(rows) if listed), None)
+        if first is not None:
+            self.activate(first)
+
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        if self._focusing is not None:
+            # A focus asked for before the last activate() arrives late: it is not a choice.
+            if event.widget is self._focusing:
+                self._focusing = None
+            return
         for i, table in enumerate(self.tables):
             if event.widget is table and i != self.active:
                 self.active = i
+                self.picked = True  # a click
                 for j, panel in enumerate(self.query(".panel")):
                     panel.set_class(j == i, "-active")
                 self._show_tabs()
@@ -163,7 +189,8 @@ class MainScreen(Screen[None]):
         totals: list[BoundedCount | None] = [None] * len(PANELS)
         if snap is not None:
             totals = [matching for matching, _ in panel_counts(snap)]
-        show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals))
+        width = self.size.width or None
+        show_text(self.query_one("#tabs", Static), tabs_text(self.active, totals, width))
 
     # -- rendering ----------------------------------------------------------------------------
 
@@ -190,6 +217,7 @@ class MainScreen(Screen[None]):
             tables[3].show(snap.owners, ctx)
             tables[4].show(snap.failed, ctx)
             self._titles()
+            self._settle(snap)
             self._show_tabs()
         else:
             for table in tables:
@@ -320,10 +348,10 @@ class MainScreen(Screen[None]):
         self.host.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())
 
     def action_toggle_pause(self) -> None:
-        """Pause, or resume, the queue of the highlighted job."""
+        """Pause, or resume, the queue of the highlighted job; with none, the filter's queue."""
         table = self._focused_job_table()
         job = table.highlighted() if table is not None else None
-        self.host.request_pause(job.queue if job is not None else None)
+        self.host.request_pause(job.queue if job is not None else self.host.filter.queue)
 
     def action_filter(self) -> None:
         self.host.open_filter()

@@ -338,15 +338,34 @@ def throughput_text(snap: Snapshot) -> Text:
 PANEL_NAMES = ("Pending", "Processing", "Expired & Stuck", "Owners", "Failed")
 
 
-def tabs_text(active: int, totals: Sequence[BoundedCount | None]) -> Text:
+SHORT_NAMES = ("Pend", "Proc", "Exp+Stuck", "Own", "Fail")
+
+
+def tabs_text(active: int, totals: Sequence[BoundedCount | None], width: int | None = None) -> Text:
     """The narrow layout shows one panel at a time; this line says which and what is behind
-    (a count that is a lower bound as ``6,000+``)."""
+    (a count that is a lower bound as ``6,000+``). Within ``width``, every count stays: the
+    names of the other panels shorten first, then the active one's."""
+    tries = (
+        PANEL_NAMES,
+        tuple(n if i == active else SHORT_NAMES[i] for i, n in enumerate(PANEL_NAMES)),
+        SHORT_NAMES,
+    )
     text = Text()
-    for i, (name, total) in enumerate(zip(PANEL_NAMES, totals, strict=True)):
+    for names in tries:
+        text = _tabs(active, totals, names)
+        if width is None or text.cell_len <= width:
+            break
+    return text
+
+
+def _tabs(active: int, totals: Sequence[BoundedCount | None], names: Sequence[str]) -> Text:
+    text = Text()
+    for i, (name, total) in enumerate(zip(names, totals, strict=True)):
         label = f" {i + 1} {name}" + (f" {total}" if total is not None else "")
         style = "bold reverse" if i == active else ""
         if i == 2 and total is not None and total.value:
             style += " red"
         text.append(label + " ", style=style.strip())
-        text.append(" ")
+        if i < len(names) - 1:
+            text.append(" ")
     return text
