@@ -32,6 +32,9 @@ class ReasonDialog(ModalScreen[str | None]):
         Binding(CONFIRM_KEY, "confirm", "Confirm", priority=True),
     ]
     reason_required = True
+    # Textual focuses it when the dialog is shown; an on_mount query would raise when a fast
+    # key dismissed the dialog before it was mounted (seen on a loaded machine).
+    AUTO_FOCUS = "#reason"
 
     @property
     def layers(self) -> tuple[str, ...]:
@@ -42,9 +45,6 @@ class ReasonDialog(ModalScreen[str | None]):
 
     def hint(self) -> Static:
         return Static(Text(CONFIRM_HINT, style="dim"), id="confirm-hint")
-
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
 
     def _error(self, text: str, style: str = "red") -> None:
         self.query_one("#confirm-error", Static).update(Text(text, style=style))
