@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from leasectl.console.source import DatabaseSource
 from leasectl.core.errors import SchemaNewer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -37,6 +38,11 @@ def test_connecting_refuses_a_newer_schema_unless_told_what_to_do(newer_dsn: str
         assert db.one("migrations_applied") is not None
     assert len(warned) == 1 and warned[0].startswith("warning: ")
     assert f"version {NEWER}" in warned[0] and f"version {LATEST}" in warned[0]
+
+
+def test_the_console_refuses_a_newer_schema_before_it_starts(newer_dsn: str) -> None:
+    with pytest.raises(SchemaNewer, match=f"version {NEWER}.*version {LATEST}"):
+        DatabaseSource.connect(newer_dsn, SCHEMA)
 
 
 def test_migrate_changes_nothing_under_a_newer_schema(newer_dsn: str) -> None:
