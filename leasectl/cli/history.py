@@ -8,6 +8,7 @@ import typer
 
 from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _show
+from leasectl.cli.stderr import _warn
 from leasectl.core import filters
 from leasectl.db.connection import Database
 from leasectl.db.history import History
@@ -121,7 +122,7 @@ def list_jobs(
     if wait > filters.MAX_TIMEOUT:
         raise typer.BadParameter("at most 10m", param_hint="'--timeout'")
     dsn, schema = _globals(ctx).resolve()
-    with Database.connect(dsn, schema) as db:
+    with Database.connect(dsn, schema, on_newer=_warn) as db:
         page = History(db).list_jobs(flt, limit=limit, after=page_after, timeout=wait)
     if as_json:
         _emit_json(page_json(page))

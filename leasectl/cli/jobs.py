@@ -186,7 +186,7 @@ def inspect(
     """Show a job, its attempts and its audit events."""
     parsed = config.parse_job_id(job_id)
     whole = as_json or full
-    with _operations(ctx) as ops:
+    with _operations(ctx, on_newer=_warn) as ops:
         detail = ops.inspect(
             parsed, payload_chars=None if whole else PAYLOAD_SHOWN, bounded=not whole
         )
@@ -248,7 +248,7 @@ def status(
                 else None
             ),
         )
-    with _operations(ctx, read_dsn=reads) as ops:
+    with _operations(ctx, read_dsn=reads, on_newer=_warn) as ops:
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()

@@ -11,7 +11,7 @@ import typer
 from prometheus_client import CollectorRegistry
 
 from leasectl.cli.root import _duration, _emit_json, _globals, _say
-from leasectl.cli.stderr import LogLevel, _setup_logging
+from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
@@ -63,6 +63,7 @@ def metrics(
                 max_size=1,
                 application_name="leasectl metrics",
                 pool_timeout=limit.total_seconds(),
+                on_newer=_warn,
             )
         )
 

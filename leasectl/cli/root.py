@@ -18,7 +18,7 @@ from leasectl.cli import helpfix  # noqa: F401 (flags without <bool> in --help)
 from leasectl.cli.completion import complete_queue
 from leasectl.core import config
 from leasectl.core.literal import visible
-from leasectl.db.connection import Database
+from leasectl.db.connection import Database, OnNewer
 from leasectl.db.dsn import resolve_dsn
 from leasectl.db.operations import Operations
 from leasectl.present.jsonout import dumps
@@ -93,13 +93,16 @@ def _globals(ctx: typer.Context) -> Globals:
 
 
 @contextlib.contextmanager
-def _operations(ctx: typer.Context, *, read_dsn: str | None = None) -> Iterator[Operations]:
-    """``read_dsn``: connect there instead (reads only, on a read-only session), not to --dsn."""
+def _operations(
+    ctx: typer.Context, *, read_dsn: str | None = None, on_newer: OnNewer = None
+) -> Iterator[Operations]:
+    """``read_dsn``: connect there instead (reads only, on a read-only session), not to --dsn.
+    ``on_newer``: a read-only command's warning for a schema newer than leasectl (else refused)."""
     if read_dsn is not None:
         dsn, schema = read_dsn, config.resolve_schema(_globals(ctx).schema)
     else:
         dsn, schema = _globals(ctx).resolve()
-    db = Database.connect(dsn, schema, read_only=read_dsn is not None)
+    db = Database.connect(dsn, schema, read_only=read_dsn is not None, on_newer=on_newer)
     try:
         yield Operations(db)
     finally:

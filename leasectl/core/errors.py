@@ -27,6 +27,10 @@ class SchemaMissing(LeasectlError):
     """The leasectl schema has not been initialised in this database."""
 
 
+class SchemaNewer(LeasectlError):
+    """The schema has migrations this leasectl does not know: a newer leasectl migrated it."""
+
+
 class JobNotFound(LeasectlError):
     """An id that names no job."""
 

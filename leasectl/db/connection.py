@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -23,6 +23,7 @@ from leasectl.core.errors import (
     PermissionDenied,
     QueryTimeout,
     SchemaMissing,
+    SchemaNewer,
     UsageError,
 )
 from leasectl.core.literal import echo
@@ -63,6 +64,18 @@ def quote_ident(name: str) -> str:
 def schema_missing_message(schema: str, where: str) -> str:
     return f"leasectl schema {echo(schema)} is not initialised in {where}; run `leasectl init`"
 
+
+def schema_newer_message(schema: str, where: str, unknown: list[int], latest: int) -> str:
+    """A schema with migrations (``unknown``) newer than this leasectl's ``latest``."""
+    return (
+        f"leasectl schema {echo(schema)} in {where} is at version {max(unknown)}, newer than "
+        f"this leasectl knows (version {latest}): upgrade leasectl to the version that migrated it"
+    )
+
+
+# What a schema newer than this leasectl makes of a connection: None refuses it (SchemaNewer),
+# else this is called with the warning and the connection is used (read-only commands).
+OnNewer = Callable[[str], None] | None
 
 # The words of a permission error, from its primary message and the error.
 Denied = Callable[[str | None, BaseException], str]
@@ -226,6 +239,7 @@ class Database:
         generic_plans: bool = False,
         read_only: bool = False,
         call_bound: float | None = None,
+        on_newer: OnNewer = None,
     ) -> Database:
         """Connect once directly (for a precise error), then open the pool.
 
@@ -235,6 +249,8 @@ class Database:
         and any table size. ``read_only``: every transaction of every connection is read-only
         (``session_read_only``): reads sent to a hot standby. ``call_bound``: seconds after
         which a call still waiting for the server fails as a lost connection (``watchdog.py``).
+        ``on_newer``: what a schema with migrations this leasectl does not know makes of the
+        connection (``OnNewer``; refused by default: a writer could break a newer rule).
         """
         validate_dsn(dsn)  # an ambiguous URI would connect where its password says
         kwargs = session_kwargs(dsn, application_name=application_name)
@@ -260,7 +276,7 @@ class Database:
         db = cls(pool, schema, dsn, call_bound)
         if check_schema:
             try:
-                db.check_schema()
+                db.check_schema(on_newer)
             except BaseException:
                 db.close()
                 raise
@@ -392,7 +408,9 @@ class Database:
 
     # -- schema -----------------------------------------------------------------------------
 
-    def check_schema(self) -> None:
+    def check_schema(self, on_newer: OnNewer = None) -> None:
+        """Refuse a schema that is missing or older than this leasectl; one newer than it
+        (``OnNewer``) is refused too unless ``on_newer`` is given: it is then told why."""
         row = self.one(
             "schema_exists",
             {
@@ -404,11 +422,23 @@ class Database:
             raise SchemaMissing(schema_missing_message(self.schema, self.where))
         applied = [r["version"] for r in self.rows("migrations_applied")]
         latest = queries.migrations()[-1].version
-        if not applied or max(applied) < latest:
+        unknown = self._unknown(applied)
+        if unknown:
+            message = schema_newer_message(self.schema, self.where, unknown, latest)
+            if on_newer is None:
+                raise SchemaNewer(message)
+            on_newer(f"warning: {message}; what this shows may miss what it added")
+        elif not applied or max(applied) < latest:
             raise SchemaMissing(
                 f"leasectl schema {echo(self.schema)} in {self.where} is at version "
                 f"{max(applied, default=0)}, this leasectl needs {latest}; run `leasectl init`"
             )
+
+    @staticmethod
+    def _unknown(applied: Iterable[int]) -> list[int]:
+        """The applied migrations this leasectl does not have (a newer one applied them)."""
+        known = {m.version for m in queries.migrations()}
+        return sorted(v for v in applied if v not in known)
 
     def migrate(self) -> list[int]:
         """Apply missing migrations in one transaction under an advisory lock; idempotent.
@@ -425,6 +455,12 @@ class Database:
                 conn.execute(queries.get("migrations_table_create").render(self.schema))
                 cur = conn.execute(queries.get("migrations_applied").render(self.schema))
                 done = {row[0] for row in cur.fetchall()}
+                unknown = self._unknown(done)
+                if unknown:  # nothing is applied under a newer leasectl's migrations
+                    latest = queries.migrations()[-1].version
+                    raise SchemaNewer(
+                        schema_newer_message(self.schema, self.where, unknown, latest)
+                    )
                 again = False
                 for migration in queries.migrations():
                     if migration.version in done:
