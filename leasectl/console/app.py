@@ -484,12 +484,7 @@ class ConsoleApp(KeyedApp):
     @work(thread=True, exclusive=True, exit_on_error=False, group="action")
     def _act(self, action: Action, seen: list[SeenState], reason: str) -> None:
         try:
-            act = {
-                Action.MARK_STUCK: self.source.mark_stuck,
-                Action.CANCEL: self.source.cancel,
-                Action.DELETE: self.source.delete,
-            }.get(action, self.source.requeue)
-            result = act(seen, reason)
+            result = self.source.act(action.operator, seen, reason)
         except LeasectlError as exc:
             self.post_message(ActionFailed(action, str(exc)))
         except Exception as exc:

@@ -8,8 +8,8 @@ between batches, so a stop (a signal, a crash) loses nothing: the jobs moved no 
 (the filter is narrowed to the states the action applies to), and ``resume_after`` (the lowest
 id done) lets ``--after`` continue exactly there.
 
-The action is a parameter: ``ACTIONS`` maps a command to its guarded operation, whose
-signature every guarded operation shares (``seen, *, actor, reason, force``).
+The action is a parameter: an operator action of ``core/actions.py``, run through
+``Operations.operator_action``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Protocol
 
+from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
+from leasectl.core.actions import ActionInfo, action_info
 from leasectl.core.bulk import (
     SAMPLE,
     BulkPlan,
@@ -32,53 +33,47 @@ from leasectl.core.bulk import (
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter
 from leasectl.core.models import ActionResult, JobStatus, SeenState, Skipped
 from leasectl.db.history import History
-from leasectl.db.operations import (
-    ELIGIBLE,  # the statuses each guard admits
-    Operations,
-)
+from leasectl.db.operations import Operations
 
 # A page's window of ids, at first (in batches), and at most (in ids).
 WINDOW_BATCHES = 8
 MAX_WINDOW = 1_000_000
 
 
-class Guarded(Protocol):
-    """A guarded operator operation, unbound: ``Operations.operator_requeue`` and its kin."""
+@dataclass(frozen=True)
+class BulkAction:
+    """An operator action (core/actions.py) as the engine runs it: its guarded operation on
+    one batch of the state just read."""
 
-    def __call__(
+    info: ActionInfo
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def eligible(self) -> frozenset[JobStatus]:
+        return self.info.eligible
+
+    def run(
         self,
         ops: Operations,
         seen: Sequence[SeenState],
-        /,
         *,
         actor: str,
         reason: str | None,
         force: bool = False,
-    ) -> ActionResult: ...
+    ) -> ActionResult:
+        return ops.operator_action(self.info.action, seen, actor=actor, reason=reason, force=force)
 
 
-@dataclass(frozen=True)
-class BulkAction:
-    name: str
-    run: Guarded
-
-    @property
-    def eligible(self) -> frozenset[JobStatus]:
-        return frozenset(ELIGIBLE[self.name])
-
-
-# The commands that act on a filter. Another guarded operation with the same signature joins
-# with one line here (and its command with one line in cli/actions.py).
-ACTIONS: dict[str, BulkAction] = {
-    "requeue": BulkAction("requeue", Operations.operator_requeue),
-    "mark-stuck": BulkAction("mark-stuck", Operations.operator_mark_stuck),
-    "cancel": BulkAction("cancel", Operations.operator_cancel),
-    "delete": BulkAction("delete", Operations.operator_delete),
-}
+# Every operator action acts on a filter: an action joins with its entry in core/actions.py.
+ACTIONS: dict[str, BulkAction] = {a.name: BulkAction(a) for a in OPERATOR_ACTIONS.values()}
 
 
 def action(name: str) -> BulkAction:
-    return ACTIONS[name]
+    """The action ``name``; an unknown name is a ValueError, never some default action."""
+    return BulkAction(action_info(name))
 
 
 def plan(

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from leasectl.core.literal import visible
 from leasectl.core.models import Freshness, JobStatus
+from leasectl.core.statuses import ESTIMATED
 from leasectl.db.metrics import MetricsReads, MetricsRows
 from leasectl.runtime.scrapes import SharedReads
 
@@ -137,8 +138,6 @@ COUNTERS: dict[str, str] = {
     "operator": "leasectl_operator_actions_total",
 }
 
-FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
-
 # Seconds between two folds of the counters' deltas (LeasectlCollector.fold).
 FOLD_EVERY = 1.0
 
@@ -235,7 +234,7 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     yield oldest
 
     finished = _gauge("leasectl_jobs_finished_estimate")
-    for status in FINISHED:
+    for status in ESTIMATED:
         # No statistics yet (a new table): 0 rather than no series, as status shows.
         finished.add_metric([status], rows.finished_estimate.get(status, 0))
     yield finished
