@@ -21,10 +21,11 @@ import typer
 from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import EXIT_INTERRUPTED, JsonOpt, _duration, _emit_json, _operations, _show
 from leasectl.cli.stderr import _warn
-from leasectl.core import bulk, config, filters
+from leasectl.core import bulk, config, filters, statuses
 from leasectl.core.actions import OperatorAction, action_info
 from leasectl.core.errors import UsageError
 from leasectl.core.models import ActionResult
+from leasectl.core.statuses import FINISHED
 from leasectl.present.actions import action_renderables
 from leasectl.present.bulk import (
     plan_json,
@@ -93,8 +94,8 @@ SinceOpt = Annotated[
     typer.Option(
         "--since",
         metavar="DURATION",
-        help="Only jobs created (finished, when every --state is Completed or Failed) at most "
-        "this long ago, on the database clock.",
+        help=f"Only jobs created (finished, when every --state is {statuses.named(FINISHED)}) "
+        "at most this long ago, on the database clock.",
         show_default=False,
     ),
 ]

@@ -9,6 +9,7 @@ member without its entry. The SQL names statuses too: docs/architecture.md, "Add
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from leasectl.core.models import JobStatus
@@ -129,3 +130,11 @@ def finished_estimate(estimate: dict[str, int]) -> dict[JobStatus, int] | None:
     if not estimate:
         return None
     return {s: estimate.get(s.value, 0) for s in ESTIMATED}
+
+
+def named(among: Iterable[JobStatus], last: str = " or ") -> str:
+    """The statuses ``among`` as help texts name them, the live ones first, each kind in the
+    enum's order: "Pending, Processing, Stuck, Completed, Failed or Cancelled"."""
+    order = list(JobStatus)
+    names = [s.value for s in sorted(set(among), key=lambda s: (info(s).finished, order.index(s)))]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])}{last}{names[-1]}"

@@ -19,9 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
-from leasectl.core.actions import ActionInfo, action_info
+from leasectl.core.actions import ActionInfo, OperatorAction, action_info
 from leasectl.core.bulk import (
     SAMPLE,
     BulkPlan,
@@ -40,40 +41,66 @@ WINDOW_BATCHES = 8
 MAX_WINDOW = 1_000_000
 
 
-@dataclass(frozen=True)
-class BulkAction:
-    """An operator action (core/actions.py) as the engine runs it: its guarded operation on
-    one batch of the state just read."""
+class Guarded(Protocol):
+    """A guarded operator operation, unbound: ``Operations.operator_requeue`` and its kin."""
 
-    info: ActionInfo
-
-    @property
-    def name(self) -> str:
-        return self.info.name
-
-    @property
-    def eligible(self) -> frozenset[JobStatus]:
-        return self.info.eligible
-
-    def run(
+    def __call__(
         self,
         ops: Operations,
         seen: Sequence[SeenState],
+        /,
+        *,
+        actor: str,
+        reason: str | None,
+        force: bool = False,
+    ) -> ActionResult: ...
+
+
+@dataclass(frozen=True)
+class _Operate:
+    """The guarded operation of an operator action, through ``Operations.operator_action``."""
+
+    action: OperatorAction
+
+    def __call__(
+        self,
+        ops: Operations,
+        seen: Sequence[SeenState],
+        /,
         *,
         actor: str,
         reason: str | None,
         force: bool = False,
     ) -> ActionResult:
-        return ops.operator_action(self.info.action, seen, actor=actor, reason=reason, force=force)
+        return ops.operator_action(self.action, seen, actor=actor, reason=reason, force=force)
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """An operator action (core/actions.py) as the engine runs it: ``run`` acts on one batch
+    of the state just read."""
+
+    name: str
+    run: Guarded
+
+    @property
+    def info(self) -> ActionInfo:
+        return action_info(self.name)
+
+    @property
+    def eligible(self) -> frozenset[JobStatus]:
+        return self.info.eligible
 
 
 # Every operator action acts on a filter: an action joins with its entry in core/actions.py.
-ACTIONS: dict[str, BulkAction] = {a.name: BulkAction(a) for a in OPERATOR_ACTIONS.values()}
+ACTIONS: dict[str, BulkAction] = {
+    a.name: BulkAction(a.name, _Operate(a.action)) for a in OPERATOR_ACTIONS.values()
+}
 
 
 def action(name: str) -> BulkAction:
     """The action ``name``; an unknown name is a ValueError, never some default action."""
-    return BulkAction(action_info(name))
+    return ACTIONS[action_info(name).name]
 
 
 def plan(
