@@ -106,6 +106,7 @@ class FindScreen(Screen[str]):
             for a in ACTIONS.values()
         ),
         Binding("P", "pause", "Pause/resume", show=False),
+        # The verb's last word ("Stuck all", not "Mark stuck all"): the footer fits 80 columns.
         *(
             Binding(a.bulk_key, f"bulk('{a.name}')", f"{a.verb.split()[-1].title()} all")
             for a in ACTIONS.values()
