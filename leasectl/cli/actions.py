@@ -25,6 +25,7 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
+from leasectl.core.actions import OperatorAction
 from leasectl.core.literal import echo
 from leasectl.present.actions import (
     LISTED_JOBS,
@@ -171,29 +172,9 @@ def requeue_stuck(
     _show(watcher_renderables(result, db_now, mode.value, owner=owner))
 
 
-# On ids or on a filter: cli/bulk.py (an action of runtime.bulk.ACTIONS joins with one line).
-requeue = guarded_command(
-    "requeue",
-    "Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any is skipped).",
-)
-mark_stuck = guarded_command(
-    "mark-stuck",
-    "Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is skipped).",
-)
-
-
-cancel = guarded_command(
-    "cancel",
-    "Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its handler sees "
-    "ctx.cancelled and its result is never written (guarded; --reason required; exit 1 if any "
-    "is skipped).",
-    reason_rule=lambda text: config.check_reason(text, required="say why the jobs are cancelled"),
-    forceable=False,
-)
-delete = guarded_command(
-    "delete",
-    "Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending or Processing "
-    "one; their audit events stay (guarded; exit 1 if any is skipped).",
-    reason_rule=lambda text: config.check_reason(text, required=None),
-    forceable=False,
-)
+# On ids or on a filter: cli/bulk.py, each from its entry in core/actions.py (an action joins
+# with its entry there and its line here; cli/__init__.py lists it).
+requeue = guarded_command(OperatorAction.REQUEUE)
+mark_stuck = guarded_command(OperatorAction.MARK_STUCK)
+cancel = guarded_command(OperatorAction.CANCEL)
+delete = guarded_command(OperatorAction.DELETE)

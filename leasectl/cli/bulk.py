@@ -1,7 +1,7 @@
 """The guarded operator actions as commands: on job ids, or on every job a filter matches
 (`leasectl requeue --state failed --queue payments --since 1h`), in batches.
 
-``guarded_command(name, help)`` makes the command of any action in ``runtime.bulk.ACTIONS``:
+``guarded_command(action)`` makes the command of any operator action (``core/actions.py``):
 the id form (one guarded statement) and the filter form (``runtime.bulk.run``), the filter's
 options being the ones of `leasectl list` (``FilterOpts``, parsed by ``filters.parse_filter``).
 """
@@ -21,10 +21,12 @@ import typer
 from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import EXIT_INTERRUPTED, JsonOpt, _duration, _emit_json, _operations, _show
 from leasectl.cli.stderr import _warn
-from leasectl.core import bulk, config, filters
+from leasectl.core import bulk, config, filters, statuses
+from leasectl.core.actions import OperatorAction, action_info
 from leasectl.core.errors import UsageError
 from leasectl.core.models import ActionResult
-from leasectl.present.actions import ACTION_PAST, action_renderables
+from leasectl.core.statuses import FINISHED
+from leasectl.present.actions import action_renderables
 from leasectl.present.bulk import (
     plan_json,
     plan_renderables,
@@ -92,8 +94,8 @@ SinceOpt = Annotated[
     typer.Option(
         "--since",
         metavar="DURATION",
-        help="Only jobs created (finished, when every --state is Completed or Failed) at most "
-        "this long ago, on the database clock.",
+        help=f"Only jobs created (finished, when every --state is {statuses.named(FINISHED)}) "
+        "at most this long ago, on the database clock.",
         show_default=False,
     ),
 ]
@@ -196,7 +198,7 @@ class FilterArgs:
 def _report_skips(action: str, result: ActionResult) -> None:
     if not result.skipped:
         return
-    verb = ACTION_PAST.get(action, action)
+    verb = action_info(action).past
     _warn(
         f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
         f"not {verb}: "
@@ -315,7 +317,7 @@ def on_filter(
         _warn(stopped_text(result))
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.skipped:
-        verb = ACTION_PAST.get(name, name)
+        verb = action_info(name).past
         _warn(
             f"{len(result.skipped):,} of {result.matched:,} matching job(s) not {verb}: "
             + "; ".join(f"{s.id}: {skip_reason(s)}" for s in result.skipped[:3])
@@ -327,17 +329,16 @@ def on_filter(
 # -- the command -----------------------------------------------------------------------------
 
 
-def guarded_command(
-    name: str,
-    summary: str,
-    *,
-    reason_rule: Callable[[str | None], str | None] = lambda text: text,
-    forceable: bool = True,
-) -> Callable[..., None]:
-    """The command of the guarded action ``name`` (a key of ``runtime.bulk.ACTIONS``): on ids,
-    or on a filter. ``summary``: its help's first line. ``reason_rule`` checks ``--reason``
-    before anything is read; ``forceable``: whether ``--force`` means anything to the action
-    (cancel revokes a live lease anyway, delete never touches one)."""
+def guarded_command(action: OperatorAction) -> Callable[..., None]:
+    """The command of an operator action (its entry in ``core/actions.py``): on ids, or on a
+    filter. Its help's first line is the entry's ``summary``; ``--reason`` is checked before
+    anything is read (required when the entry says so); ``--force`` is refused where it means
+    nothing (cancel revokes a live lease anyway, delete never touches one)."""
+    entry = action_info(action)
+    name, summary, forceable = entry.name, entry.summary, entry.forceable
+
+    def reason_rule(text: str | None) -> str | None:
+        return config.check_reason(text, required=entry.reason_required)
 
     def command(
         ctx: typer.Context,

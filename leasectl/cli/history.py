@@ -9,7 +9,8 @@ import typer
 from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _show
 from leasectl.cli.stderr import _warn
-from leasectl.core import filters
+from leasectl.core import filters, statuses
+from leasectl.core.models import JobStatus
 from leasectl.db.connection import Database
 from leasectl.db.history import History
 from leasectl.present.history import list_renderables, page_json
@@ -23,8 +24,8 @@ def list_jobs(
             "--state",
             "-s",
             metavar="STATE",
-            help="Only jobs in this status: Pending, Processing, Stuck, Completed, Failed or "
-            "Cancelled (any case; repeat it or separate with commas).",
+            help=f"Only jobs in this status: {statuses.named(JobStatus)} (any case; repeat it or "
+            "separate with commas).",
             show_default=False,
             autocompletion=complete_state,
         ),
@@ -73,7 +74,7 @@ def list_jobs(
             "--since",
             metavar="DURATION",
             help="Only jobs created at most this long ago (finished, when every --state is "
-            "Completed, Failed or Cancelled), on the database clock.",
+            f"{statuses.named(statuses.FINISHED)}), on the database clock.",
             show_default=False,
         ),
     ] = None,

@@ -10,6 +10,7 @@ feed fixed data without a database.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -45,10 +46,12 @@ from leasectl.console.threads import DaemonExecutor
 from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
+from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
 from leasectl.core.errors import ConnectionFailed, LeasectlError, TerminalGone
 from leasectl.core.literal import visible
 from leasectl.core.models import ActionResult, PanelJob, SeenState, Snapshot
 from leasectl.core.readlag import countdowns_stale
+from leasectl.core.statuses import named
 from leasectl.core.terminal import HangupWatch
 
 DEFAULT_LIMIT = 100
@@ -404,20 +407,12 @@ class ConsoleApp(KeyedApp):
         )
         yield SystemCommand("Help", "Keys and markers", self.action_help)
         if self.read_only is None:
-            yield SystemCommand(
-                "Requeue", "Requeue the selected or highlighted jobs", main.action_requeue
-            )
-            yield SystemCommand(
-                "Mark stuck", "Quarantine the selected or highlighted jobs", main.action_mark_stuck
-            )
-            yield SystemCommand(
-                "Cancel", "Cancel the selected or highlighted jobs", main.action_cancel
-            )
-            yield SystemCommand(
-                "Delete",
-                "Delete the selected or highlighted finished or Stuck jobs, for good",
-                main.action_delete,
-            )
+            for a in OPERATOR_ACTIONS.values():  # (the statuses each applies to: core/actions.py)
+                yield SystemCommand(
+                    a.verb,
+                    f"{a.verb} the selected or highlighted jobs ({named(a.applies_to)})",
+                    functools.partial(main.action_act, a.name),
+                )
             yield SystemCommand(
                 "Requeue all expired",
                 "Requeue every expired lease in the current filter",
@@ -484,12 +479,7 @@ class ConsoleApp(KeyedApp):
     @work(thread=True, exclusive=True, exit_on_error=False, group="action")
     def _act(self, action: Action, seen: list[SeenState], reason: str) -> None:
         try:
-            act = {
-                Action.MARK_STUCK: self.source.mark_stuck,
-                Action.CANCEL: self.source.cancel,
-                Action.DELETE: self.source.delete,
-            }.get(action, self.source.requeue)
-            result = act(seen, reason)
+            result = self.source.act(action.operator, seen, reason)
         except LeasectlError as exc:
             self.post_message(ActionFailed(action, str(exc)))
         except Exception as exc:

@@ -9,11 +9,12 @@ from typing import Any
 from leasectl.core.counts import BoundedCount
 from leasectl.core.models import (
     ConsoleCounts,
+    JobStatus,
     OwnerHealth,
     PanelJob,
     Snapshot,
-    finished_estimates,
 )
+from leasectl.core.statuses import finished_estimate
 from leasectl.core.throughput import ThroughputCounts
 from leasectl.db.console import ConsoleReads
 
@@ -67,7 +68,13 @@ class Panels:
         expired = [j for j in processing if j.lease_until is not None and j.lease_until < db_now]
         stuck = tuple(sorted((*expired, *rows.stuck), key=_lapsed_order)[:limit])
         throughput = self._throughput.merge(queue, since, rows.per_minute, db_now, minutes)
-        completed_estimate, failed_estimate = finished_estimates(rows.finished_estimate)
+        # (The console's bars show Completed and Failed; status and the metrics every estimate.)
+        estimated = finished_estimate(rows.finished_estimate)
+        completed_estimate, failed_estimate = (
+            (None, None)
+            if estimated is None
+            else (estimated[JobStatus.COMPLETED], estimated[JobStatus.FAILED])
+        )
         holds = {j.lease_owner for j in (*processing, *stuck)}
         owners = [o for o in rows.owners if _owner_matches(o, queue, owner, job_id, holds)]
         if job_id is not None:  # at most one row in all: the panels are what it matches

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar
 
 from leasectl.console.panels import Panels
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.actions import OperatorAction
 from leasectl.core.bulk import (
     DEFAULT_BATCH,
     SAMPLE,
@@ -78,13 +79,9 @@ class ConsoleSource(Protocol):
 
     def find(self, flt: JobFilter, after: int | None, limit: int) -> JobPage: ...
 
-    def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
-
-    def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
-
-    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
-
-    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult: ...
+    def act(self, action: OperatorAction, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        """The guarded operation of ``action`` on the jobs as the operator saw them."""
+        ...
 
     def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
         """How many jobs ``action`` on ``flt`` would read (counting stops at ``cap``)."""
@@ -207,24 +204,15 @@ class DatabaseSource:
             lambda: History(db).list_jobs(flt, limit=limit, after=after, timeout=self.find_timeout),
         )
 
-    def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._guarded("requeue", seen, reason)
-
-    def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._guarded("mark-stuck", seen, reason)
-
-    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._guarded("cancel", seen, reason)
-
-    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._guarded("delete", seen, reason)
-
-    def _guarded(self, action: str, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        """The guarded operation of ``action`` (runtime.bulk's registry, as the CLI's id form
-        calls it), on the actions' database."""
+    def act(self, action: OperatorAction, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        """The guarded operation of ``action`` (as the CLI's id form calls it), on the actions'
+        database."""
         db, ops = self._operations()
-        run = bulk.action(action).run
-        return self._call(ACTION_ROLE, db, lambda: run(ops, seen, actor=self.actor, reason=reason))
+        return self._call(
+            ACTION_ROLE,
+            db,
+            lambda: ops.operator_action(action, seen, actor=self.actor, reason=reason),
+        )
 
     def bulk_plan(self, action: str, flt: JobFilter, cap: int) -> BulkPlan:
         """Counted as `--dry-run` counts, but stopping at ``cap`` and under the find screen's
@@ -466,17 +454,8 @@ class StaticSource:
             elapsed_s=0.0,
         )
 
-    def requeue(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._act("requeue", seen, reason)
-
-    def mark_stuck(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._act("mark-stuck", seen, reason)
-
-    def cancel(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._act("cancel", seen, reason)
-
-    def delete(self, seen: Sequence[SeenState], reason: str) -> ActionResult:
-        return self._act("delete", seen, reason)
+    def act(self, action: OperatorAction, seen: Sequence[SeenState], reason: str) -> ActionResult:
+        return self._act(action.value, seen, reason)
 
     def _act(self, action: str, seen: Sequence[SeenState], reason: str) -> ActionResult:
         self.calls.append((action, tuple(seen), reason))

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
 from leasectl.core import filters
+from leasectl.core.actions import ACTIONS, ActionInfo, OperatorAction
 from leasectl.core.filters import JobFilter, ListedJob
 from leasectl.core.literal import echo, visible
 from leasectl.core.models import (
@@ -386,6 +387,9 @@ def known_queues(snapshot: Snapshot | None) -> set[str]:
 
 
 class Action(enum.Enum):
+    """The console's actions: the operator actions (core/actions.py) and R, a requeue of every
+    expired lease in the filter."""
+
     REQUEUE = "requeue"
     MARK_STUCK = "mark-stuck"
     REQUEUE_EXPIRED = "requeue-expired"
@@ -393,62 +397,61 @@ class Action(enum.Enum):
     DELETE = "delete"
 
     @property
+    def operator(self) -> OperatorAction:
+        """The operator action it runs (never a default: each member has its own)."""
+        return _OPERATOR[self]
+
+    @property
+    def info(self) -> ActionInfo:
+        return ACTIONS[self.operator]
+
+    @property
     def verb(self) -> str:
-        return _VERBS.get(self, "Requeue")
+        return self.info.verb
 
     @property
     def past(self) -> str:
-        return _PAST.get(self, "requeued")
+        return self.info.past
 
 
-_VERBS = {Action.MARK_STUCK: "Mark stuck", Action.CANCEL: "Cancel", Action.DELETE: "Delete"}
-_PAST = {Action.MARK_STUCK: "marked stuck", Action.CANCEL: "cancelled", Action.DELETE: "deleted"}
+_OPERATOR = {
+    Action.REQUEUE: OperatorAction.REQUEUE,
+    Action.MARK_STUCK: OperatorAction.MARK_STUCK,
+    Action.REQUEUE_EXPIRED: OperatorAction.REQUEUE,
+    Action.CANCEL: OperatorAction.CANCEL,
+    Action.DELETE: OperatorAction.DELETE,
+}
+
+
+def _or(names: Sequence[str], comma: str = "") -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])}{comma} or {names[-1]}"
 
 
 def condition_text(action: Action) -> str:
-    """The exact condition the guarded statement checks, per job, when it runs."""
+    """The exact condition the guarded statement checks, per job, when it runs (the states
+    from the action's entry in core/actions.py)."""
     same = "still has the status, attempt number and lease owner shown here (what you saw), and "
-    if action is Action.CANCEL:
-        return (
-            same + "is Pending, Stuck or Processing. A held lease is revoked, live or not: the "
-            "worker's next heartbeat is refused, its handler is told (ctx.cancelled) and its "
-            "result is never written."
-        )
-    if action is Action.DELETE:
-        return (
-            same + "is Completed, Failed, Cancelled or Stuck; never Pending or Processing. The "
-            "job and its attempts are deleted for good; its audit events stay."
-        )
-    if action is Action.MARK_STUCK:
-        return (
-            same + "is Pending, or Processing with an expired lease (lease_until < now() on the "
-            "database clock). A live lease is never overridden."
-        )
-    return (
-        same + "is Stuck, Failed, or Processing with an expired lease (lease_until < now() on "
-        "the database clock). A live lease is never overridden."
-    )
+    info = action.info
+    names = [s.value for s in info.applies_to if not (info.forceable and s is JobStatus.PROCESSING)]
+    if len(names) < len(info.applies_to):  # a live lease stays unless forced: only expired ones
+        names.append("Processing with an expired lease (lease_until < now() on the database clock)")
+        return f"{same}is {_or(names, ',')}. {info.effect}"
+    return f"{same}is {_or(names)}. {info.effect}"
 
 
 def eligible(action: Action, job: PanelJob, now: datetime) -> str | None:
     """Why the guard would skip this job as seen right now, or None when it would act."""
-    if action is Action.CANCEL:
-        if job.status in (JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK):
-            return None
-        return f"{job.status} is finished already"
-    if action is Action.DELETE:
-        if job.status in (JobStatus.PENDING, JobStatus.PROCESSING):
+    info = action.info
+    if job.status not in info.eligible:
+        if info.action is OperatorAction.CANCEL:
+            return f"{job.status} is finished already"
+        if info.action is OperatorAction.DELETE:
             return f"{job.status} cannot be deleted (cancel it first)"
-        return None
-    if job.status == JobStatus.PROCESSING:
+        return f"{job.status} cannot be {info.past}"
+    if job.status == JobStatus.PROCESSING and info.forceable:
         if job.lease_until is not None and job.lease_until >= now:
             return "lease still live"
-        return None
-    if action is Action.MARK_STUCK:
-        return None if job.status == JobStatus.PENDING else f"{job.status} cannot be marked stuck"
-    if job.status in (JobStatus.STUCK, JobStatus.FAILED):
-        return None
-    return f"{job.status} cannot be requeued"
+    return None
 
 
 Severity = Literal["information", "warning", "error"]

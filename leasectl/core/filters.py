@@ -11,14 +11,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from leasectl.core import config
+from leasectl.core import config, statuses
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 from leasectl.core.models import STATUS_BY_VALUE, JobStatus
 
 # The statuses that set finished_at, and that the finished-history index covers: a filter of
 # only these times finished_at (indexed), any other filter created_at.
-FINISHED = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+FINISHED = statuses.FINISHED
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000

@@ -291,7 +291,7 @@ class Skipped:
 
     id: int
     code: SkipCode
-    action: str = "requeue"  # "requeue", "mark-stuck", "cancel" or "delete"
+    action: str  # an OperatorAction's name (core/actions.py): never a default
     seen_status: JobStatus | None = None
     status: JobStatus | None = None  # now
     owner: str | None = None  # its lease owner now
@@ -413,17 +413,6 @@ class OwnerHealth:
     def last_sign_of_life(self) -> datetime | None:
         times = [t for t in (self.last_seen_at, self.last_job_heartbeat_at) if t is not None]
         return max(times) if times else None
-
-
-def finished_estimates(estimate: dict[str, int]) -> tuple[int | None, int | None]:
-    """(Completed, Failed) from the planner's statistics of the status column, by status.
-
-    Both None while the table has no statistics. Statistics that list one finished status and
-    not the other found none of the other in their sample: about zero, not unknown.
-    """
-    if not estimate:
-        return None, None
-    return estimate.get(JobStatus.COMPLETED, 0), estimate.get(JobStatus.FAILED, 0)
 
 
 @dataclass(frozen=True)

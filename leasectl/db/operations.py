@@ -12,6 +12,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from leasectl.core import health
+from leasectl.core.actions import ACTIONS, OperatorAction, action_info
 from leasectl.core.config import check_queue_length
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
@@ -37,6 +38,7 @@ from leasectl.core.models import (
     Skipped,
     StatusReport,
 )
+from leasectl.core.statuses import RECENT_FIELD
 from leasectl.core.texts import ROWS_SHOWN, TEXT_SHOWN, TextCut
 from leasectl.db import counters, producer
 from leasectl.db import sql as queries
@@ -206,22 +208,41 @@ class Operations:
         rows = self.db.rows("jobs_get_many", {"ids": list(ids)})
         return {r["id"]: Job.from_row(r) for r in rows}
 
+    def operator_action(
+        self,
+        action: OperatorAction,
+        seen: Sequence[SeenState],
+        *,
+        actor: str,
+        reason: str | None,
+        force: bool = False,
+    ) -> ActionResult:
+        """The guarded operation of ``action`` (core/actions.py: its statement, the statuses
+        it applies to, whether ``force`` means anything to it)."""
+        return self._guarded(ACTIONS[action].query, action.value, seen, actor, reason, force)
+
     def operator_requeue(
         self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
     ) -> ActionResult:
-        return self._guarded("jobs_operator_requeue", "requeue", seen, actor, reason, force)
+        return self.operator_action(
+            OperatorAction.REQUEUE, seen, actor=actor, reason=reason, force=force
+        )
 
     def operator_mark_stuck(
         self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
     ) -> ActionResult:
-        return self._guarded("jobs_operator_mark_stuck", "mark-stuck", seen, actor, reason, force)
+        return self.operator_action(
+            OperatorAction.MARK_STUCK, seen, actor=actor, reason=reason, force=force
+        )
 
     def operator_cancel(
         self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
     ) -> ActionResult:
         """Cancel Pending, Stuck and Processing jobs (a held lease is revoked: its holder's next
         fenced write is refused). ``force`` changes nothing: a live lease needs none."""
-        return self._guarded("jobs_operator_cancel", "cancel", seen, actor, reason, force)
+        return self.operator_action(
+            OperatorAction.CANCEL, seen, actor=actor, reason=reason, force=force
+        )
 
     def operator_delete(
         self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
@@ -229,7 +250,9 @@ class Operations:
         """Delete Completed, Failed, Cancelled and Stuck jobs (their attempts go, their audit
         events stay, with a ``delete`` event). ``force`` changes nothing: never a Pending or
         Processing job."""
-        return self._guarded("jobs_operator_delete", "delete", seen, actor, reason, force)
+        return self.operator_action(
+            OperatorAction.DELETE, seen, actor=actor, reason=reason, force=force
+        )
 
     def _guarded(
         self,
@@ -445,7 +468,7 @@ class Operations:
                 q.update(stuck=stuck.value, stuck_capped=stuck.capped)
         for r in recent:
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
-            q[_RECENT_KEY[r["status"]]] = r["jobs"]
+            q[RECENT_FIELD[r["status"]]] = r["jobs"]
         return StatusReport(
             db_now=db_now,
             queues=tuple(QueueCounts(**counts[name]) for name in sorted(counts)),
@@ -487,25 +510,6 @@ class Operations:
         return int(row["jobs"]) if row else 0
 
 
-# The QueueCounts field of each finished status's recent count.
-_RECENT_KEY = {
-    "Completed": "completed_recent",
-    "Failed": "failed_recent",
-    "Cancelled": "cancelled_recent",
-}
-
-# The statuses each guarded action applies to.
-ELIGIBLE = {
-    "requeue": {JobStatus.PROCESSING, JobStatus.STUCK, JobStatus.FAILED},
-    "mark-stuck": {JobStatus.PROCESSING, JobStatus.PENDING},
-    "cancel": {JobStatus.PENDING, JobStatus.PROCESSING, JobStatus.STUCK},
-    "delete": {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.STUCK},
-}
-
-# The actions that leave a live lease alone unless forced (cancel revokes it as asked).
-_FORCED_OVER_LIVE = {"requeue", "mark-stuck"}
-
-
 def held_skip(action: str, seen: SeenState, now: Job | None) -> Skipped:
     """A job left alone because another session held it past the lock timeout."""
     if now is None:
@@ -538,9 +542,10 @@ def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: 
         return Skipped(seen.id, SkipCode.MOVED, action, **facts)
     if now.attempts != seen.attempts or now.lease_owner != seen.lease_owner:
         return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
-    if now.status not in ELIGIBLE[action]:
+    entry = action_info(action)  # (an unknown action: a ValueError, never another's rules)
+    if now.status not in entry.eligible:
         return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
-    if now.status == JobStatus.PROCESSING and not force and action in _FORCED_OVER_LIVE:
+    if now.status == JobStatus.PROCESSING and not force and entry.forceable:
         age = (
             db_now - now.heartbeat_at
             if db_now is not None and now.heartbeat_at is not None

@@ -7,6 +7,7 @@ from datetime import datetime
 from rich.console import RenderableType
 from rich.text import Text
 
+from leasectl.core.actions import action_info
 from leasectl.core.models import ActionResult, ExpiredJob, JobStatus, WatcherResult
 from leasectl.present.skips import skip_reason
 from leasectl.present.styles import status_text
@@ -92,16 +93,8 @@ def watcher_renderables(
     return parts
 
 
-ACTION_PAST = {
-    "requeue": "requeued",
-    "mark-stuck": "marked stuck",
-    "cancel": "cancelled",
-    "delete": "deleted",
-}
-
-
 def action_renderables(result: ActionResult) -> list[RenderableType]:
-    verb = ACTION_PAST.get(result.action, result.action)
+    verb = action_info(result.action).past
     parts: list[RenderableType] = []
     if result.changed:
         parts.append(

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from leasectl.core.actions import action_info
 from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
 from leasectl.core.filters import JobFilter
-from leasectl.present.actions import ACTION_PAST
 from leasectl.present.history import JobListing, filter_text, listed_job_json
 from leasectl.present.jsonout import jsonable
 from leasectl.present.skips import skip_reason
@@ -34,7 +34,7 @@ def filter_line(flt: JobFilter) -> Text:
 
 
 def plan_renderables(plan: BulkPlan) -> list[RenderableType]:
-    verb = ACTION_PAST.get(plan.action, plan.action)
+    verb = action_info(plan.action).past
     n = count_words(plan.count, plan.capped)
     parts: list[RenderableType] = [
         Text(f"dry run: {n} job(s) would be {verb}; nothing changed", style="bold"),
@@ -60,7 +60,7 @@ def plan_json(plan: BulkPlan) -> dict[str, Any]:
 
 
 def progress_text(action: str, p: BulkProgress) -> Text:
-    verb = ACTION_PAST.get(action, action)
+    verb = action_info(action).past
     return Text(
         f"batch {p.batches}: {p.matched:,} matched, {p.changed:,} {verb}, {p.skipped:,} skipped"
         + (f" (down to id {p.resume_after})" if p.resume_after is not None else "")
@@ -68,7 +68,7 @@ def progress_text(action: str, p: BulkProgress) -> Text:
 
 
 def result_renderables(result: BulkResult, *, listed: int = LISTED_SKIPS) -> list[RenderableType]:
-    verb = ACTION_PAST.get(result.action, result.action)
+    verb = action_info(result.action).past
     parts: list[RenderableType] = [filter_line(result.filter)]
     style = "green" if result.complete and not result.skipped else "yellow"
     parts.append(

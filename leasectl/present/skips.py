@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leasectl.core.actions import action_info
 from leasectl.core.models import ActionResult, JobStatus, SkipCode, Skipped
 
 
@@ -46,9 +47,6 @@ def skip_reason(skipped: Skipped) -> str:
             )
 
 
-_DONE = {"requeue": "requeued", "mark-stuck": "marked stuck", "cancel": "cancelled"}
-
-
 def _not_eligible(s: Skipped) -> str:
     if s.action == "cancel":
         return f"already finished: a {s.status} job cannot be cancelled"
@@ -56,7 +54,7 @@ def _not_eligible(s: Skipped) -> str:
         if s.status == JobStatus.PROCESSING:
             return "a Processing job cannot be deleted (its lease may be live): cancel it first"
         return f"a {s.status} job cannot be deleted: cancel it first"
-    return f"a {s.status} job cannot be {_DONE.get(s.action, s.action)}"
+    return f"a {s.status} job cannot be {action_info(s.action).past}"
 
 
 def action_json(result: ActionResult) -> dict[str, Any]:

@@ -17,9 +17,10 @@ from leasectl.core.models import (
     PausedQueue,
     QueueCounts,
     StatusReport,
-    finished_estimates,
 )
 from leasectl.core.readlag import countdowns_stale
+from leasectl.core.statuses import ESTIMATED
+from leasectl.core.statuses import finished_estimate as estimate_of
 from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
 from leasectl.present.text import count_text, lit, num, table
 from leasectl.present.times import (
@@ -54,9 +55,10 @@ def totals(report: StatusReport) -> QueueCounts:
 
 
 def finished_estimate(report: StatusReport) -> dict[str, int | None]:
-    """All-time totals from planner statistics; None for both while the table has none."""
-    completed, failed = finished_estimates(report.finished_estimate)
-    return {"completed": completed, "failed": failed}
+    """All-time totals of the estimated statuses (core/statuses.py) from planner statistics,
+    by lower-case status; None for each while the table has none."""
+    estimated = estimate_of(report.finished_estimate)
+    return {s.value.lower(): None if estimated is None else estimated[s] for s in ESTIMATED}
 
 
 def status_renderables(report: StatusReport) -> list[RenderableType]:
@@ -90,12 +92,11 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         row(totals(report), style="bold")
 
     est = finished_estimate(report)
-    if est["completed"] is None:
-        estimate = Text("≈ all-time completed/failed: unknown (no planner statistics yet)")
+    if any(n is None for n in est.values()):
+        estimate = Text(f"≈ all-time {'/'.join(est)}: unknown (no planner statistics yet)")
     else:
         estimate = Text(
-            f"≈ all-time completed {est['completed']:,} / failed {est['failed']:,} "
-            "(planner estimate)"
+            "≈ all-time " + " / ".join(f"{s} {n:,}" for s, n in est.items()) + " (planner estimate)"
         )
     estimate.stylize("dim")
     parts: list[RenderableType] = [

@@ -8,6 +8,7 @@ import enum
 from rich.text import Text
 
 from leasectl.core.models import Freshness, JobStatus
+from leasectl.core.statuses import STATUSES
 
 # A warning (a lease about to lapse, an owner late) and a danger (a lapsed lease, a silent
 # owner) look the same wherever they are shown.
@@ -15,14 +16,16 @@ RISK_STYLE = "bold yellow"
 EXPIRED_STYLE = "bold red"
 PAUSED_STYLE = "bold magenta"  # a paused queue: no claims until resumed
 
-STATUS_STYLE = {
-    JobStatus.PENDING: "yellow",
-    JobStatus.PROCESSING: "cyan",
-    JobStatus.COMPLETED: "green",
-    JobStatus.FAILED: "red",
-    JobStatus.STUCK: "bold magenta",
-    JobStatus.CANCELLED: "dim",
+# The look of each status's style key (core/statuses.py): a status names its key there.
+STATUS_KEY_STYLE = {
+    "waiting": "yellow",
+    "running": "cyan",
+    "succeeded": "green",
+    "failed": "red",
+    "quarantined": "bold magenta",
+    "cancelled": "dim",
 }
+STATUS_STYLE = {s: STATUS_KEY_STYLE[i.style] for s, i in STATUSES.items()}
 
 FRESHNESS_STYLE = {
     Freshness.FRESH: "green",

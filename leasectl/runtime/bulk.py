@@ -8,8 +8,8 @@ between batches, so a stop (a signal, a crash) loses nothing: the jobs moved no 
 (the filter is narrowed to the states the action applies to), and ``resume_after`` (the lowest
 id done) lets ``--after`` continue exactly there.
 
-The action is a parameter: ``ACTIONS`` maps a command to its guarded operation, whose
-signature every guarded operation shares (``seen, *, actor, reason, force``).
+The action is a parameter: an operator action of ``core/actions.py``, run through
+``Operations.operator_action``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
+from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
+from leasectl.core.actions import ActionInfo, OperatorAction, action_info
 from leasectl.core.bulk import (
     SAMPLE,
     BulkPlan,
@@ -32,10 +34,7 @@ from leasectl.core.bulk import (
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter
 from leasectl.core.models import ActionResult, JobStatus, SeenState, Skipped
 from leasectl.db.history import History
-from leasectl.db.operations import (
-    ELIGIBLE,  # the statuses each guard admits
-    Operations,
-)
+from leasectl.db.operations import Operations
 
 # A page's window of ids, at first (in batches), and at most (in ids).
 WINDOW_BATCHES = 8
@@ -58,27 +57,50 @@ class Guarded(Protocol):
 
 
 @dataclass(frozen=True)
+class _Operate:
+    """The guarded operation of an operator action, through ``Operations.operator_action``."""
+
+    action: OperatorAction
+
+    def __call__(
+        self,
+        ops: Operations,
+        seen: Sequence[SeenState],
+        /,
+        *,
+        actor: str,
+        reason: str | None,
+        force: bool = False,
+    ) -> ActionResult:
+        return ops.operator_action(self.action, seen, actor=actor, reason=reason, force=force)
+
+
+@dataclass(frozen=True)
 class BulkAction:
+    """An operator action (core/actions.py) as the engine runs it: ``run`` acts on one batch
+    of the state just read."""
+
     name: str
     run: Guarded
 
     @property
+    def info(self) -> ActionInfo:
+        return action_info(self.name)
+
+    @property
     def eligible(self) -> frozenset[JobStatus]:
-        return frozenset(ELIGIBLE[self.name])
+        return self.info.eligible
 
 
-# The commands that act on a filter. Another guarded operation with the same signature joins
-# with one line here (and its command with one line in cli/actions.py).
+# Every operator action acts on a filter: an action joins with its entry in core/actions.py.
 ACTIONS: dict[str, BulkAction] = {
-    "requeue": BulkAction("requeue", Operations.operator_requeue),
-    "mark-stuck": BulkAction("mark-stuck", Operations.operator_mark_stuck),
-    "cancel": BulkAction("cancel", Operations.operator_cancel),
-    "delete": BulkAction("delete", Operations.operator_delete),
+    a.name: BulkAction(a.name, _Operate(a.action)) for a in OPERATOR_ACTIONS.values()
 }
 
 
 def action(name: str) -> BulkAction:
-    return ACTIONS[name]
+    """The action ``name``; an unknown name is a ValueError, never some default action."""
+    return ACTIONS[action_info(name).name]
 
 
 def plan(

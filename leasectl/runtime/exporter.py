@@ -22,8 +22,10 @@ from datetime import timedelta
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from leasectl.core.actions import AUDIT_ACTIONS
 from leasectl.core.literal import visible
 from leasectl.core.models import Freshness, JobStatus
+from leasectl.core.statuses import ESTIMATED, named
 from leasectl.db.metrics import MetricsReads, MetricsRows
 from leasectl.runtime.scrapes import SharedReads
 
@@ -61,7 +63,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "leasectl_jobs_finished_estimate": (
         "gauge",
         ("status",),
-        "Finished jobs (Completed, Failed, Cancelled) in the table, all queues: the planner's "
+        f"Finished jobs ({named(ESTIMATED, ', ')}) in the table, all queues: the planner's "
         "estimate from table statistics, never an exact count.",
     ),
     "leasectl_oldest_due_job_age_seconds": (
@@ -123,8 +125,8 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "leasectl_operator_actions_total": (
         "counter",
         ("queue", "action"),
-        "Operator actions per queue and action (requeue, requeue_forced, mark_stuck, "
-        "mark_stuck_forced, cancel, delete: one per job; pause, resume: one per queue).",
+        f"Operator actions per queue and action ({', '.join(AUDIT_ACTIONS)}: one per job; "
+        "pause, resume: one per queue).",
     ),
 }
 
@@ -136,8 +138,6 @@ COUNTERS: dict[str, str] = {
     "watcher": "leasectl_watcher_actions_total",
     "operator": "leasectl_operator_actions_total",
 }
-
-FINISHED = (JobStatus.COMPLETED, JobStatus.FAILED)
 
 # Seconds between two folds of the counters' deltas (LeasectlCollector.fold).
 FOLD_EVERY = 1.0
@@ -235,7 +235,7 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     yield oldest
 
     finished = _gauge("leasectl_jobs_finished_estimate")
-    for status in FINISHED:
+    for status in ESTIMATED:
         # No statistics yet (a new table): 0 rather than no series, as status shows.
         finished.add_metric([status], rows.finished_estimate.get(status, 0))
     yield finished

@@ -26,6 +26,7 @@ from psycopg import conninfo, errors, sql
 
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter
+from leasectl.core.actions import OperatorAction
 from leasectl.core.errors import PermissionDenied
 from leasectl.core.models import JobStatus
 from leasectl.db import grants
@@ -211,7 +212,7 @@ def test_viewer_console_is_read_only(granted: Roles, db_dsn: str) -> None:
         assert [j.id for j in snap.stuck] == [s.expired, s.stuck]
         assert source.inspect(s.stuck).job.status == JobStatus.STUCK
         with pytest.raises(PermissionDenied, match=r"^permission denied"):
-            source.requeue([snap.stuck[1].seen()], "should not happen")
+            source.act(OperatorAction.REQUEUE, [snap.stuck[1].seen()], "should not happen")
         assert SECRET not in source.where
     finally:
         source.close()
@@ -286,7 +287,9 @@ def test_operator_requeues_and_marks_stuck_with_audit_events(granted: Roles, db_
     source = DatabaseSource.connect(dsn, "leasectl")
     try:
         assert source.can_update() is True
-        result = source.requeue([source.inspect(s.pending).job.seen()], "from the console")
+        result = source.act(
+            OperatorAction.REQUEUE, [source.inspect(s.pending).job.seen()], "from the console"
+        )
         assert result.changed == (s.pending,)
     finally:
         source.close()

@@ -30,6 +30,7 @@ from textual.widgets import Static
 from leasectl.console.app import ConsoleApp
 from leasectl.console.source import DatabaseSource
 from leasectl.console.view import ConsoleFilter, DbClock
+from leasectl.core.actions import OperatorAction
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.models import JobStatus, SeenState, Snapshot
 from leasectl.core.readlag import countdowns_stale
@@ -147,7 +148,7 @@ def test_reads_go_to_the_standby_and_send_it_nothing_that_writes(pair: Pair, sch
         # An action on what the standby showed: sent to the primary, guarded as ever.
         job = waiting[0]
         seen = SeenState(job.id, job.status, job.attempts, job.lease_owner)
-        result = source.mark_stuck([seen], "seen on the standby")
+        result = source.act(OperatorAction.MARK_STUCK, [seen], "seen on the standby")
         assert result.changed == (job.id,)
         wait_caught_up(primary, standby, timeout=20)
         after = source.snapshot(ConsoleFilter(), 100)
@@ -270,7 +271,9 @@ def test_an_unreachable_read_server_leaves_the_actions_working(pair: Pair, schem
             source.snapshot(ConsoleFilter(), 100)
         assert source.can_update()
         seen = SeenState(job_id, JobStatus.PENDING, 0, None)
-        assert source.mark_stuck([seen], "the standby is down").changed == (job_id,)
+        assert source.act(OperatorAction.MARK_STUCK, [seen], "the standby is down").changed == (
+            job_id,
+        )
     finally:
         source.close()
     # `status --read-dsn` has nothing else to read from: one line, non-zero exit.

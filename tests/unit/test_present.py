@@ -277,7 +277,7 @@ def test_status_json_keys_and_check() -> None:
     assert doc["queues"][0]["oldest_due_age_s"] == 95.0
     assert doc["totals"]["pending"] == 121
     assert set(doc["totals"]) == queue_keys - {"queue"}
-    assert doc["finished_estimate"] == {"completed": 1_000_000, "failed": 0}
+    assert doc["finished_estimate"] == {"completed": 1_000_000, "failed": 0, "cancelled": 0}
     owner = doc["owners"][0]
     assert set(owner) >= {
         "owner",
@@ -301,7 +301,7 @@ def test_status_json_keys_and_check() -> None:
 def test_status_json_without_statistics() -> None:
     report = StatusReport(db_now=NOW, queues=(), owners=())
     doc = status_json(report)
-    assert doc["finished_estimate"] == {"completed": None, "failed": None}
+    assert doc["finished_estimate"] == {"completed": None, "failed": None, "cancelled": None}
     assert doc["check"] == {"expired": 0, "stuck": 0, "ok": True}
     assert doc["totals"]["oldest_due_at"] is None
 

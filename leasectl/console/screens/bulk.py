@@ -12,12 +12,12 @@ from textual.widgets import Button, Label, Static
 from leasectl.console import view
 from leasectl.console.screens.dialog import ReasonDialog
 from leasectl.console.widgets import LiteralInput
+from leasectl.core.actions import action_info
 from leasectl.core.bulk import DEFAULT_BATCH, BulkPlan
 from leasectl.core.filters import JobFilter
 from leasectl.present.text import lit
 
 LISTED = 5
-VERBS = {"requeue": "Requeue", "mark-stuck": "Mark stuck", "cancel": "Cancel"}
 
 
 def count_phrase(plan: BulkPlan | None) -> str:
@@ -41,7 +41,7 @@ class BulkConfirmScreen(ReasonDialog):
 
     @property
     def title_text(self) -> str:
-        return f"{VERBS[self.action]} {count_phrase(self.plan)} matching the filter?"
+        return f"{action_info(self.action).verb} {count_phrase(self.plan)} matching the filter?"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog"):
@@ -55,7 +55,9 @@ class BulkConfirmScreen(ReasonDialog):
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
                 yield self.hint()
-                yield Button(f"{VERBS[self.action]} all", variant="warning", id="confirm-ok")
+                yield Button(
+                    f"{action_info(self.action).verb} all", variant="warning", id="confirm-ok"
+                )
                 # "Back", not "Cancel": beside "Cancel all" it would read as the action.
                 yield Button("Back" if self.action == "cancel" else "Cancel", id="confirm-cancel")
 

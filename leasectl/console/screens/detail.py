@@ -17,6 +17,7 @@ from textual.widgets import Footer, Static
 
 from leasectl.console.messages import DetailFailed, DetailLoaded
 from leasectl.console.view import Action, as_panel_job
+from leasectl.core.actions import ACTIONS
 from leasectl.core.errors import LeasectlError
 from leasectl.core.models import JobDetail, PanelJob
 from leasectl.present.detail import detail_renderables
@@ -33,10 +34,7 @@ class DetailScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("ctrl+r", "reload", "Reload"),
-        Binding("r", "act('requeue')", "Requeue"),
-        Binding("s", "act('mark-stuck')", "Mark stuck"),
-        Binding("c", "act('cancel')", "Cancel"),
-        Binding("D", "act('delete')", "Delete"),
+        *(Binding(a.key, f"act('{a.name}')", a.verb) for a in ACTIONS.values()),
         Binding("P", "pause", "Pause"),
     ]
 

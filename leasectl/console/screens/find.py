@@ -38,12 +38,12 @@ from leasectl.console.messages import (
 from leasectl.console.screens.bulk import BulkConfirmScreen
 from leasectl.console.widgets import LiteralInput
 from leasectl.console.widgets.tables import FindTable, RowContext
+from leasectl.core.actions import ACTIONS, OperatorAction, action_info
 from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
 from leasectl.core.errors import LeasectlError, QueryTimeout
 from leasectl.core.filters import JobFilter, JobPage
 from leasectl.core.literal import visible
 from leasectl.core.models import PanelJob
-from leasectl.present.actions import ACTION_PAST
 from leasectl.present.skips import skip_reason
 from leasectl.present.text import count_text, lit
 
@@ -54,14 +54,9 @@ BULK_COUNT_CAP = 100_000
 # The keys the results keep (as BINDINGS, which the footer shows); any other printable key
 # there goes to the filter box.
 RESULT_KEYS = {
-    "c": "act('cancel')",
-    "r": "act('requeue')",
-    "s": "act('mark-stuck')",
-    "D": "act('delete')",
+    **{a.key: f"act('{a.name}')" for a in ACTIONS.values()},
+    **{a.bulk_key: f"bulk('{a.name}')" for a in ACTIONS.values() if a.bulk_key is not None},
     "P": "pause",
-    "R": "bulk('requeue')",
-    "S": "bulk('mark-stuck')",
-    "C": "bulk('cancel')",
     "n": "next_page",
     "p": "previous_page",
 }
@@ -105,14 +100,18 @@ class FindScreen(Screen[str]):
         Binding("pageup", "cursor(-10)", "Page up", show=False),
         Binding("n", "next_page", "Next page", show=False),
         Binding("p", "previous_page", "Previous page", show=False),
-        Binding("c", "act('cancel')", "Cancel"),
-        Binding("r", "act('requeue')", "Requeue", show=False),
-        Binding("s", "act('mark-stuck')", "Mark stuck", show=False),
-        Binding("D", "act('delete')", "Delete", show=False),
+        # Each operator action's keys (core/actions.py); the footer shows cancel's of them.
+        *(
+            Binding(a.key, f"act('{a.name}')", a.verb, show=a.action is OperatorAction.CANCEL)
+            for a in ACTIONS.values()
+        ),
         Binding("P", "pause", "Pause/resume", show=False),
-        Binding("R", "bulk('requeue')", "Requeue all"),
-        Binding("S", "bulk('mark-stuck')", "Stuck all"),
-        Binding("C", "bulk('cancel')", "Cancel all"),
+        # The verb's last word ("Stuck all", not "Mark stuck all"): the footer fits 80 columns.
+        *(
+            Binding(a.bulk_key, f"bulk('{a.name}')", f"{a.verb.split()[-1].title()} all")
+            for a in ACTIONS.values()
+            if a.bulk_key is not None
+        ),
     ]
 
     def __init__(
@@ -355,7 +354,7 @@ class FindScreen(Screen[str]):
     # -- act on all matching ----------------------------------------------------------------
 
     def action_bulk(self, action: str) -> None:
-        verb = ACTION_PAST[action]
+        verb = action_info(action).past
         refused = self.read_only()
         if self.bulk is None or refused is not None:
             self.notify(f"Refused: the console is read-only ({refused}).", severity="warning")
@@ -393,7 +392,7 @@ class FindScreen(Screen[str]):
     def on_bulk_counted(self, message: BulkCounted) -> None:
         self.bulk_counting = False
         if message.plan is not None and message.plan.count == 0:
-            verb = ACTION_PAST[message.action]
+            verb = action_info(message.action).past
             self._status(Text(f"no job matching the filter can be {verb}", style="yellow"))
             return
         self._status(self._page_text(self.page) if self.page is not None else Text(""))
@@ -410,7 +409,7 @@ class FindScreen(Screen[str]):
     def _start_bulk(self, action: str, flt: JobFilter, reason: str) -> None:
         self.bulk_running = action
         self.bulk_stop = threading.Event()
-        self._bulk_line(Text(f" {ACTION_PAST[action]}: starting… (esc stops)", style="dim"))
+        self._bulk_line(Text(f" {action_info(action).past}: starting… (esc stops)", style="dim"))
         self._run_bulk(action, flt, reason, self.bulk_stop)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="bulk")
@@ -434,7 +433,7 @@ class FindScreen(Screen[str]):
             return
         p = message.progress
         text = Text(
-            f" {ACTION_PAST[message.action]} {p.changed:,}, skipped {p.skipped:,} of "
+            f" {action_info(message.action).past} {p.changed:,}, skipped {p.skipped:,} of "
             f"{p.matched:,} read, batch {p.batches}"
         )
         text.append(
@@ -446,7 +445,7 @@ class FindScreen(Screen[str]):
     def on_bulk_finished(self, message: BulkFinished) -> None:
         self.bulk_running = None
         self.bulk_result = result = message.result
-        verb = ACTION_PAST[result.action]
+        verb = action_info(result.action).past
         line = (
             f"{verb} {result.changed:,}, skipped {len(result.skipped):,} of "
             f"{result.matched:,} matching"

@@ -26,12 +26,16 @@ from leasectl.console.widgets.tables import (
     ProcessingTable,
     StuckTable,
 )
+from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
+from leasectl.core.actions import OperatorAction
 from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
-ACTIONS = {"requeue", "mark_stuck", "requeue_expired", "toggle_pause", "cancel", "delete"}
+ACTIONS = {"act", "requeue_expired", "toggle_pause"}
+# The operator actions (core/actions.py) the footer names; the others' keys are in help.
+IN_FOOTER = {OperatorAction.REQUEUE, OperatorAction.MARK_STUCK}
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
 
 
@@ -57,24 +61,21 @@ def panel_counts(snap: Snapshot) -> list[tuple[BoundedCount, BoundedCount]]:
 
 
 ACTION_KEYS = {
-    "r": "requeue",
-    "s": "mark stuck",
+    **{a.key: a.verb.lower() for a in OPERATOR_ACTIONS.values()},
     "R": "requeue all expired",
     "P": "pause or resume",
-    "c": "cancel",
-    "D": "delete",
 }
 
 
 class MainScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("slash", "filter", "Filter"),
-        Binding("r", "requeue", "Requeue"),
-        Binding("s", "mark_stuck", "Mark stuck"),
+        *(
+            Binding(a.key, f"act('{a.name}')", a.verb, show=a.action in IN_FOOTER)
+            for a in OPERATOR_ACTIONS.values()
+        ),
         Binding("R", "requeue_expired", "Requeue expired"),
         Binding("P", "toggle_pause", "Pause/resume"),
-        Binding("c", "cancel", "Cancel job", show=False),
-        Binding("D", "delete", "Delete job", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -332,17 +333,9 @@ class MainScreen(Screen[None]):
             event.stop()
             self.host.refuse(ACTION_KEYS[event.key])
 
-    def action_requeue(self) -> None:
-        self.host.request_action(Action.REQUEUE, self.targets())
-
-    def action_mark_stuck(self) -> None:
-        self.host.request_action(Action.MARK_STUCK, self.targets())
-
-    def action_cancel(self) -> None:
-        self.host.request_action(Action.CANCEL, self.targets())
-
-    def action_delete(self) -> None:
-        self.host.request_action(Action.DELETE, self.targets())
+    def action_act(self, name: str) -> None:
+        """An operator action (core/actions.py) on the selected jobs, else the highlighted one."""
+        self.host.request_action(Action(name), self.targets())
 
     def action_requeue_expired(self) -> None:
         self.host.request_action(Action.REQUEUE_EXPIRED, self.expired_targets())

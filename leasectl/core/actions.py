@@ -1,0 +1,162 @@
+"""The operator action registry: each guarded action on jobs, declared once.
+
+Its name (the CLI command, ``ActionResult.action``), its words, the statuses it applies to, its
+reason rule, whether ``--force`` lets it override a live lease, its SQL and ``Operations``
+method, its audit event actions (what migration 11's counters trigger counts) and its keys in
+the console. The CLI commands (``cli/actions.py``), the bulk engine (``runtime/bulk.py``), the
+guard's skip reasons (``db/operations.py``), the console's eligibility, confirmations and
+results all derive from it; an exhaustiveness test (``tests/unit/test_registries.py``) fails
+when ``OperatorAction`` grows a member without its entry. An unknown name is an error, never
+some default action.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from leasectl.core.models import JobStatus
+
+
+class OperatorAction(enum.StrEnum):
+    REQUEUE = "requeue"
+    MARK_STUCK = "mark-stuck"
+    CANCEL = "cancel"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class ActionInfo:
+    """``applies_to``: the statuses its guard admits, in the order its words name them.
+    ``reason_required``: None when ``--reason`` is optional, else what to say instead of a
+    blank one. ``forceable``: it leaves a live lease alone unless ``--force`` (False: the flag
+    means nothing to it; ``revokes_lease``: it takes a held lease away, live or not).
+    ``query``: its guarded statement (a named block of ``db/sql/operator.sql``); ``method``:
+    its ``Operations`` method. ``audit``/``audit_forced``: the ``job_events.action`` it writes
+    (forced: over a live lease). ``key``: its key in the console's main, detail and find
+    screens; ``bulk_key``: the find screen's key for every matching job (None: not offered).
+    ``summary``: its command's help; ``effect``: what the confirmation says it does besides
+    the guard."""
+
+    action: OperatorAction
+    verb: str
+    past: str
+    applies_to: tuple[JobStatus, ...]
+    reason_required: str | None
+    forceable: bool
+    revokes_lease: bool
+    query: str
+    method: str
+    audit: str
+    audit_forced: str | None
+    key: str
+    bulk_key: str | None
+    summary: str
+    effect: str
+
+    @property
+    def name(self) -> str:
+        return self.action.value
+
+    @property
+    def eligible(self) -> frozenset[JobStatus]:
+        return frozenset(self.applies_to)
+
+
+ACTIONS: dict[OperatorAction, ActionInfo] = {
+    a.action: a
+    for a in (
+        ActionInfo(
+            OperatorAction.REQUEUE,
+            verb="Requeue",
+            past="requeued",
+            applies_to=(JobStatus.STUCK, JobStatus.FAILED, JobStatus.PROCESSING),
+            reason_required=None,
+            forceable=True,
+            revokes_lease=False,
+            query="jobs_operator_requeue",
+            method="operator_requeue",
+            audit="requeue",
+            audit_forced="requeue_forced",
+            key="r",
+            bulk_key="R",
+            summary="Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any "
+            "is skipped).",
+            effect="A live lease is never overridden.",
+        ),
+        ActionInfo(
+            OperatorAction.MARK_STUCK,
+            verb="Mark stuck",
+            past="marked stuck",
+            applies_to=(JobStatus.PENDING, JobStatus.PROCESSING),
+            reason_required=None,
+            forceable=True,
+            revokes_lease=False,
+            query="jobs_operator_mark_stuck",
+            method="operator_mark_stuck",
+            audit="mark_stuck",
+            audit_forced="mark_stuck_forced",
+            key="s",
+            bulk_key="S",
+            summary="Quarantine Pending or expired jobs as Stuck (guarded; exit 1 if any is "
+            "skipped).",
+            effect="A live lease is never overridden.",
+        ),
+        ActionInfo(
+            OperatorAction.CANCEL,
+            verb="Cancel",
+            past="cancelled",
+            applies_to=(JobStatus.PENDING, JobStatus.STUCK, JobStatus.PROCESSING),
+            reason_required="say why the jobs are cancelled",
+            forceable=False,
+            revokes_lease=True,
+            query="jobs_operator_cancel",
+            method="operator_cancel",
+            audit="cancel",
+            audit_forced=None,
+            key="c",
+            bulk_key="C",
+            summary="Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its "
+            "handler sees ctx.cancelled and its result is never written (guarded; --reason "
+            "required; exit 1 if any is skipped).",
+            effect="A held lease is revoked, live or not: the worker's next heartbeat is "
+            "refused, its handler is told (ctx.cancelled) and its result is never written.",
+        ),
+        ActionInfo(
+            OperatorAction.DELETE,
+            verb="Delete",
+            past="deleted",
+            applies_to=(
+                JobStatus.COMPLETED,
+                JobStatus.FAILED,
+                JobStatus.CANCELLED,
+                JobStatus.STUCK,
+            ),
+            reason_required=None,
+            forceable=False,
+            revokes_lease=False,
+            query="jobs_operator_delete",
+            method="operator_delete",
+            audit="delete",
+            audit_forced=None,
+            key="D",
+            bulk_key=None,  # every matching job, for good: the CLI's --dry-run first, not a key
+            summary="Delete Completed, Failed, Cancelled or Stuck jobs for good, never a Pending "
+            "or Processing one; their audit events stay (guarded; exit 1 if any is skipped).",
+            effect="Never Pending or Processing: the job and its attempts are deleted for good; "
+            "its audit events stay.",
+        ),
+    )
+}
+
+
+def action_info(action: str) -> ActionInfo:
+    """The entry of an action by name; an unknown name is a ValueError, never a default."""
+    return ACTIONS[OperatorAction(action)]
+
+
+# Every job_events.action an operator action writes (migration 11's trigger counts these as
+# the `operator` counter), in the registry's order.
+AUDIT_ACTIONS: tuple[str, ...] = tuple(
+    name for a in ACTIONS.values() for name in (a.audit, a.audit_forced) if name is not None
+)
