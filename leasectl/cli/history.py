@@ -9,9 +9,6 @@ import typer
 from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _show
 from leasectl.core import filters
-from leasectl.db.connection import Database
-from leasectl.db.history import History
-from leasectl.present.history import list_renderables, page_json
 
 
 def list_jobs(
@@ -120,6 +117,11 @@ def list_jobs(
     wait = _duration(timeout, "--timeout")
     if wait > filters.MAX_TIMEOUT:
         raise typer.BadParameter("at most 10m", param_hint="'--timeout'")
+    # Here, not above: --help and a TAB import this module too (cli/commands.py).
+    from leasectl.db.connection import Database
+    from leasectl.db.history import History
+    from leasectl.present.history import list_renderables, page_json
+
     dsn, schema = _globals(ctx).resolve()
     with Database.connect(dsn, schema) as db:
         page = History(db).list_jobs(flt, limit=limit, after=page_after, timeout=wait)
