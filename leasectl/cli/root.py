@@ -15,7 +15,9 @@ import typer
 from leasectl.cli import EXIT_CHECK_FAILED as EXIT_CHECK_FAILED
 from leasectl.cli import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from leasectl.cli import PROG as PROG
-from leasectl.cli import helpfix  # noqa: F401 (flags without <bool> in --help)
+
+# Typer mended: no pydantic for a value that needs no coercion; flags without <bool> in --help.
+from leasectl.cli import coercion, helpfix  # noqa: F401
 from leasectl.cli.commands import LazyGroup
 from leasectl.cli.completion import complete_queue
 from leasectl.core import config
