@@ -9,8 +9,9 @@ burst of load on a shared machine spreads over all of them) and prints the media
 (user + system of the child, ``getrusage(RUSAGE_CHILDREN)``) and wall time of each, with its
 ratio to its baseline: `python -c pass` for what needs no database, `psql -Atc 'select
 count(*) ...'` for what reads it. The commands are the installed `leasectl` script (its
-imports follow ``PYTHONPATH``: point it at another checkout to measure that one). A figure, not
-a test: the machine's load average is printed with it.
+imports follow ``PYTHONPATH``: point it at another checkout to measure that one), run as
+installed, with their .pyc files (PYTHONDONTWRITEBYTECODE is dropped for them: the warm-up run
+writes them). A figure, not a test: the machine's load average is printed with it.
 """
 
 from __future__ import annotations
@@ -81,13 +82,17 @@ def _cases(dsn: str, job_id: int, psql: str) -> list[Case]:
     ]
 
 
+# An installed package has its bytecode compiled: without it every run compiles every module.
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def _run_once(case: Case) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one run; the child must succeed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
         case.argv,
-        env={**os.environ, **case.env},
+        env={**_ENV, **case.env},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         check=False,
