@@ -89,11 +89,13 @@ class _Commands(MutableMapping[str, _click.Command]):
 
 class LazyGroup(typer.core.TyperGroup):
     """The root group (``typer.Typer(cls=LazyGroup)``): its commands are COMMANDS, built when
-    looked up."""
+    looked up, then any registered on the app, built by Typer."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.commands = _Commands(self)
+        given, self.commands = self.commands, _Commands(self)
+        for name, command in given.items():  # any registered on the app itself (app.command())
+            self.commands[name] = command
 
     def list_commands(self, ctx: _click.Context) -> list[str]:
         return list(self.commands)

@@ -150,3 +150,25 @@ def test_a_value_that_skips_typers_coercion_comes_out_as_typers_would() -> None:
                 assert mended == typers, (command.name, param.name, value)
                 checked += 1
     assert checked > 100
+
+
+def test_a_command_registered_on_the_app_joins_the_ones_loaded_when_used() -> None:
+    from leasectl.cli.commands import COMMANDS, LazyGroup
+
+    app = typer.Typer(cls=LazyGroup)
+
+    @app.callback()
+    def root() -> None:
+        """The root."""
+
+    @app.command("extra")
+    def extra() -> None:
+        """An extra command."""
+
+    group = typer.main.get_command(app)
+    assert isinstance(group, LazyGroup)
+    ctx = typer.Context(group)
+    assert group.list_commands(ctx) == [*COMMANDS, "extra"]
+    found = group.get_command(ctx, "extra")
+    assert found is not None and found.help == "An extra command."
+    assert group.get_command(ctx, "no-such-command") is None
