@@ -9,7 +9,7 @@ import signal
 import threading
 from datetime import timedelta
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -27,18 +27,11 @@ from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.actions import OperatorAction
 from leasectl.core.literal import echo
-from leasectl.present.actions import (
-    LISTED_JOBS,
-    watcher_renderables,
-)
-from leasectl.present.jsonout import watcher_json
-from leasectl.runtime.watcher import (
-    DEFAULT_REASON,
-    Watcher,
-    WatcherConfig,
-    run_pass,
-    run_until_stopped,
-)
+
+# The watcher and the presentation are imported by the commands that run: `leasectl --help` and
+# a TAB import this module too (cli/commands.py).
+if TYPE_CHECKING:
+    from leasectl.runtime.watcher import WatcherConfig
 
 log = logging.getLogger("leasectl.cli")
 
@@ -71,6 +64,8 @@ def _watcher_config(
     interval: timedelta = timedelta(seconds=30),
     owner: str | None = None,
 ) -> WatcherConfig:
+    from leasectl.runtime.watcher import DEFAULT_REASON, WatcherConfig
+
     return WatcherConfig(
         interval=interval,
         mode="mark" if mode == Mode.MARK else "requeue",
@@ -97,6 +92,8 @@ def watch(
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
     """Run the stuck watcher until SIGTERM/SIGINT."""
+    from leasectl.runtime.watcher import Watcher, run_until_stopped
+
     watcher_config = _watcher_config(
         mode=mode,
         queue=queue,
@@ -159,6 +156,10 @@ def requeue_stuck(
     as_json: JsonOpt = False,
 ) -> None:
     """One watcher pass over expired leases (for cron)."""
+    from leasectl.present.actions import LISTED_JOBS, watcher_renderables
+    from leasectl.present.jsonout import watcher_json
+    from leasectl.runtime.watcher import run_pass
+
     watcher_config = _watcher_config(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace, owner=owner
     )

@@ -11,7 +11,6 @@ from leasectl.cli.root import _globals, _operations, _say
 from leasectl.core import config
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo, visible
-from leasectl.db import grants
 
 # One kind of grant's option: the roles to grant it to.
 Roles: TypeAlias = list[str] | None
@@ -32,6 +31,8 @@ def grant(
     ] = False,
 ) -> None:
     """Grant least-privilege access to existing roles (none can drop, truncate or delete)."""
+    from leasectl.db import grants  # (psycopg: here, not when --help imports this module)
+
     wanted = [
         grants.Grant(kind, grants.validate_role(role))
         for kind, roles in (

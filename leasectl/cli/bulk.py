@@ -26,17 +26,9 @@ from leasectl.core.actions import OperatorAction, action_info
 from leasectl.core.errors import UsageError
 from leasectl.core.models import ActionResult
 from leasectl.core.statuses import FINISHED
-from leasectl.present.actions import action_renderables
-from leasectl.present.bulk import (
-    plan_json,
-    plan_renderables,
-    progress_text,
-    result_json,
-    result_renderables,
-    stopped_text,
-)
-from leasectl.present.skips import action_json, skip_reason
-from leasectl.runtime import bulk as engine
+
+# The presentation and the runtime (psycopg) are imported when an action runs, not when --help
+# or a TAB imports this module (cli/commands.py).
 
 # -- the filter's options, as `leasectl list` has them ---------------------------------------
 
@@ -198,6 +190,8 @@ class FilterArgs:
 def _report_skips(action: str, result: ActionResult) -> None:
     if not result.skipped:
         return
+    from leasectl.present.skips import skip_reason
+
     verb = action_info(action).past
     _warn(
         f"{len(result.skipped)} of {len(result.skipped) + len(result.changed)} job(s) "
@@ -217,6 +211,10 @@ def on_ids(
     reason: str | None,
     as_json: bool,
 ) -> None:
+    from leasectl.present.actions import action_renderables
+    from leasectl.present.skips import action_json
+    from leasectl.runtime import bulk as engine
+
     ids = [config.parse_job_id(text) for text in id_texts]
     act = engine.action(name)
     with _operations(ctx) as ops:
@@ -272,6 +270,17 @@ def on_filter(
     reason: str | None,
     as_json: bool,
 ) -> None:
+    from leasectl.present.bulk import (
+        plan_json,
+        plan_renderables,
+        progress_text,
+        result_json,
+        result_renderables,
+        stopped_text,
+    )
+    from leasectl.present.skips import skip_reason
+    from leasectl.runtime import bulk as engine
+
     bulk.check_filter(flt, everything=everything)
     act = engine.action(name)
     bulk.narrow(flt, name, act.eligible)  # a --state the action never applies to: exit 2 now

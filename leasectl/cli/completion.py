@@ -13,8 +13,6 @@ import typer
 from leasectl.core import config
 from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus
-from leasectl.db.completion import queue_names
-from leasectl.db.dsn import resolve_dsn
 
 # Characters besides letters and digits that no shell reads as syntax, that bash's completion
 # does not split words at (":" and "=" it does), and that do not make a word an option ("-") or
@@ -39,6 +37,10 @@ def complete_queue(ctx: typer.Context, incomplete: str) -> list[str]:
     ``--schema``) or the environment; nothing at all if it cannot be read at once."""
     root = ctx.find_root().params
     try:
+        # Here, not above: a TAB on a command name or option needs no psycopg.
+        from leasectl.db.completion import queue_names
+        from leasectl.db.dsn import resolve_dsn
+
         dsn = resolve_dsn(root.get("dsn"))
         schema = config.resolve_schema(root.get("schema"))
         names = queue_names(dsn, schema, incomplete)

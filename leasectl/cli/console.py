@@ -18,7 +18,6 @@ from leasectl.cli.root import (
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.terminal import require_terminal
-from leasectl.db.dsn import resolve_read_dsn, validate_dsn
 
 
 def demo(
@@ -43,6 +42,7 @@ def demo(
     Only an explicit --dsn points the demo at another server (never LEASECTL_DSN or
     DATABASE_URL, which may name an application's database); there it uses its own schema.
     """
+    from leasectl.db.dsn import validate_dsn
     from leasectl.demo import run_demo
 
     g = _globals(ctx)
@@ -83,6 +83,8 @@ def tui(
     read_dsn: ReadDsnOpt = None,
 ) -> None:
     """Open the console."""
+    from leasectl.db.dsn import resolve_read_dsn  # (psycopg: not when --help imports this)
+
     dsn, schema = _globals(ctx).resolve()
     reads = resolve_read_dsn(read_dsn)
     every = _duration(refresh, "--refresh")

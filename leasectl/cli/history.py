@@ -11,9 +11,6 @@ from leasectl.cli.root import JsonOpt, _duration, _emit_json, _globals, _show
 from leasectl.cli.stderr import _warn
 from leasectl.core import filters, statuses
 from leasectl.core.models import JobStatus
-from leasectl.db.connection import Database
-from leasectl.db.history import History
-from leasectl.present.history import list_renderables, page_json
 
 
 def list_jobs(
@@ -122,6 +119,11 @@ def list_jobs(
     wait = _duration(timeout, "--timeout")
     if wait > filters.MAX_TIMEOUT:
         raise typer.BadParameter("at most 10m", param_hint="'--timeout'")
+    # Here, not above: --help and a TAB import this module too (cli/commands.py).
+    from leasectl.db.connection import Database
+    from leasectl.db.history import History
+    from leasectl.present.history import list_renderables, page_json
+
     dsn, schema = _globals(ctx).resolve()
     with Database.connect(dsn, schema, on_newer=_warn) as db:
         page = History(db).list_jobs(flt, limit=limit, after=page_after, timeout=wait)

@@ -23,18 +23,11 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
-from leasectl.core.checks import Thresholds, violations
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
-from leasectl.db.connection import Database
-from leasectl.db.dsn import resolve_read_dsn, safe_dsn
-from leasectl.db.operations import Operations
-from leasectl.db.sql import migrations
-from leasectl.present.detail import PAYLOAD_SHOWN, detail_renderables
-from leasectl.present.jsonout import detail_json, status_json
-from leasectl.present.status import status_renderables, violation_line
-from leasectl.present.text import count_text, format_ids
-from leasectl.runtime import retention
+
+# The data layer, the presentation and the runtime are imported by each command as it needs
+# them: `leasectl --help` and a TAB import this module too (cli/commands.py).
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -64,6 +57,12 @@ def _payload_text(value: str) -> str:
 
 def init(ctx: typer.Context) -> None:
     """Create or upgrade the schema (idempotent; safe to run concurrently)."""
+    from leasectl.db.connection import Database
+    from leasectl.db.dsn import safe_dsn
+    from leasectl.db.operations import Operations
+    from leasectl.db.sql import migrations
+    from leasectl.present.text import format_ids
+
     dsn, schema = _globals(ctx).resolve()
     with Database.connect(dsn, schema, check_schema=False) as db:
         applied = db.migrate()
@@ -131,6 +130,8 @@ def enqueue(
     as_json: JsonOpt = False,
 ) -> None:
     """Add jobs to a queue."""
+    from leasectl.present.text import format_ids
+
     queue = _queue_name(queue)
     if unique_key is not None and count > 1:
         raise UsageError("--unique-key names one job: it cannot go with --count above 1")
@@ -184,6 +185,8 @@ def inspect(
     ] = False,
 ) -> None:
     """Show a job, its attempts and its audit events."""
+    from leasectl.present.detail import PAYLOAD_SHOWN
+
     parsed = config.parse_job_id(job_id)
     whole = as_json or full
     with _operations(ctx, on_newer=_warn) as ops:
@@ -191,8 +194,12 @@ def inspect(
             parsed, payload_chars=None if whole else PAYLOAD_SHOWN, bounded=not whole
         )
     if as_json:
+        from leasectl.present.jsonout import detail_json
+
         _emit_json(detail_json(detail))
     else:
+        from leasectl.present.detail import detail_renderables
+
         _show(detail_renderables(detail))
 
 
@@ -234,6 +241,11 @@ def status(
     read_dsn: ReadDsnOpt = None,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
+    from leasectl.core.checks import Thresholds, violations
+    from leasectl.db.dsn import resolve_read_dsn
+    from leasectl.present.status import status_renderables, violation_line
+    from leasectl.present.text import count_text
+
     reads = resolve_read_dsn(read_dsn)
     if queue is not None:
         queue = _queue_name(queue)
@@ -253,6 +265,8 @@ def status(
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
     if as_json:
+        from leasectl.present.jsonout import status_json
+
         _emit_json(
             {**status_json(report, limits), "writable_schemas": [w.as_json() for w in writable]}
         )
@@ -296,6 +310,8 @@ def prune(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
+    from leasectl.runtime import retention
+
     cutoff = _duration(older_than, "--older-than")
     if queue is not None:
         queue = _queue_name(queue)

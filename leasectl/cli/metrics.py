@@ -8,17 +8,12 @@ from types import FrameType
 from typing import Annotated
 
 import typer
-from prometheus_client import CollectorRegistry
 
 from leasectl.cli.root import _duration, _emit_json, _globals, _say
 from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
-from leasectl.db.connection import Database
-from leasectl.db.metrics import MetricsReads
-from leasectl.runtime.exporter import FOLD_EVERY, LeasectlCollector
-from leasectl.runtime.exporter_server import serve
 
 
 def metrics(
@@ -50,6 +45,14 @@ def metrics(
     ] = False,
 ) -> None:
     """Serve Prometheus metrics (/metrics) until SIGTERM/SIGINT: each scrape reads the queue."""
+    # Here, not above: --help and a TAB import this module too (cli/commands.py).
+    from prometheus_client import CollectorRegistry
+
+    from leasectl.db.connection import Database
+    from leasectl.db.metrics import MetricsReads
+    from leasectl.runtime.exporter import FOLD_EVERY, LeasectlCollector
+    from leasectl.runtime.exporter_server import serve
+
     host, port = config.parse_listen(listen)
     limit = _duration(timeout, "--timeout")
     dsn, schema = _globals(ctx).resolve()

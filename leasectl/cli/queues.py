@@ -11,8 +11,6 @@ from leasectl.cli.root import JsonOpt, _emit_json, _operations, _queue_name, _sh
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
 from leasectl.core.literal import echo
-from leasectl.present.jsonout import paused_queue_json
-from leasectl.present.status import pause_renderables
 
 QueueArg = Annotated[str, typer.Argument(metavar="QUEUE", help="The queue.", show_default=False)]
 
@@ -29,6 +27,10 @@ def pause(
     as_json: JsonOpt = False,
 ) -> None:
     """Pause a queue: workers claim none of its jobs until `resume` (exit 1 if already paused)."""
+    # Here, not above: --help and a TAB import this module too (cli/commands.py).
+    from leasectl.present.jsonout import paused_queue_json
+    from leasectl.present.status import pause_renderables
+
     name = _queue_name(queue, "QUEUE")
     why = config.check_reason(reason, required="say why the queue is paused")
     assert why is not None
@@ -53,6 +55,9 @@ def resume(
     as_json: JsonOpt = False,
 ) -> None:
     """Resume a paused queue: its workers claim again at once (exit 1 if it is not paused)."""
+    from leasectl.present.jsonout import paused_queue_json
+    from leasectl.present.status import pause_renderables
+
     name = _queue_name(queue, "QUEUE")
     why = config.check_reason(reason, required=None)
     with _operations(ctx) as ops:

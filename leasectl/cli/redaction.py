@@ -8,8 +8,6 @@ import re
 from collections.abc import Sequence
 from urllib.parse import unquote
 
-from leasectl.db.dsn import READ_DSN_ENV, ambiguous_uri, dsn_params, is_uri
-
 # Up to the LAST "@": a raw "/" or "@" in the password makes libpq stop earlier, so this takes
 # more than libpq does; the generous reading is the right one for scrubbing.
 _URI_USERINFO = re.compile(r"^\s*postgres(?:ql)?://(?P<userinfo>.*)@", re.IGNORECASE | re.DOTALL)
@@ -19,6 +17,8 @@ MIN_PIECE = 3  # shorter pieces of a password are not scrubbed: they would garbl
 
 
 def _dsn_candidates(args: Sequence[str]) -> list[str]:
+    from leasectl.db.dsn import READ_DSN_ENV  # (psycopg: only once there is a line to scrub)
+
     found = [os.environ.get(name) for name in ("LEASECTL_DSN", "DATABASE_URL", READ_DSN_ENV)]
     for i, arg in enumerate(args):
         for option in ("--dsn", "--read-dsn"):
@@ -52,6 +52,8 @@ def _uri_password_pieces(dsn: str) -> set[str]:
     """Everything between the user's ":" and the last "@", raw and decoded, and each piece of it
     libpq may have read as a host, port or database name; for an ambiguous URI, also the host,
     port and database libpq did read."""
+    from leasectl.db.dsn import ambiguous_uri, dsn_params
+
     found: set[str] = set()
     match = _URI_USERINFO.match(dsn)
     if match is None:
@@ -75,6 +77,8 @@ def _uri_password_pieces(dsn: str) -> set[str]:
 def secrets_in(args: Sequence[str]) -> list[str]:
     """Passwords in any DSN we may have been given, even one too broken to parse, and in
     $PGPASSWORD; longest first, so that a password goes before the pieces of it."""
+    from leasectl.db.dsn import dsn_params, is_uri
+
     secrets: set[str] = {os.environ.get("PGPASSWORD") or ""}
     for dsn in _dsn_candidates(args):
         with contextlib.suppress(Exception):

@@ -8,25 +8,27 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from importlib import metadata
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, RenderableType
 
-from leasectl.cli import helpfix  # noqa: F401 (flags without <bool> in --help)
+from leasectl.cli import EXIT_CHECK_FAILED as EXIT_CHECK_FAILED
+from leasectl.cli import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from leasectl.cli import PROG as PROG
+
+# Typer mended: no pydantic for a value that needs no coercion; flags without <bool> in --help.
+from leasectl.cli import coercion, helpfix  # noqa: F401
+from leasectl.cli.commands import LazyGroup
 from leasectl.cli.completion import complete_queue
 from leasectl.core import config
 from leasectl.core.literal import visible
-from leasectl.db.connection import Database, OnNewer
-from leasectl.db.dsn import resolve_dsn
-from leasectl.db.operations import Operations
-from leasectl.present.jsonout import dumps
 
-PROG = "leasectl"
-# The exit codes of docs/design.md that are not an error's own (LeasectlError.exit_code).
-EXIT_CHECK_FAILED = 3
-EXIT_INTERRUPTED = 130
+# psycopg and Rich are imported by the commands that use them, not by `--version` or `--help`.
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from leasectl.db.connection import OnNewer
+    from leasectl.db.operations import Operations
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,14 @@ class Globals:
     schema: str | None
 
     def resolve(self) -> tuple[str, str]:
+        from leasectl.db.dsn import resolve_dsn
+
         return resolve_dsn(self.dsn), config.resolve_schema(self.schema)
 
 
 app = typer.Typer(
     name=PROG,
+    cls=LazyGroup,
     help="A leased-job queue on PostgreSQL: enqueue, work, watch for stuck jobs, inspect.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -51,7 +56,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"{PROG} {metadata.version(PROG)}")
+        from leasectl.cli import version_line
+
+        typer.echo(version_line())
         raise typer.Exit()
 
 
@@ -98,6 +105,9 @@ def _operations(
 ) -> Iterator[Operations]:
     """``read_dsn``: connect there instead (reads only, on a read-only session), not to --dsn.
     ``on_newer``: a read-only command's warning for a schema newer than leasectl (else refused)."""
+    from leasectl.db.connection import Database
+    from leasectl.db.operations import Operations
+
     if read_dsn is not None:
         dsn, schema = read_dsn, config.resolve_schema(_globals(ctx).schema)
     else:
@@ -120,12 +130,16 @@ def _queue_name(name: str, option: str = "--queue") -> str:
 def _show(parts: Sequence[RenderableType]) -> None:
     # Data reaches these parts as present.text.lit cells; plain strings (our own) are not read as
     # markup or emoji codes either.
+    from rich.console import Console
+
     console = Console(highlight=False, markup=False, emoji=False)
     for part in parts:
         console.print(part)
 
 
 def _emit_json(document: Any, *, indent: int | None = 2) -> None:
+    from leasectl.present.jsonout import dumps
+
     sys.stdout.write(dumps(document, indent=indent) + "\n")
     sys.stdout.flush()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,8 +15,10 @@ from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core.config import MAX_OWNER_CHARS
 from leasectl.core.errors import LeasectlError, UsageError
 from leasectl.core.literal import echo
-from leasectl.runtime import parent
-from leasectl.runtime.worker import Worker, WorkerConfig, load_handler
+
+# The runtime (and psycopg) is imported when a worker starts, not when --help imports this.
+if TYPE_CHECKING:
+    from leasectl.runtime.worker import Worker
 
 
 def worker(
@@ -107,6 +109,9 @@ def worker(
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
+    from leasectl.runtime import parent
+    from leasectl.runtime.worker import Worker, WorkerConfig, load_handler
+
     settings: dict[str, Any] = {
         "queues": tuple(_queue_name(q) for q in queue),
         "concurrency": concurrency,
