@@ -135,7 +135,7 @@ class ConsoleReads:
                 for label, name, args in reads:
                     results[label] = conn.cursor(row_factory=dict_row)
                     results[label].execute(queries.get(name).render(schema), args, binary=True)
-                # The panels' rows come as tuples, for PanelJob.from_rows.
+                # The panels' rows come as tuples, for rows.panel_jobs.
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
