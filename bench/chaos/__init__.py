@@ -15,7 +15,7 @@ everyone on one multi-host DSN, and fails over ``--failovers`` times (bench/fail
 
 Every execution of the handler is recorded (job, attempt, worker, start and end on the database
 clock) in an append-only table, committed before the handler returns. After the chaos the queue
-is drained and the invariants (``Chaos.check``, listed in RELIABILITY.md) are checked against
+is drained and the invariants (``invariants.py``, listed in RELIABILITY.md) are checked against
 ``jobs``, ``job_attempts``, ``job_events`` and the executions; the exit code is 1 on any
 violation.
 """
