@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
-from dataclasses import MISSING, dataclass, field, fields
-from datetime import UTC, datetime, timedelta
-from typing import Any, Self, TypeVar
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta
+from typing import Any
 
-from leasectl.core.texts import PayloadText as PayloadText  # (its home before)
 from leasectl.core.texts import TextCut
-
-# What a timestamp Python cannot hold is loaded as (PostgreSQL's 'infinity' and '-infinity', and
-# dates outside Python's years 1 to 9999): the latest and earliest aware datetimes. Displays show
-# them as "infinity" and "-infinity" (models.infinity_label), never as a date. The schema refuses
-# such values in jobs (migration 5); other tables, and rows written before, may still hold them.
-TIMESTAMP_MAX = datetime.max.replace(tzinfo=UTC)
-TIMESTAMP_MIN = datetime.min.replace(tzinfo=UTC)
-# The earliest run_at the schema allows (migration 5): what it made of a '-infinity', and what a
-# producer that means "as early as can be" writes now. A job due since then has waited forever:
-# an age counted from it (~740,000 days) is no figure for a person or a program.
-RUN_AT_FLOOR = datetime(1, 1, 2, tzinfo=UTC)
-
-
-def since_forever(value: datetime) -> bool:
-    """Whether a due time is '-infinity', or the floor that stands for it."""
-    return value <= RUN_AT_FLOOR
-
-
-def infinity_label(value: datetime) -> str | None:
-    """``"infinity"`` or ``"-infinity"`` for the two sentinels, None for a real moment."""
-    if value == TIMESTAMP_MAX:
-        return "infinity"
-    if value == TIMESTAMP_MIN:
-        return "-infinity"
-    return None
 
 
 @dataclass(frozen=True)
@@ -69,70 +42,8 @@ class Freshness(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
-
-T = TypeVar("T")
-
 # Where a job stands in its queue's claim order: (priority, run_at, id), smallest first.
 ClaimKey = tuple[int, datetime, int]
-
-
-def _field_names(cls: type[Any]) -> frozenset[str]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
-    return names
-
-
-def _from_row(cls: type[Any], row: dict[str, Any]) -> Any:
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in row.items() if k in names})
-
-
-def _same(row: Sequence[Any]) -> Sequence[Any]:
-    return row
-
-
-def _from_tuples(
-    cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]
-) -> tuple[T, ...]:
-    """Tuple rows (columns ``names``) -> instances of the dataclass ``cls``, its ``status`` field
-    made a JobStatus. A column may be missing only for a field with a default; extra columns are
-    ignored.
-
-    Many rows come this way (a claim batch, a console refresh, a watcher pass of 100,000), so
-    each instance's ``__dict__`` is filled in one step, without ``__init__``: a frozen
-    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which made this
-    three times slower. Hence ``cls`` must have no ``__post_init__`` nor slots; every field is
-    set, as ``__init__`` would set it.
-    """
-    if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
-        raise TypeError(f"{cls.__name__} cannot be built without its __init__")
-    columns = fields(cls)  # type: ignore[arg-type]
-    keys = tuple(f.name for f in columns if f.name in names)
-    defaults = {f.name: f.default for f in columns if f.name not in names}
-    missing = sorted(name for name, default in defaults.items() if default is MISSING)
-    if missing:  # (a default_factory counts as no default)
-        raise ValueError(f"{cls.__name__}: no column for {', '.join(missing)}")
-    at = [names.index(k) for k in keys]
-
-    def pick(row: Sequence[Any]) -> Sequence[Any]:
-        return [row[i] for i in at]
-
-    if at == list(range(len(names))):  # the columns are the fields, in order (the usual case)
-        pick = _same
-    status = STATUS_BY_VALUE
-    new = object.__new__
-    made = []
-    for row in rows:
-        values = dict(zip(keys, pick(row), strict=True))
-        values["status"] = status[values["status"]]
-        if defaults:
-            values.update(defaults)
-        obj = new(cls)
-        obj.__dict__.update(values)
-        made.append(obj)
-    return tuple(made)
 
 
 class _JobRow:
@@ -178,11 +89,6 @@ class Job(_JobRow):
     updated_at: datetime
     finished_at: datetime | None
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Self:
-        job: Self = _from_row(cls, {**row, "status": JobStatus(row["status"])})
-        return job
-
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
 
@@ -218,11 +124,6 @@ class Attempt:
     # None for other outcomes, a job that failed without running, rows from before migration 8.
     error_detail: str | None = None
 
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Self:
-        attempt: Self = _from_row(cls, {**row, "outcome": str(row["outcome"])})
-        return attempt
-
 
 @dataclass(frozen=True)
 class Event:
@@ -237,11 +138,6 @@ class Event:
     # The database role that made the change (the login role, recorded by the database; the
     # actor is only the name the client gave). None in rows written before migration 6.
     db_role: str | None = None
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Self:
-        event: Self = _from_row(cls, row)
-        return event
 
 
 @dataclass(frozen=True)
@@ -323,11 +219,6 @@ class ExpiredJob:
     lease_until: datetime | None
     heartbeat_at: datetime | None
 
-    @classmethod
-    def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
-        """Tuple rows -> ExpiredJobs: a watcher pass may move 100,000 of them."""
-        return _from_tuples(cls, names, rows)
-
 
 @dataclass(frozen=True)
 class MovedBatch:
@@ -368,10 +259,6 @@ class PausedQueue:
     paused_at: datetime
     paused_by: str
     reason: str
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> PausedQueue:
-        return cls(row["queue"], row["paused_at"], row["paused_by"], row["reason"])
 
 
 @dataclass(frozen=True)
@@ -483,13 +370,6 @@ class PanelJob(_JobRow):
     quarantine_reason: str | None = None
     quarantined_at: datetime | None = None
     finished_at: datetime | None = None
-
-    @classmethod
-    def from_rows(cls, names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Self, ...]:
-        """Tuple rows of a panel query (columns ``names``) -> PanelJobs, without a dict per row:
-        a refresh builds up to three panels of them. A column may be missing only for a field
-        with a default."""
-        return _from_tuples(cls, names, rows)
 
 
 @dataclass(frozen=True)

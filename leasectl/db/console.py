@@ -20,6 +20,7 @@ from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.operations import owner_health
+from leasectl.db.rows import panel_jobs, paused_from_row
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class ConsoleReads:
                 for label, name, args in reads:
                     results[label] = conn.cursor(row_factory=dict_row)
                     results[label].execute(queries.get(name).render(schema), args, binary=True)
-                # The panels' rows come as tuples, for PanelJob.from_rows.
+                # The panels' rows come as tuples, for rows.panel_jobs.
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
@@ -156,7 +157,7 @@ class ConsoleReads:
                 if label in results
             }
             pending, processing, stuck, failed = (
-                PanelJob.from_rows([c.name for c in cur.description or ()], cur.fetchall())
+                panel_jobs([c.name for c in cur.description or ()], cur.fetchall())
                 for cur in panel_cursors
             )
         db_now = counts[0]["db_now"]
@@ -172,7 +173,7 @@ class ConsoleReads:
             matched=extra.get("matched"),
             queues=tuple(r["queue"] for r in queue_rows),
             failed=failed,
-            paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            paused=tuple(paused_from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             read_lag=clock[0]["lag"],
         )

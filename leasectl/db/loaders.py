@@ -15,15 +15,8 @@ from psycopg import pq
 from psycopg.abc import AdaptContext
 from psycopg.adapt import AdaptersMap, Buffer, Loader
 
-from leasectl.core.models import (
-    JOB_FIELDS,
-    STATUS_BY_VALUE,
-    TIMESTAMP_MAX,
-    TIMESTAMP_MIN,
-    Job,
-    Undecodable,
-    infinity_label,
-)
+from leasectl.core.models import JOB_FIELDS, STATUS_BY_VALUE, Job, Undecodable
+from leasectl.core.timestamps import TIMESTAMP_MAX, TIMESTAMP_MIN, infinity_label
 from leasectl.db.sql import WORKER_SETTINGS
 
 

@@ -26,6 +26,7 @@ from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import owner_health
+from leasectl.db.rows import paused_from_row
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ class MetricsReads:
             ),
             owners=tuple(owner_health(rows["owners"], db_now)),
             finished_estimate={r["status"]: int(r["jobs"]) for r in rows["estimate"]},
-            paused=tuple(PausedQueue.from_row(r) for r in rows["paused"]),
+            paused=tuple(paused_from_row(r) for r in rows["paused"]),
             counters=tuple(
                 CounterValue(r["counter"], r["action"], r["queue"], int(r["value"]))
                 for r in counter_rows

@@ -22,8 +22,6 @@ from leasectl.core.literal import echo
 from leasectl.core.models import (
     STATUS_BY_VALUE,
     ActionResult,
-    Attempt,
-    Event,
     ExpiredJob,
     Job,
     JobDetail,
@@ -31,7 +29,6 @@ from leasectl.core.models import (
     MovedBatch,
     OwnerHealth,
     PausedQueue,
-    PayloadText,
     QueueCounts,
     SeenState,
     SkipCode,
@@ -39,11 +36,18 @@ from leasectl.core.models import (
     StatusReport,
 )
 from leasectl.core.statuses import RECENT_FIELD
-from leasectl.core.texts import ROWS_SHOWN, TEXT_SHOWN, TextCut
+from leasectl.core.texts import ROWS_SHOWN, TEXT_SHOWN, PayloadText, TextCut
 from leasectl.db import counters, producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.held import apply_skipping_held
+from leasectl.db.rows import (
+    attempt_from_row,
+    event_from_row,
+    expired_jobs,
+    job_from_row,
+    paused_from_row,
+)
 
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
@@ -191,7 +195,7 @@ class Operations:
             counts[row[status]] += row[count]
         return MovedBatch(
             counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
-            jobs=ExpiredJob.from_rows(names, rows) if detail else (),
+            jobs=expired_jobs(names, rows) if detail else (),
         )
 
     def list_expired(
@@ -200,13 +204,13 @@ class Operations:
         names, rows = self.db.tuples(
             "jobs_expired_list", {"limit": limit, "queue": queue, "owner": owner}
         )
-        return list(ExpiredJob.from_rows(names, rows))
+        return list(expired_jobs(names, rows))
 
     # -- operator ---------------------------------------------------------------------------
 
     def get_jobs(self, ids: Sequence[int]) -> dict[int, Job]:
         rows = self.db.rows("jobs_get_many", {"ids": list(ids)})
-        return {r["id"]: Job.from_row(r) for r in rows}
+        return {r["id"]: job_from_row(r) for r in rows}
 
     def operator_action(
         self,
@@ -311,7 +315,7 @@ class Operations:
             rows = self.db.rows_waiting_at_most("queue_pause", params)
             row = rows[0] if rows else None
             if row is not None:
-                return PausedQueue.from_row(row), True
+                return paused_from_row(row), True
             standing = self.paused([queue])
             if standing:
                 return standing[0], False
@@ -324,12 +328,12 @@ class Operations:
         params = {"queue": queue, "actor": actor, "reason": reason, "channel": self.db.channel}
         rows = self.db.rows_waiting_at_most("queue_resume", params)
         row = rows[0] if rows else None
-        return PausedQueue.from_row(row) if row is not None else None
+        return paused_from_row(row) if row is not None else None
 
     def paused(self, queues: Sequence[str] | None = None) -> list[PausedQueue]:
         """The paused queues (all, or those of ``queues``), by name."""
         rows = self.db.rows("queues_paused", {"queues": list(queues) if queues else None})
-        return [PausedQueue.from_row(r) for r in rows]
+        return [paused_from_row(r) for r in rows]
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -337,7 +341,7 @@ class Operations:
         row = self.db.one("job_get", {"id": job_id})
         if row is None:
             raise JobNotFound(self._not_found(job_id))
-        return Job.from_row(row)
+        return job_from_row(row)
 
     def inspect(
         self, job_id: int, *, payload_chars: int | None = None, bounded: bool = False
@@ -353,7 +357,7 @@ class Operations:
         if row is None:
             raise JobNotFound(self._not_found(job_id))
         row["payload"] = PayloadText(row["payload_text"], row["payload_length"])
-        job = Job.from_row(row)
+        job = job_from_row(row)
         shown = {"id": job_id, "text_chars": text_chars, "rows": ROWS_SHOWN if bounded else None}
         attempt_rows = self.db.rows("job_attempts_inspect", shown)
         event_rows = self.db.rows("job_events_inspect", shown)
@@ -366,8 +370,8 @@ class Operations:
         db_now = self.db.server_info()["db_now"]
         return JobDetail(
             job,
-            tuple(Attempt.from_row(r) for r in attempt_rows),
-            tuple(Event.from_row(r) for r in event_rows),
+            tuple(attempt_from_row(r) for r in attempt_rows),
+            tuple(event_from_row(r) for r in event_rows),
             db_now,
             paused[0] if paused else None,
             row["unique_key"],
@@ -476,7 +480,7 @@ class Operations:
             finished_estimate={r["status"]: int(r["jobs"]) for r in estimated},
             read_lag=clock[0]["lag"],
             recent_window=recent_window,
-            paused=tuple(PausedQueue.from_row(r) for r in paused_rows),
+            paused=tuple(paused_from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             truncated=truncated,
         )

@@ -25,6 +25,7 @@ from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
 from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
+from leasectl.db.rows import job_from_row, paused_from_row
 from leasectl.db.session import session_kwargs
 from leasectl.db.watchdog import WATCHDOG
 
@@ -219,7 +220,7 @@ class WorkerStore:
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self.db.one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
-        return _lease_of(Job.from_row(row), checked=True) if row else None
+        return _lease_of(job_from_row(row), checked=True) if row else None
 
     @staticmethod
     def _fence(leases: Sequence[Lease], owner: str | None = None) -> dict[str, Any]:
@@ -289,7 +290,7 @@ class WorkerStore:
     def paused(self, queues: Sequence[str]) -> list[PausedQueue]:
         """Which of ``queues`` are paused (their claims take nothing until resumed)."""
         rows = self.db.rows("queues_paused", {"queues": list(queues)})
-        return [PausedQueue.from_row(r) for r in rows]
+        return [paused_from_row(r) for r in rows]
 
     # -- the enqueue channel ------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from rich.text import Text
 
 from leasectl.core.config import format_duration
 from leasectl.core.literal import shorten
-from leasectl.core.models import Attempt, Event, Job, JobDetail, JobStatus, PayloadText
+from leasectl.core.models import Attempt, Event, Job, JobDetail, JobStatus
+from leasectl.core.texts import PayloadText
 from leasectl.present.jsonout import dumps, terminal_safe_json
 from leasectl.present.styles import OUTCOME_STYLE, PAUSED_STYLE, status_text
 from leasectl.present.text import lit, table

@@ -24,13 +24,13 @@ from leasectl.core.models import (
     JobDetail,
     OwnerHealth,
     PausedQueue,
-    PayloadText,
     QueueCounts,
     StatusReport,
     WatcherResult,
-    infinity_label,
 )
 from leasectl.core.readlag import countdowns_stale
+from leasectl.core.texts import PayloadText
+from leasectl.core.timestamps import infinity_label
 from leasectl.present.status import finished_estimate, totals
 from leasectl.present.times import due_age_s
 

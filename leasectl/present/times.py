@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from rich.text import Text
 
 from leasectl.core.config import format_duration
-from leasectl.core.models import infinity_label, since_forever
+from leasectl.core.timestamps import infinity_label, since_forever
 from leasectl.present.styles import LEASE_STYLE, LeaseState
 
 # -- moments ----------------------------------------------------------------------------------

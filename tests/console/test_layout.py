@@ -20,7 +20,8 @@ from leasectl.console.screens.help import KEYS
 from leasectl.console.source import StaticSource
 from leasectl.console.widgets.bars import counts_groups, pack
 from leasectl.console.widgets.tables import OwnersTable, PendingTable
-from leasectl.core.models import RUN_AT_FLOOR, TIMESTAMP_MIN, PausedQueue, Snapshot
+from leasectl.core.models import PausedQueue, Snapshot
+from leasectl.core.timestamps import RUN_AT_FLOOR, TIMESTAMP_MIN
 from leasectl.present.status import owners_table
 from tests.console.sample import NOW, OWNERS, PENDING, sample_snapshot
 from tests.util import wait_until_pilot

@@ -18,12 +18,8 @@ from textual.widgets import DataTable
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.source import StaticSource
-from leasectl.console.widgets.tables import (
-    OwnersTable,
-    ProcessingTable,
-    RowContext,
-    cell_segments,
-)
+from leasectl.console.widgets.drawing import cell_segments
+from leasectl.console.widgets.tables import OwnersTable, ProcessingTable, RowContext
 from leasectl.core.models import JobStatus, PanelJob
 from leasectl.present.styles import RISK_STYLE
 from tests.console.sample import (

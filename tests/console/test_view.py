@@ -22,16 +22,8 @@ from leasectl.console.view import (
     Verdict,
     parse_filter,
 )
-from leasectl.core.models import (
-    TIMESTAMP_MAX,
-    TIMESTAMP_MIN,
-    ActionResult,
-    Freshness,
-    JobStatus,
-    PanelJob,
-    SkipCode,
-    Skipped,
-)
+from leasectl.core.models import ActionResult, Freshness, JobStatus, PanelJob, SkipCode, Skipped
+from leasectl.core.timestamps import TIMESTAMP_MAX, TIMESTAMP_MIN
 from leasectl.present import times
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import estimate_text

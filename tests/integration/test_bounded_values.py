@@ -20,7 +20,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from leasectl.core.models import TIMESTAMP_MAX, TIMESTAMP_MIN, JobStatus
+from leasectl.core.models import JobStatus
+from leasectl.core.timestamps import TIMESTAMP_MAX, TIMESTAMP_MIN
 from leasectl.db import sql as queries
 from leasectl.runtime.worker import JobContext
 from tests.integration.test_cli import _env, cli

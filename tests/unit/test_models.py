@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leasectl.core.models import ExpiredJob, JobStatus, PanelJob
+from leasectl.db.rows import expired_jobs, panel_jobs
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 PANEL_NAMES = [f.name for f in fields(PanelJob)]
@@ -47,7 +48,7 @@ def panel_row(job_id: int, status: str, owner: str | None) -> tuple[object, ...]
 )
 def test_rows_make_what_init_makes(job_id: int, status: str, owner: str | None) -> None:
     row = panel_row(job_id, status, owner)
-    [built] = PanelJob.from_rows(PANEL_NAMES, [row])
+    [built] = panel_jobs(PANEL_NAMES, [row])
     expected = PanelJob(*row[:2], JobStatus(status), *row[3:])  # type: ignore[arg-type]
     assert built == expected and hash(built) == hash(expected)
     assert vars(built) == vars(expected)
@@ -60,17 +61,17 @@ def test_columns_in_another_order_extra_columns_and_defaults() -> None:
     names = ["heartbeat_at", "id", "status", "junk", "queue", "attempts", "max_attempts"]
     names += ["lease_owner", "lease_until"]
     row = (NOW, 7, "Processing", "ignored", "q", 2, 5, "w", NOW)
-    [built] = ExpiredJob.from_rows(names, [row])
+    [built] = expired_jobs(names, [row])
     assert built == ExpiredJob(7, "q", JobStatus.PROCESSING, 2, 5, "w", NOW, NOW)
     # Fields with defaults may lack a column: PanelJob's risk_window and lapsed_at.
-    [panel] = PanelJob.from_rows(PANEL_NAMES[:13], [panel_row(3, "Pending", None)[:13]])
+    [panel] = panel_jobs(PANEL_NAMES[:13], [panel_row(3, "Pending", None)[:13]])
     assert (panel.risk_window, panel.lapsed_at) == (None, None)
 
 
 def test_a_missing_column_without_default_is_an_error() -> None:
     names = [n for n in PANEL_NAMES if n != "queue"]
     with pytest.raises(ValueError, match="queue"):
-        PanelJob.from_rows(names, [])
+        panel_jobs(names, [])
 
 
 def test_a_class_with_post_init_is_refused() -> None:
@@ -82,7 +83,7 @@ def test_a_class_with_post_init_is_refused() -> None:
         def __post_init__(self) -> None:
             raise AssertionError("never skipped")
 
-    from leasectl.core.models import _from_tuples
+    from leasectl.db.rows import from_tuples
 
     with pytest.raises(TypeError):
-        _from_tuples(Checked, ["id", "status"], [(1, "Pending")])
+        from_tuples(Checked, ["id", "status"], [(1, "Pending")])

@@ -14,8 +14,6 @@ from rich.console import Console, RenderableType
 from leasectl.cli import stderr
 from leasectl.core.literal import visible
 from leasectl.core.models import (
-    TIMESTAMP_MAX,
-    TIMESTAMP_MIN,
     ActionResult,
     Attempt,
     Event,
@@ -25,13 +23,14 @@ from leasectl.core.models import (
     JobDetail,
     JobStatus,
     OwnerHealth,
-    PayloadText,
     QueueCounts,
     SkipCode,
     Skipped,
     StatusReport,
     WatcherResult,
 )
+from leasectl.core.texts import PayloadText
+from leasectl.core.timestamps import TIMESTAMP_MAX, TIMESTAMP_MIN
 from leasectl.present.actions import (
     LISTED_JOBS,
     action_renderables,

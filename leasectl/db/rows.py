@@ -1,0 +1,111 @@
+"""Row builders: database rows made into the core's models (``core/models.py``). A dict row
+becomes a model by its field names; many tuple rows (a claim batch, a console refresh, a
+watcher pass) are built without a dict or an ``__init__`` each (``from_tuples``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import MISSING, fields
+from typing import Any, TypeVar
+
+from leasectl.core.models import (
+    STATUS_BY_VALUE,
+    Attempt,
+    Event,
+    ExpiredJob,
+    Job,
+    JobStatus,
+    PanelJob,
+    PausedQueue,
+)
+
+T = TypeVar("T")
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
+
+
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    return names
+
+
+def from_row(cls: type[Any], row: dict[str, Any]) -> Any:
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+def _same(row: Sequence[Any]) -> Sequence[Any]:
+    return row
+
+
+def from_tuples(cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[T, ...]:
+    """Tuple rows (columns ``names``) -> instances of the dataclass ``cls``, its ``status`` field
+    made a JobStatus. A column may be missing only for a field with a default; extra columns are
+    ignored.
+
+    Many rows come this way (a claim batch, a console refresh, a watcher pass of 100,000), so
+    each instance's ``__dict__`` is filled in one step, without ``__init__``: a frozen
+    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which made this
+    three times slower. Hence ``cls`` must have no ``__post_init__`` nor slots; every field is
+    set, as ``__init__`` would set it.
+    """
+    if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
+        raise TypeError(f"{cls.__name__} cannot be built without its __init__")
+    columns = fields(cls)  # type: ignore[arg-type]
+    keys = tuple(f.name for f in columns if f.name in names)
+    defaults = {f.name: f.default for f in columns if f.name not in names}
+    missing = sorted(name for name, default in defaults.items() if default is MISSING)
+    if missing:  # (a default_factory counts as no default)
+        raise ValueError(f"{cls.__name__}: no column for {', '.join(missing)}")
+    at = [names.index(k) for k in keys]
+
+    def pick(row: Sequence[Any]) -> Sequence[Any]:
+        return [row[i] for i in at]
+
+    if at == list(range(len(names))):  # the columns are the fields, in order (the usual case)
+        pick = _same
+    status = STATUS_BY_VALUE
+    new = object.__new__
+    made = []
+    for row in rows:
+        values = dict(zip(keys, pick(row), strict=True))
+        values["status"] = status[values["status"]]
+        if defaults:
+            values.update(defaults)
+        obj = new(cls)
+        obj.__dict__.update(values)
+        made.append(obj)
+    return tuple(made)
+
+
+def job_from_row(row: dict[str, Any]) -> Job:
+    job: Job = from_row(Job, {**row, "status": JobStatus(row["status"])})
+    return job
+
+
+def attempt_from_row(row: dict[str, Any]) -> Attempt:
+    attempt: Attempt = from_row(Attempt, {**row, "outcome": str(row["outcome"])})
+    return attempt
+
+
+def event_from_row(row: dict[str, Any]) -> Event:
+    event: Event = from_row(Event, row)
+    return event
+
+
+def paused_from_row(row: dict[str, Any]) -> PausedQueue:
+    return PausedQueue(row["queue"], row["paused_at"], row["paused_by"], row["reason"])
+
+
+def expired_jobs(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[ExpiredJob, ...]:
+    """Tuple rows -> ExpiredJobs: a watcher pass may move 100,000 of them."""
+    return from_tuples(ExpiredJob, names, rows)
+
+
+def panel_jobs(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[PanelJob, ...]:
+    """Tuple rows of a panel query (columns ``names``) -> PanelJobs, without a dict per row:
+    a refresh builds up to three panels of them. A column may be missing only for a field
+    with a default."""
+    return from_tuples(PanelJob, names, rows)
