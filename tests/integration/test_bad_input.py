@@ -114,6 +114,8 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     ],
     (["cancel", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
     (["delete", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
+    (["requeue", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
+    (["mark-stuck", "@pending", "--reason", LONG], 2, ["--reason: at most 1000 characters"]),
     (["cancel", "--reason", "r"], 2, ["give job ids, or a filter"]),
     (["delete"], 2, ["give job ids, or a filter"]),
     (["cancel", "@completed", "--reason", SQLI], 1, ["a Completed job cannot be cancelled"]),
@@ -125,7 +127,7 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     (["requeue", "@stuck", "x"], 2, ["invalid job id 'x'"]),
     (["inspect", "999999"], 1, ["job 999999 not found"]),
     (["requeue", "@pending", "--reason", SQLI], 1, ["a Pending job cannot be requeued"]),
-    (["mark-stuck", "@completed", "--reason", LONG], 1, ["a Completed job cannot be marked"]),
+    (["mark-stuck", "@completed", "--reason", "r"], 1, ["a Completed job cannot be marked"]),
     *[
         (["enqueue", "-q", "q", "--payload", value], 2, [fragment])
         for value, fragment in (
@@ -450,6 +452,10 @@ def test_list_filters_are_matched_as_values_never_as_sql(db_dsn: str) -> None:
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
 
 
+# Reasons are bounded like the audit column they go to (migration 15: at most 1,000 characters).
+WEIRD_REASONS = [SQLI, QUOTES, UNICODE, LONG[:1000], MARKUP]
+
+
 def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
     ids = store.ops.enqueue([{}] * (3 * len(WEIRD)), queue="q")
     leases = store.work.claim("q", "owner", timedelta(seconds=30), len(WEIRD))
@@ -458,7 +464,7 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
             "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = ANY(%s)",
             [[x.job_id for x in leases]],
         )
-    for i, reason in enumerate(WEIRD):
+    for i, reason in enumerate(WEIRD_REASONS):
         expired, pending = leases[i].job_id, ids[len(WEIRD) + i]
         marked = cli("mark-stuck", str(pending), "--reason", reason, dsn=db_dsn)
         assert marked.returncode == 0, marked.stderr[:500]

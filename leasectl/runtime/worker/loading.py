@@ -24,7 +24,7 @@ def not_found_hint(module_name: str) -> str:
     return (
         f"looked in the working directory {echo(os.getcwd())} and on sys.path "
         f"({', '.join(echo(p) for p in head)}{more}); run the worker from the directory that "
-        f"holds {echo(top)}, or add that directory to PYTHONPATH"
+        f"holds {echo(top, 60)}, or add that directory to PYTHONPATH"
     )
 
 
