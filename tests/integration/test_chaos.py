@@ -1,5 +1,5 @@
 """The chaos soak, short: 3 worker processes, 1,500 jobs, kills, a SIGSTOP past the lease, and
-server restarts (fast and immediate) while they work; then every invariant of bench/chaos/invariants.py
+server restarts (fast and immediate) while they work; then every invariant of bench.chaos
 (among them: each job completed in its handler's transaction has exactly one business row);
 with threaded handlers, and with async def ones.
 

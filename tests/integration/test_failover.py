@@ -1,7 +1,7 @@
 """The failover soak, short: 3 `leasectl worker` processes on one multi-host DSN over a primary
 and its synchronous standby; twice the standby is held back, the primary SIGKILLed and the
 standby promoted (a new standby seeded each time), with worker kills and a SIGSTOP on top. Every
-invariant of bench/chaos/invariants.py holds, and so do the handlers' own ledger's: no acknowledged write
+invariant of bench.chaos holds, and so do the handlers' own ledger's: no acknowledged write
 is lost, no lease forgotten, no fencing token executed twice.
 
 The longer runs, synchronous and asynchronous, are in RELIABILITY.md ("Failover")."""
