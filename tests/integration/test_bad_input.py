@@ -1,7 +1,10 @@
-"""Bad input sweep: every command and option with malformed values, run as `python -m leasectl`.
+"""Bad input sweep: every command and option with malformed values.
 
 Each value either gets one clear line on stderr and a non-zero exit with nothing changed, or is
-stored exactly as given and harmlessly: nothing is ever interpolated into SQL.
+stored exactly as given and harmlessly: nothing is ever interpolated into SQL. The sweeps of
+rejected values run the command line in this process (``tests/inproc.py``: ``main(argv)``, the
+same environment, stdout and stderr captured); a sample of each kind of case also runs as
+`python -m leasectl` and must print exactly what the in-process run printed.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.core.errors import UsageError
+from tests.inproc import run_in_process
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
 from tests.seed import seed_states_at
 from tests.stores import Stores
@@ -356,7 +359,7 @@ def _sweep(
     def run(case: tuple[list[str], int, list[str]]) -> str | None:
         args, code, fragments = case
         args = [str(ids[a[1:]]) if a[:1] == "@" and a[1:] in ids else a for a in args]
-        proc = cli(*args, dsn=with_password(dsn))
+        proc = run_in_process(args, _env(with_password(dsn)))
         try:
             line = assert_one_line_error(
                 proc, code, *fragments, prefix="leasectl: " if code == 1 else "leasectl: error: "
@@ -373,8 +376,7 @@ def _sweep(
             return f"{[a[:40] for a in args]}: echoed a {len(line)}-character line"
         return None
 
-    with ThreadPoolExecutor(4) as pool:
-        failures = [f for f in pool.map(run, cases) if f]
+    failures = [f for f in map(run, cases) if f]
     assert failures == [], "\n".join(failures)
     assert snapshot(dsn) == before
 
@@ -389,6 +391,42 @@ def test_every_value_beyond_a_limit_gets_one_clear_line_and_changes_nothing(
     seeded: tuple[str, dict[str, int]],
 ) -> None:
     _sweep(seeded, REJECTED_BOUNDS)
+
+
+# One case of each kind the sweeps hold, run both ways: a value our validation refuses, one that
+# Click refuses, an unknown command, a refused DSN, a handler that cannot be imported, a job that
+# does not exist, a guarded action that skips (its table on stdout), a bound, a system schema.
+REAL_PROCESS_SAMPLE: list[list[str]] = [
+    ["enqueue", "-q", "q", "--delay", SQLI],
+    ["enqueue", "-q", "q", "--payload", '{"bad": "\\ud800"}'],
+    ["status", "--nope"],
+    [SQLI],
+    ["--dsn", LONG, "status"],
+    ["worker", "-q", "q", "--handler", f"{SQLI}:f"],
+    ["inspect", "999999"],
+    ["delete", "@pending", "--reason", SQLI],
+    ["list", "-q", "8" * 8000],
+    ["--schema", "pg_catalog", "init"],
+]
+
+
+@pytest.mark.parametrize("args", REAL_PROCESS_SAMPLE, ids=lambda a: " ".join(a)[:30])
+def test_a_real_process_prints_what_the_in_process_sweep_saw(
+    seeded: tuple[str, dict[str, int]], args: list[str]
+) -> None:
+    """The sweeps above are only as good as ``run_in_process`` is faithful to the command."""
+    dsn, ids = seeded
+    args = [str(ids[a[1:]]) if a[:1] == "@" and a[1:] in ids else a for a in args]
+    before = snapshot(dsn)
+    real = cli(*args, dsn=with_password(dsn))
+    inside = run_in_process(args, _env(with_password(dsn)))
+    assert real.returncode in (1, 2), real.stderr[:600]
+    assert (inside.returncode, inside.stdout, inside.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
+    assert snapshot(dsn) == before
 
 
 @pytest.mark.parametrize(
