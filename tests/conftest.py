@@ -38,14 +38,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without --full, the full tier's tests are deselected (not skipped): the closing line
-    counts them apart from what ran, and -ra does not list hundreds of skips."""
+    """Without --full, the full tier's tests (marked full, or slow) are deselected, not skipped:
+    the closing line counts them apart from what ran, and -ra does not list hundreds of skips."""
     if config.getoption("--full"):
         return
     fast: list[pytest.Item] = []
     full: list[pytest.Item] = []
     for item in items:
-        (fast if item.get_closest_marker("full") is None else full).append(item)
+        in_full = item.get_closest_marker("full") or item.get_closest_marker("slow")
+        (full if in_full else fast).append(item)
     if full:
         config.hook.pytest_deselected(items=full)
         config.stash[_FULL_LEFT_OUT] = len(full)
