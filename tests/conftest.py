@@ -28,6 +28,9 @@ from tests.util import SUPERUSER_PASSWORD
 
 SCHEMA = "leasectl"
 
+# tests/unit/test_tiers.py runs pytest on a made-up module with this file's tier hooks.
+pytest_plugins = ["pytester"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
