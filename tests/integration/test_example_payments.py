@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-pytestmark = pytest.mark.full
+pytestmark = [pytest.mark.full, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 
