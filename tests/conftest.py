@@ -1,6 +1,9 @@
-"""Test databases: LEASECTL_TEST_DSN when set, else one session-wide embedded server.
+"""Test databases: LEASECTL_TEST_DSN when set, else one session-wide embedded server (one per
+xdist worker). Every test that asks for ``db_dsn`` gets a fresh database cloned from a migrated
+template.
 
-Every test that asks for ``db_dsn`` gets a fresh database cloned from a migrated template.
+Two tiers: ``python -m pytest`` runs the fast tier; ``--full`` adds the tests marked ``full``
+(subprocess sweeps, more servers, soaks, chaos, terminals), which are otherwise deselected.
 """
 
 from __future__ import annotations
@@ -24,6 +27,44 @@ from tests.stores import Stores
 from tests.util import SUPERUSER_PASSWORD
 
 SCHEMA = "leasectl"
+
+# tests/unit/test_tiers.py runs pytest on a made-up module with this file's tier hooks.
+pytest_plugins = ["pytester"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="run the full tier: also the tests marked full (CI runs it; see README)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --full, the full tier's tests (marked full, or slow) are deselected, not skipped:
+    the closing line counts them apart from what ran, and -ra does not list hundreds of skips."""
+    if config.getoption("--full"):
+        return
+    fast: list[pytest.Item] = []
+    full: list[pytest.Item] = []
+    for item in items:
+        in_full = item.get_closest_marker("full") or item.get_closest_marker("slow")
+        (full if in_full else fast).append(item)
+    if full:
+        config.hook.pytest_deselected(items=full)
+        config.stash[_FULL_LEFT_OUT] = len(full)
+        items[:] = fast
+
+
+_FULL_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    left_out = config.stash.get(_FULL_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"fast tier: {left_out} tests of the full tier deselected (--full runs them)"
+        )
 
 
 def _drop(name: str) -> sql.Composed:

@@ -801,8 +801,14 @@ def _check_import(sandbox: Path, dsn: str) -> None:
 
 # Plugins the selected tests do not need, and that cost each run seconds of imports (the
 # hypothesis plugin only reports; the model test imports hypothesis itself).
-_PLUGINS_OFF = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:textual-snapshot")
+_PLUGINS_OFF = (
+    *("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:textual-snapshot"),
+    *("-p", "no:xdist"),
+)
 
+
+# --full: a mutant's tests run whatever their tier (tests/conftest.py).
+_PYTEST = (sys.executable, "-m", "pytest", "-x", "-q", "--no-header", "--full")
 
 _running: set[subprocess.Popen[str]] = set()  # stopped when the run is interrupted
 _stopping = threading.Event()
@@ -813,7 +819,7 @@ def _pytest(sandbox: Path, dsn: str, tests: Sequence[str]) -> tuple[int, str, fl
     if _stopping.is_set():
         return 130, "interrupted", 0.0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-x", "-q", "--no-header", *_PLUGINS_OFF, *tests],
+        [*_PYTEST, *_PLUGINS_OFF, *tests],
         cwd=sandbox,
         env=_env(sandbox, dsn),
         stdout=subprocess.PIPE,

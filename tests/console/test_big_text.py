@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import psycopg
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
@@ -38,6 +39,7 @@ def seed_big_text(conn: psycopg.Connection) -> int:
     return int(row[0])
 
 
+@pytest.mark.full  # megabytes of text
 def test_the_detail_of_a_job_with_megabytes_of_text_opens_and_closes(
     db_dsn: str, sql_conn: psycopg.Connection
 ) -> None:

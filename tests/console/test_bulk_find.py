@@ -181,6 +181,7 @@ def test_against_postgresql_audited_with_the_filter_and_a_capped_count(
     assert rows == [("payments", "Pending", reason)] * 4 + [("emails", "Failed", None)]
 
 
+@pytest.mark.full  # the hostile corpus in every filter: a sweep
 def test_hostile_filter_values_are_shown_literally_in_the_confirmation() -> None:
     hostile = [n for n in NAMES if n.strip()][:12]
 

@@ -317,6 +317,7 @@ async def click_every(app: ConsoleApp, pilot: Pilot[None], text: str) -> None:
         assert app.is_running and app.screen is screen, f"a click at {x + 1},{y} acted"
 
 
+@pytest.mark.full  # the fast tier keeps the panels' test
 def test_job_detail_shows_hostile_text_as_text(
     db_dsn: str, sql_conn: psycopg.Connection, tmp_path: Path
 ) -> None:
@@ -392,6 +393,7 @@ async def refreshed(app: ConsoleApp, pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+@pytest.mark.full  # the fast tier keeps the panels' test
 def test_hostile_filters_typed_and_chosen(db_dsn: str, sql_conn: psycopg.Connection) -> None:
     seeded = seed_hostile(sql_conn)
     by_name = {h.name: h for h in seeded}
@@ -491,6 +493,7 @@ def reasons(conn: psycopg.Connection, job_id: int) -> list[str]:
     return [r[0] for r in rows]
 
 
+@pytest.mark.full  # the fast tier keeps the panels' test
 def test_actions_with_hostile_reasons_and_owners(db_dsn: str, sql_conn: psycopg.Connection) -> None:
     seeded = seed_hostile(sql_conn)
     by_name = {h.name: h for h in seeded}

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from rich.console import Console
 from textual.geometry import Region
 from textual.pilot import Pilot
@@ -96,6 +97,7 @@ def laid_out(app: ConsoleApp) -> bool:
 PAUSED = (PausedQueue("payments", NOW - timedelta(minutes=3), "alice", "card processor " * 20),)
 
 
+@pytest.mark.full  # a sweep of every width
 def test_left_and_right_never_touch_at_any_width() -> None:
     """At 80 columns the DSN's "…" ran into "db clock"; at 140 a summary line ran into the
     throughput label ("Stuck 2completed/min"). At every width from 80 to 200 there is a space

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
+import pytest
 from textual import events
 from textual.keys import _character_to_key
 from textual.pilot import Pilot
@@ -222,6 +223,7 @@ async def back_to_main(pilot: Pilot[None]) -> None:
         await pilot.pause()
 
 
+@pytest.mark.full  # every key on every screen: the longest console test (a sweep)
 def test_every_printable_key_on_every_screen_runs_no_action_without_its_confirmation() -> None:
     """Each screen, every printable character typed on it: none changes a job or a queue (the
     source records every action), none quits; a key that opens a dialog opens a confirmation
@@ -249,6 +251,7 @@ def test_every_printable_key_on_every_screen_runs_no_action_without_its_confirma
     asyncio.run(run())
 
 
+@pytest.mark.full  # a random second net behind the fixed tests above
 def test_random_keys_end_in_no_traceback() -> None:
     """Fixed-seed random keys (printable, navigation, confirm, quit), 400 in all: each console
     is alive at the end or has quit cleanly (then the next one takes the rest of the keys),

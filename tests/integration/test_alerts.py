@@ -11,12 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 import yaml
 
 from tests.exporter import Scrape, exporter, scrape
 from tests.seed import seed_console
 from tests.stores import Stores
 from tests.util import wait_until
+
+pytestmark = pytest.mark.full
 
 RULES = Path(__file__).resolve().parents[2] / "contrib" / "prometheus" / "alerts.yml"
 METRIC = re.compile(r"\bleasectl_[a-z_]+\b")

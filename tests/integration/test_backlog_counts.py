@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 from rich.console import Console
 
 from leasectl.core.counts import COUNT_BUDGET
@@ -107,6 +108,7 @@ def test_an_exact_count_below_the_cap_stays_exact_with_a_queue_filter(
     assert (big["stuck"], big["stuck_capped"]) == (BIG_STUCK, False)
 
 
+@pytest.mark.full  # seeds a backlog past the cap
 def test_max_stuck_is_decided_by_a_count_taken_past_it(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:

@@ -21,6 +21,8 @@ from tests.conftest import SCHEMA
 from tests.integration.test_metrics_plans import seed
 from tests.stores import Stores
 
+pytestmark = pytest.mark.full
+
 BUDGET, FLOOR = 3000, 100
 ROWS = re.compile(r"actual (?:time=\S+ )?rows=(\d+)(?:\.\d+)? loops=(\d+)")
 PARAMS: dict[str, Any] = {

@@ -1,7 +1,11 @@
-"""Bad input sweep: every command and option with malformed values, run as `python -m leasectl`.
+"""Bad input sweep: every command and option with malformed values.
 
 Each value either gets one clear line on stderr and a non-zero exit with nothing changed, or is
-stored exactly as given and harmlessly: nothing is ever interpolated into SQL.
+stored exactly as given and harmlessly: nothing is ever interpolated into SQL. The sweeps of
+rejected values and the loops over weird values run the command line in this process
+(``tests/inproc.py``: ``main(argv)``, the same environment, stdout and stderr captured); a sample
+of each kind of rejected case also runs as `python -m leasectl` and must print exactly what the
+in-process run printed, and the payload tests (stdin, files, 16 MiB) run real processes.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ import pytest
 from psycopg import conninfo, sql
 
 from leasectl.core.errors import UsageError
+from tests.inproc import run_in_process
 from tests.integration.test_cli import _env, assert_one_line_error, cli, snapshot, with_password
 from tests.seed import seed_states_at
 from tests.stores import Stores
@@ -358,7 +362,7 @@ def _sweep(
     def run(case: tuple[list[str], int, list[str]]) -> str | None:
         args, code, fragments = case
         args = [str(ids[a[1:]]) if a[:1] == "@" and a[1:] in ids else a for a in args]
-        proc = cli(*args, dsn=with_password(dsn))
+        proc = run_in_process(args, _env(with_password(dsn)))
         try:
             line = assert_one_line_error(
                 proc, code, *fragments, prefix="leasectl: " if code == 1 else "leasectl: error: "
@@ -375,8 +379,7 @@ def _sweep(
             return f"{[a[:40] for a in args]}: echoed a {len(line)}-character line"
         return None
 
-    with ThreadPoolExecutor(4) as pool:
-        failures = [f for f in pool.map(run, cases) if f]
+    failures = [f for f in map(run, cases) if f]
     assert failures == [], "\n".join(failures)
     assert snapshot(dsn) == before
 
@@ -393,6 +396,42 @@ def test_every_value_beyond_a_limit_gets_one_clear_line_and_changes_nothing(
     _sweep(seeded, REJECTED_BOUNDS)
 
 
+# One case of each kind the sweeps hold, run both ways: a value our validation refuses, one that
+# Click refuses, an unknown command, a refused DSN, a handler that cannot be imported, a job that
+# does not exist, a guarded action that skips (its table on stdout), a bound, a system schema.
+REAL_PROCESS_SAMPLE: list[list[str]] = [
+    ["enqueue", "-q", "q", "--delay", SQLI],
+    ["enqueue", "-q", "q", "--payload", '{"bad": "\\ud800"}'],
+    ["status", "--nope"],
+    [SQLI],
+    ["--dsn", LONG, "status"],
+    ["worker", "-q", "q", "--handler", f"{SQLI}:f"],
+    ["inspect", "999999"],
+    ["delete", "@pending", "--reason", SQLI],
+    ["list", "-q", "8" * 8000],
+    ["--schema", "pg_catalog", "init"],
+]
+
+
+@pytest.mark.parametrize("args", REAL_PROCESS_SAMPLE, ids=lambda a: " ".join(a)[:30])
+def test_a_real_process_prints_what_the_in_process_sweep_saw(
+    seeded: tuple[str, dict[str, int]], args: list[str]
+) -> None:
+    """The sweeps above are only as good as ``run_in_process`` is faithful to the command."""
+    dsn, ids = seeded
+    args = [str(ids[a[1:]]) if a[:1] == "@" and a[1:] in ids else a for a in args]
+    before = snapshot(dsn)
+    real = cli(*args, dsn=with_password(dsn))
+    inside = run_in_process(args, _env(with_password(dsn)))
+    assert real.returncode in (1, 2), real.stderr[:600]
+    assert (inside.returncode, inside.stdout, inside.stderr) == (
+        real.returncode,
+        real.stdout,
+        real.stderr,
+    )
+    assert snapshot(dsn) == before
+
+
 @pytest.mark.parametrize(
     "value", ["9" * 400, "99999999999h", "9" * 10_000], ids=["400-digits", "huge-hours", "10kB"]
 )
@@ -404,6 +443,11 @@ def test_durations_out_of_range_are_usage_errors(value: str) -> None:
 # -- stored verbatim and harmlessly ----------------------------------------------------------------
 
 
+def inproc(*args: str, dsn: str) -> subprocess.CompletedProcess[str]:
+    """``cli`` in this process (tests/inproc.py): these loops run dozens of commands."""
+    return run_in_process(args, _env(dsn))
+
+
 def rows(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(query, params).fetchall()
@@ -412,20 +456,22 @@ def rows(dsn: str, query: str, *params: Any) -> list[tuple[Any, ...]]:
 def test_queue_names_and_payloads_are_stored_verbatim(db_dsn: str) -> None:
     for queue in WEIRD_QUEUES:
         payload = {"text": queue, "nested": [queue, {"k": queue}]}
-        proc = cli("enqueue", "-q", queue, "--payload", json.dumps(payload), "--json", dsn=db_dsn)
+        proc = inproc(
+            "enqueue", "-q", queue, "--payload", json.dumps(payload), "--json", dsn=db_dsn
+        )
         assert proc.returncode == 0, proc.stderr[:500]
         [job_id] = json.loads(proc.stdout)["ids"]
         assert rows(db_dsn, "SELECT queue, payload FROM leasectl.jobs WHERE id = %s", job_id) == [
             (queue, payload)
         ]
-        inspected = json.loads(cli("inspect", str(job_id), "--json", dsn=db_dsn).stdout)
+        inspected = json.loads(inproc("inspect", str(job_id), "--json", dsn=db_dsn).stdout)
         assert (inspected["job"]["queue"], inspected["job"]["payload"]) == (queue, payload)
     # The same names as filters: matched exactly, never parsed.
     for queue in (SQLI, UNICODE):
-        status = cli("status", "-q", queue, "--json", dsn=db_dsn)
+        status = inproc("status", "-q", queue, "--json", dsn=db_dsn)
         assert status.returncode == 0, status.stderr[:500]
         assert [q["queue"] for q in json.loads(status.stdout)["queues"]] == [queue]
-        dry = cli("requeue-stuck", "-q", queue, "--dry-run", "--json", dsn=db_dsn)
+        dry = inproc("requeue-stuck", "-q", queue, "--dry-run", "--json", dsn=db_dsn)
         assert dry.returncode == 0 and json.loads(dry.stdout)["jobs"] == []
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
 
@@ -446,7 +492,7 @@ def test_list_filters_are_matched_as_values_never_as_sql(db_dsn: str) -> None:
             ("--error", value),
             ("--payload", json.dumps({"k": value})),
         ):
-            proc = cli("list", option, given, "--json", dsn=db_dsn)
+            proc = inproc("list", option, given, "--json", dsn=db_dsn)
             assert proc.returncode == 0, proc.stderr[:500]
             assert [j["id"] for j in json.loads(proc.stdout)["jobs"]] == [row[0]], option
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.jobs") == [(len(WEIRD_QUEUES),)]
@@ -466,9 +512,9 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
         )
     for i, reason in enumerate(WEIRD_REASONS):
         expired, pending = leases[i].job_id, ids[len(WEIRD) + i]
-        marked = cli("mark-stuck", str(pending), "--reason", reason, dsn=db_dsn)
+        marked = inproc("mark-stuck", str(pending), "--reason", reason, dsn=db_dsn)
         assert marked.returncode == 0, marked.stderr[:500]
-        requeued = cli("requeue", str(expired), "--reason", reason, "--json", dsn=db_dsn)
+        requeued = inproc("requeue", str(expired), "--reason", reason, "--json", dsn=db_dsn)
         assert requeued.returncode == 0, requeued.stderr[:500]
         assert json.loads(requeued.stdout)["changed"] == [expired]
         assert rows(
@@ -484,7 +530,7 @@ def test_reasons_are_stored_verbatim(db_dsn: str, store: Stores) -> None:
     store.work.claim("q", "owner2", timedelta(seconds=30), 2)
     rows(db_dsn, "UPDATE leasectl.jobs SET lease_until = now() - interval '1 s' "
          "WHERE lease_owner = 'owner2' RETURNING id")  # fmt: skip
-    swept = cli("requeue-stuck", "--reason", SQLI, "--json", dsn=db_dsn)
+    swept = inproc("requeue-stuck", "--reason", SQLI, "--json", dsn=db_dsn)
     assert swept.returncode == 0, swept.stderr[:500]
     assert json.loads(swept.stdout)["requeued"] == 2
     # mark-stuck and requeue above, then the watcher's two moves.
@@ -498,14 +544,14 @@ def test_pauses_are_stored_verbatim(db_dsn: str) -> None:
     """Queue names and reasons of pauses and resumes: stored and shown as given, as data."""
     reasons = [*WEIRD[:3], LONG[:1000], WEIRD[4]]
     for queue, reason in zip(WEIRD_QUEUES, reasons, strict=True):
-        paused = cli("pause", queue, "--reason", reason, "--json", dsn=db_dsn)
+        paused = inproc("pause", queue, "--reason", reason, "--json", dsn=db_dsn)
         assert paused.returncode == 0, paused.stderr[:500]
         assert json.loads(paused.stdout)["queue"]["reason"] == reason
-    status = cli("status", "--json", dsn=db_dsn)
+    status = inproc("status", "--json", dsn=db_dsn)
     shown = [(p["queue"], p["reason"]) for p in json.loads(status.stdout)["paused"]]
     assert sorted(shown) == sorted(zip(WEIRD_QUEUES, reasons, strict=True))
     for queue, reason in zip(WEIRD_QUEUES, reasons, strict=True):
-        resumed = cli("resume", queue, "--reason", reason, dsn=db_dsn)
+        resumed = inproc("resume", queue, "--reason", reason, dsn=db_dsn)
         assert resumed.returncode == 0, resumed.stderr[:500]
     assert rows(db_dsn, "SELECT count(*) FROM leasectl.queue_state") == [(0,)]
     assert rows(db_dsn, "SELECT queue, action, reason FROM leasectl.queue_events ORDER BY id") == [
@@ -515,11 +561,11 @@ def test_pauses_are_stored_verbatim(db_dsn: str) -> None:
 
 def test_schema_names_are_identifiers_never_sql(empty_db_dsn: str) -> None:
     for schema in (SQLI, QUOTES, UNICODE[:20]):
-        proc = cli("--schema", schema, "init", dsn=empty_db_dsn)
+        proc = inproc("--schema", schema, "init", dsn=empty_db_dsn)
         assert proc.returncode == 0, proc.stderr[:500]
-        enq = cli("--schema", schema, "enqueue", "-q", SQLI, "--json", dsn=empty_db_dsn)
+        enq = inproc("--schema", schema, "enqueue", "-q", SQLI, "--json", dsn=empty_db_dsn)
         assert enq.returncode == 0, enq.stderr[:500]
-        status = cli("--schema", schema, "status", "--json", dsn=empty_db_dsn)
+        status = inproc("--schema", schema, "status", "--json", dsn=empty_db_dsn)
         assert status.returncode == 0, status.stderr[:500]
     names = {r[0] for r in rows(empty_db_dsn, "SELECT nspname FROM pg_namespace")}
     assert {SQLI, QUOTES, UNICODE[:20]} <= names
@@ -621,6 +667,7 @@ def test_payloads_are_stored_exactly_as_written(db_dsn: str, tmp_path: Path) -> 
     assert human.returncode == 0 and "12345678901234567.89" in human.stdout
 
 
+@pytest.mark.full  # 16 MiB through real processes
 def test_a_payload_over_the_limit_is_refused_before_anything_is_written(
     db_dsn: str, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ from psycopg import conninfo, sql
 
 from leasectl.db import sql as queries
 from leasectl.present.text import format_ids
+from tests.inproc import run_in_process
 from tests.seed import OWNER, seed_states
 from tests.stores import Stores
 from tests.util import SUPERUSER_PASSWORD, wait_until
@@ -191,7 +192,9 @@ def test_bad_input(
     for name, value in vars(seeded).items():
         args = [a.replace(f"{{{name}}}", str(value)) for a in args]
     before = snapshot(db_dsn)
-    proc = cli(*args, dsn=with_password(db_dsn))
+    # In this process (tests/inproc.py), for speed; test_bad_input.py checks that a real process
+    # prints the same for each kind of case.
+    proc = run_in_process(args, _env(with_password(db_dsn)))
     assert_one_line_error(proc, code, *fragments)
     assert proc.stdout == ""
     assert snapshot(db_dsn) == before

@@ -31,6 +31,8 @@ from tests.conftest import SCHEMA
 from tests.hostile import NAMES
 from tests.integration.test_cli import _env
 
+pytestmark = pytest.mark.full
+
 # Typed into a command line, each would run, glob, split or escape something if offered as is.
 SHELL_HOSTILE = [
     "a b",

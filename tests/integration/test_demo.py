@@ -27,6 +27,8 @@ from leasectl.demo.target import external_target
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_MARK = HANDLER.encode()  # demo workers are `leasectl worker --handler` this
 

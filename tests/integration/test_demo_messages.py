@@ -17,6 +17,8 @@ from leasectl.demo.target import embedded_target, external_target
 from tests.integration.test_demo import FAST, new_run_id
 from tests.stores import Stores
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 
 def test_a_reused_demo_schema_says_so_with_its_age(empty_db_dsn: str) -> None:
     notes: list[str] = []

@@ -26,6 +26,8 @@ from leasectl.db.embedded import EmbeddedServer, install_dir, pg_bin
 from leasectl.db.embedded.binaries import _source_pginstall
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 REPO_ROOT = Path(leasectl.__file__).resolve().parents[1]
 IS_ROOT = os.geteuid() == 0
 

@@ -14,6 +14,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.db.embedded.auth import read_password
 
+pytestmark = pytest.mark.full
+
 TRUSTING_HBA = "local all all trust\nhost all all 127.0.0.1/32 trust\n"
 
 

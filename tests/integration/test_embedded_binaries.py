@@ -11,6 +11,8 @@ import pytest
 
 from leasectl.db.embedded import binaries
 
+pytestmark = pytest.mark.full
+
 DAY = 86400.0
 
 

@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
+
+pytestmark = [pytest.mark.full, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[2]
 

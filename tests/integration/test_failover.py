@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

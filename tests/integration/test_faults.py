@@ -34,7 +34,7 @@ from leasectl.runtime.worker import JobContext, Worker, WorkerConfig, worker_sto
 from tests.stores import Stores
 from tests.util import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 
 @pytest.fixture(scope="module")

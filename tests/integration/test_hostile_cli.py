@@ -38,6 +38,8 @@ from tests.hostile import CORPUS, ESC, MARKUP, NAMES, TERMINAL, UNICODE
 from tests.integration.test_cli import _env
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 WIDTH = "400"  # wide enough that no hostile value of NAMES wraps in a table cell
 LONG = ESC + "[2J" + "x" * 100_000
 JOINED_TERMINAL = "".join(TERMINAL)  # every terminal attack in one value

@@ -27,6 +27,8 @@ from tests.seed import ALIVE, SILENT, seed_console
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 
 def test_a_scrape_reports_the_known_state(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection

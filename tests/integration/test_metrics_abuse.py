@@ -36,6 +36,8 @@ from tests.integration.test_privileges import Roles, login_roles
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 TTL = timedelta(seconds=30)
 
 

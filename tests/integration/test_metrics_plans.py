@@ -16,6 +16,8 @@ from bench.plans import generic_plan
 from leasectl.db import sql as queries
 from tests.conftest import SCHEMA
 
+pytestmark = pytest.mark.full
+
 BUDGET, FLOOR = 3000, 100
 
 

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -30,6 +31,8 @@ from hypothesis.stateful import (
 from leasectl.core.models import JobStatus, Lease, SeenState
 from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
+
+pytestmark = pytest.mark.full
 
 # CI runs a fixed set of examples (derandomize: the same sequences on every run, so a pass or a
 # failure is reproducible and does not depend on luck); `python -m tests.mutation --tests

@@ -35,7 +35,7 @@ from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.stores import Stores
 from tests.util import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 
 SCHEMA = "leasectl"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -27,6 +27,8 @@ from tests.integration.test_worker_processes import ROOT, WorkerProc
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 QUEUE = "p"
 
 

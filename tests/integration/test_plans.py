@@ -23,6 +23,8 @@ from leasectl.db import sql as queries
 from leasectl.db.work import claim_from
 from tests.conftest import SCHEMA
 
+pytestmark = pytest.mark.full
+
 TTL = timedelta(seconds=30)
 Params = Callable[[psycopg.Connection[Any]], dict[str, Any]]
 

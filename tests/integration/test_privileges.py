@@ -37,6 +37,8 @@ from tests.seed import seed_states_at
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 KINDS = ("viewer", "operator", "worker", "producer")
 
 

@@ -24,7 +24,7 @@ from leasectl.db.embedded.replication import (
     wait_streaming,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full, pytest.mark.serial]
 
 Pair = tuple[EmbeddedServer, EmbeddedServer]
 

@@ -38,6 +38,8 @@ from tests.conftest import SCHEMA
 from tests.integration.test_cli import _env
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 TOKENS = ("Kq7v", "Wm3x", "Zr9p", "Tj5n")
 SPECIALS = ("/", "@", ":", "%", "?", "#", " ", "'", '"')
 SINGLE = {f"has {c!r}": f"Kq7v{c}Wm3x" for c in SPECIALS}

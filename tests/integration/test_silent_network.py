@@ -23,6 +23,8 @@ from tests.proxy import StallingProxy, stalling_proxy
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 SCHEMA = "leasectl"
 
 

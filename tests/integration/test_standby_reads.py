@@ -41,7 +41,7 @@ from leasectl.db.embedded.replication import replicated_pair, wait_caught_up
 from tests.stores import Stores
 from tests.util import wait_until, wait_until_pilot
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.full]
 
 Pair = tuple[EmbeddedServer, EmbeddedServer]
 OWNER = "worker-standby-test"

@@ -30,6 +30,8 @@ from leasectl.demo.fleet import HANDLER
 from tests.integration.test_cli import _env
 from tests.util import wait_until
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2"
 GONE_WITHIN_S = 5.0  # the promise: a console whose terminal went away exits this quickly
 DRAW_TIMEOUT_S = 60.0  # python and Textual start-up on a loaded machine

@@ -19,6 +19,8 @@ from tests.integration.test_cli import _env
 from tests.integration.test_terminal import Terminal, demo_workers_of, gone, leasectl, terminal
 from tests.util import wait_until
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 QUIT_WITHIN_S = 15.0  # Textual's shutdown and the pools' close, on a loaded machine
 DEMO_STOP_WITHIN_S = 60.0  # the demo also stops its fleet and counts what it left
 

@@ -20,6 +20,8 @@ from leasectl.runtime.watcher import WatcherConfig, run_pass
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = [pytest.mark.full, pytest.mark.serial]
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
