@@ -21,6 +21,8 @@ from tests.conftest import SCHEMA
 from tests.stores import Stores
 from tests.util import wait_until
 
+pytestmark = pytest.mark.full
+
 TTL = timedelta(seconds=5)
 JOBS = 6
 

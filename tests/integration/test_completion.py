@@ -201,6 +201,8 @@ def test_the_database_of_the_command_line_is_read(db_dsn: str) -> None:
     params = {k: quote(str(v), safe="") for k, v in conninfo.conninfo_to_dict(db_dsn).items()}
     login = params["user"] + (f":{params['password']}" if "password" in params else "")
     uri = f"postgresql://{login}@{params['host']}:{params.get('port', '5432')}/{params['dbname']}"
+    if "passfile" in params:  # the embedded server's password is in a file its DSN names
+        uri += f"?passfile={params['passfile']}"
     line = f"leasectl --dsn {uri} status --queue from"
     assert complete_bash(line, dsn=None) == ["from-the-flag"]
     line = f"leasectl --dsn {uri} --schema elsewhere status --queue from"

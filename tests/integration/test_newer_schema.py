@@ -11,6 +11,8 @@ from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from tests.integration.test_cli import assert_one_line_error, cli, snapshot, with_password
 
+pytestmark = pytest.mark.full
+
 SCHEMA = "leasectl"
 LATEST = queries.migrations()[-1].version
 NEWER = LATEST + 1
