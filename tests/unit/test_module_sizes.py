@@ -1,5 +1,5 @@
 """No module of the package grows past 600 lines: a bigger one is split along its concerns
-(issue #38), before it becomes the place every change goes."""
+(docs/architecture.md), before it becomes the place every change goes."""
 
 from __future__ import annotations
 
