@@ -32,6 +32,7 @@ import psycopg
 
 from bench.chaos_handlers import LEDGER_ENV
 from leasectl.db.embedded import EmbeddedServer
+from leasectl.db.embedded.auth import read_password, write_passfile
 from leasectl.db.embedded.replication import (
     kill_primary,
     make_standby,
@@ -80,7 +81,11 @@ class Replicas:
         self.primary = primary
         self.standby = standby
         self.sync = sync
-        self.dsn = multi_host_dsn(primary, standby)
+        # The pair's own copy of the password: the first primary's directory (and its passfile)
+        # is removed at the first failover, and the DSN must still log in after it.
+        passfile = base_dir / "pair.passfile"
+        write_passfile(passfile, read_password(primary.passfile))
+        self.dsn = multi_host_dsn(primary, standby, passfile=passfile)
         self.tally = FailoverTally()
         self._nodes = 0
         self._killed_at = 0.0

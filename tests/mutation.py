@@ -162,7 +162,7 @@ MUTANTS: tuple[Mutant, ...] = (
            " AND j.lease_owner = %(owner)s", "",
            fence(OTHER_OWNER.format("transaction"))),
     mutant("xact-complete-status", "jobs.sql", "job_complete_in_transaction",
-           "AND j.status = 'Processing'", "AND TRUE",
+           "AND j.status OPERATOR(pg_catalog.=) 'Processing'::{schema}.job_status", "AND TRUE",
            fence(QUARANTINED.format("transaction"))),
     # -- takeover of lapsed leases -------------------------------------------------------------
     mutant("takeover-status-read", "jobs.sql", "jobs_claim_expired",

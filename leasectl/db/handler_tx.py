@@ -50,7 +50,11 @@ class HandlerTransactions:
             # an explicit commit() or rollback() by the handler is refused.
             conn = psycopg.connect(
                 self._db.dsn,
-                **session_kwargs(self._db.dsn, application_name=self._application_name),
+                **session_kwargs(
+                    self._db.dsn,
+                    application_name=self._application_name,
+                    pin_search_path=False,  # the handler's own SQL runs here
+                ),
             )
         with self._lock:
             if self._closed:
@@ -152,7 +156,11 @@ class AsyncHandlerTransactions:
             # (autocommit: the transaction is the `conn.transaction()` block.)
             conn = await psycopg.AsyncConnection.connect(
                 self._db.dsn,
-                **session_kwargs(self._db.dsn, application_name=self._application_name),
+                **session_kwargs(
+                    self._db.dsn,
+                    application_name=self._application_name,
+                    pin_search_path=False,  # the handler's own SQL runs here
+                ),
             )
         self._busy.add(conn)
         return conn

@@ -38,10 +38,13 @@ def session_kwargs(
     application_name: str | None = None,
     connect_timeout: int = CONNECT_TIMEOUT_S,
     autocommit: bool = True,
+    pin_search_path: bool = True,
 ) -> dict[str, Any]:
     """The keyword arguments of ``psycopg.connect(dsn, **kwargs)`` (or a pool's ``kwargs``) for a
     leasectl session on ``dsn``: the DSN's own parameters win over the keepalive defaults, and its
-    ``options`` are kept before the pinned search_path."""
+    ``options`` are kept before the pinned search_path. ``pin_search_path=False``: a connection
+    the application's own SQL runs on (a handler's ``ctx.transaction()``), which keeps the
+    DSN's search_path; leasectl's statement on it names its operators with their schema."""
     given = dsn_params(dsn)
     kwargs: dict[str, Any] = {"autocommit": autocommit, "connect_timeout": connect_timeout}
     if application_name is not None:
@@ -49,7 +52,8 @@ def session_kwargs(
     for name, value in KEEPALIVE_DEFAULTS.items():
         if name not in given:
             kwargs[name] = value
-    kwargs["options"] = pinned_options(given.get("options") or os.environ.get("PGOPTIONS"))
+    if pin_search_path:
+        kwargs["options"] = pinned_options(given.get("options") or os.environ.get("PGOPTIONS"))
     return kwargs
 
 

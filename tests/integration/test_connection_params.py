@@ -63,7 +63,10 @@ def test_pooled_hot_and_handler_connections_have_the_defaults(db_dsn: str) -> No
         finally:
             store.db.give_back(hot)
         tx = HandlerTransactions(store.db, "test")
-        assert settings(tx._connection()) == DEFAULTS
+        # The handler's own SQL runs on it: the application's search_path, not the pinned one.
+        handler = settings(tx._connection())
+        assert handler == {**DEFAULTS, "search_path": handler["search_path"]}
+        assert handler["search_path"] != "pg_catalog,pg_temp"
     finally:
         store.db.close()
 

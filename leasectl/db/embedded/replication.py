@@ -276,10 +276,15 @@ def sender_pid(primary: EmbeddedServer, standby: EmbeddedServer) -> int | None:
 
 
 def multi_host_dsn(
-    *servers: EmbeddedServer, dbname: str = "postgres", read_write: bool = True
+    *servers: EmbeddedServer,
+    dbname: str = "postgres",
+    read_write: bool = True,
+    passfile: Path | None = None,
 ) -> str:
     """One DSN naming every server, in order; with ``read_write`` libpq connects to whichever
-    of them is the primary (target_session_attrs=read-write)."""
+    of them is the primary (target_session_attrs=read-write). ``passfile``: one that outlives
+    the servers' directories (a failover removes the dead primary's, and its passfile with it);
+    by default the first server's."""
     if not servers:
         raise ValueError("multi_host_dsn needs at least one server")
     params: dict[str, Any] = {
@@ -287,7 +292,8 @@ def multi_host_dsn(
         "port": ",".join(str(s.port) for s in servers),
         "user": SUPERUSER,
         "dbname": dbname,
-        "passfile": str(servers[0].passfile),  # a standby's password is its primary's
+        # a standby's password is its primary's
+        "passfile": str(passfile or servers[0].passfile),
     }
     if read_write:
         params["target_session_attrs"] = "read-write"

@@ -241,12 +241,14 @@ RETURNING j.id, j.lease_until;
 -- Complete one lease inside a handler's own transaction (JobContext.transaction): the fence of
 -- jobs_complete_and_claim's completions (id, attempt, owner, Processing), the same row changes.
 -- Times are statement_timestamp(): now() is the transaction's start, maybe long before.
+-- It runs under the application's search_path (the handler's connection is not pinned): the
+-- enum's comparison names its operator, which a look-alike in public would otherwise take.
 WITH changed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Completed', lease_until = NULL, finished_at = statement_timestamp(),
         last_error = NULL, updated_at = statement_timestamp()
     WHERE j.id = %(id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
-      AND j.status = 'Processing'
+      AND j.status OPERATOR(pg_catalog.=) 'Processing'::{schema}.job_status
     RETURNING j.id, j.attempts, j.heartbeat_at
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
