@@ -169,20 +169,31 @@ class WorkerStore:
         (``jobs_fail_unclaimable``) and the round trip runs again: the hot statement itself
         checks nothing more."""
         with self.db.errors(), self._kept_connection() as kept:
-            for tries in range(UNCLAIMABLE_TRIES):
-                try:
-                    rows, names = kept.run("jobs_complete_and_claim", params)
-                    return rows, names, kept.tolerated
-                except pg_errors.NumericValueOutOfRange:
-                    if tries + 1 == UNCLAIMABLE_TRIES:
-                        raise
-                    walk = ("queue", "limit", "from_priority", "from_run_at", "from_id")
-                    failed, _ = kept.run("jobs_fail_unclaimable", {k: params[k] for k in walk})
-                    log.warning(
-                        "queue %s: failed jobs %s: attempts at the integer's maximum",
-                        echo(params["queue"]),
-                        ", ".join(str(row[0]) for row in failed) or "(none found)",
-                    )
+            # Bounded by the wall clock like every hot-path call (_hot): a silent network must
+            # not hold the dispatcher past it.
+            token = WATCHDOG.start(kept.conn, self.db.call_bound, self.db)
+            try:
+                return self._claim_failing_unclaimable(kept, params)
+            finally:
+                WATCHDOG.stop(token)
+
+    def _claim_failing_unclaimable(
+        self, kept: HotConnection, params: dict[str, Any]
+    ) -> tuple[list[tuple[Any, ...]], list[str], bool]:
+        for tries in range(UNCLAIMABLE_TRIES):
+            try:
+                rows, names = kept.run("jobs_complete_and_claim", params)
+                return rows, names, kept.tolerated
+            except pg_errors.NumericValueOutOfRange:
+                if tries + 1 == UNCLAIMABLE_TRIES:
+                    raise
+                walk = ("queue", "limit", "from_priority", "from_run_at", "from_id")
+                failed, _ = kept.run("jobs_fail_unclaimable", {k: params[k] for k in walk})
+                log.warning(
+                    "queue %s: failed jobs %s: attempts at the integer's maximum",
+                    echo(params["queue"]),
+                    ", ".join(str(row[0]) for row in failed) or "(none found)",
+                )
         raise AssertionError("unreachable")  # (mypy: the loop returns or raises)
 
     def _hot(
