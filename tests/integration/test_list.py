@@ -24,6 +24,7 @@ from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.history import History, list_params
 from tests.integration.test_cli import assert_one_line_error, cli
+from tests.util import wait_until
 
 SCHEMA = "leasectl"
 LONG_AGO = timedelta(days=3)
@@ -270,6 +271,9 @@ def test_paging_lists_every_row_once_while_jobs_are_inserted(db_dsn: str) -> Non
         writer = threading.Thread(target=insert)
         writer.start()
         try:
+            # Page on only once the writer inserts (its connection takes a moment): else the
+            # four pages could all be read before its first row.
+            wait_until(lambda: len(inserted) > 0, what="the writer's first insert")
             after = first.next_after
             while after is not None:
                 page = reads.list_jobs(flt, limit=50, after=after, timeout=timedelta(seconds=10))
