@@ -144,7 +144,7 @@ class ConsoleApp(KeyedApp):
     async def action_quit(self) -> None:
         # A call the server does not answer must not hold the exit.
         self.source.abort()
-        self.exit()
+        await super().action_quit()
 
     def start(self) -> None:
         """Called once the main screen is mounted: only then can results be shown."""
