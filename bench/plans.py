@@ -27,6 +27,14 @@ def generic_plan(
     ``analyze=False``: ``EXPLAIN``, the planner's estimates). The plan is made at the first
     call and reused by the later ones, as in such a session."""
     text, names = numbered(query.as_string(conn))
+    # psycopg answers a ROLLBACK (each EXPLAIN's) with DEALLOCATE ALL once it has prepared a
+    # statement of its own on this connection (after prepare_threshold executions of one query),
+    # which took leasectl_explained with it: a plan test failed or not by how many statements
+    # ran before it on the connection. None of its own while this one lives.
+    threshold = conn.prepare_threshold
+    conn.prepare_threshold = None
+    with conn.transaction(force_rollback=True):
+        pass  # (a rollback: psycopg deallocates, and forgets, the ones it made before)
     conn.execute(sql.SQL("PREPARE leasectl_explained AS ") + sql.SQL(text))
     try:
         row = conn.execute(
@@ -58,6 +66,7 @@ def generic_plan(
         yield run
     finally:
         conn.execute("DEALLOCATE leasectl_explained")
+        conn.prepare_threshold = threshold
 
 
 def explain_generic(conn: Connection[Any], query: sql.Composed, params: dict[str, Any]) -> str:
