@@ -240,7 +240,6 @@ def test_since_and_until_time_the_finish_of_finished_states_else_the_creation(
         ]
 
 
-@pytest.mark.serial  # its inserts must land while it pages: failed beside another worker
 def test_paging_lists_every_row_once_while_jobs_are_inserted(db_dsn: str) -> None:
     with psycopg.connect(db_dsn, autocommit=True) as conn:
         conn.execute(
