@@ -13,13 +13,21 @@ from collections.abc import Iterator
 from psycopg import conninfo
 
 
+class _Stall(threading.Event):
+    """A flow's stall, set under its lock: its pump reads under the same lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+
+
 class StallingProxy:
     def __init__(self, host: str, port: int) -> None:
         self.upstream = (host, port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self._lock = threading.Lock()
-        self._flows: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        self._flows: list[tuple[socket.socket, socket.socket, _Stall]] = []
         self._closed = threading.Event()
         self._stall_new = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
@@ -35,9 +43,13 @@ class StallingProxy:
         then they are accepted and never answered); how many flows were stalled."""
         with self._lock:
             self._stall_new = new_too
-            for _, _, stalled in self._flows:
+            flows = list(self._flows)
+        for _, _, stalled in flows:
+            # (Under the flow's lock: once this returns, its pump reads no byte more. A byte
+            # read and dropped would be a call that never shows as waiting.)
+            with stalled.lock:
                 stalled.set()
-            return len(self._flows)
+        return len(flows)
 
     def waiting(self) -> int:
         """Stalled flows whose client sent something that was not forwarded: calls waiting."""
@@ -75,27 +87,31 @@ class StallingProxy:
                 client.close()
                 continue
             server.settimeout(None)
-            stalled = threading.Event()
+            stalled = _Stall()
             if self._stall_new:
                 stalled.set()
             with self._lock:
                 self._flows.append((client, server, stalled))
             threading.Thread(target=self._pump, args=(client, server, stalled), daemon=True).start()
 
-    def _pump(self, client: socket.socket, server: socket.socket, stalled: threading.Event) -> None:
+    def _pump(self, client: socket.socket, server: socket.socket, stalled: _Stall) -> None:
         ends = {client: server, server: client}
         while not self._closed.is_set() and not stalled.is_set():
+            ended = False
             try:
                 ready, _, _ = select.select(list(ends), [], [], 0.1)
-                for s in ready:
-                    data = s.recv(65536)
-                    if not data or stalled.is_set():
-                        if not data:
-                            self._end(client, server)
-                            return
+                with stalled.lock:
+                    if stalled.is_set():
                         break
-                    ends[s].sendall(data)
+                    for s in ready:
+                        data = s.recv(65536)
+                        if not data:
+                            ended = True
+                            break
+                        ends[s].sendall(data)
             except OSError:
+                ended = True
+            if ended:
                 self._end(client, server)
                 return
         # Stalled: the sockets stay open, unread and unwritten, until the proxy closes.
