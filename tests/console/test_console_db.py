@@ -285,7 +285,9 @@ def test_read_only_flag_hides_and_refuses(
         await highlight(app, pilot, "stuck", target)
         await no_confirmation_after(pilot, "r", "s", "R")
         # Even a request that gets past the keys is refused.
+        app.clear_notifications()  # (the keys' own refusals: not the request's)
         app.request_action(Action.REQUEUE, app.main.targets())
+        await pilot.pause()  # (a notification is a message: shown once processed)
         assert not isinstance(app.screen, ConfirmScreen)
         assert any("Refused" in n.message for n in app._notifications)
 

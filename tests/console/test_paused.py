@@ -196,7 +196,9 @@ def test_p_is_refused_read_only(db_dsn: str, store: Stores, sql_conn: psycopg.Co
         await no_confirmation_after(pilot, "P")
         assert not any(isinstance(s, QueueConfirmScreen) for s in app.screen_stack)
         # Even a request that gets past the key is refused.
+        app.clear_notifications()  # (the keys' own refusals: not the request's)
         app.request_pause("payments")
+        await pilot.pause()  # (a notification is a message: shown once processed)
         assert not isinstance(app.screen, QueueConfirmScreen)
         assert any("Refused: pause or resume" in n.message for n in app._notifications)
 
