@@ -255,7 +255,7 @@ def mark(name):
 
 watch = HangupWatch(lambda: mark("asked"), abandon=lambda: mark("abandoned"))
 with last_resort(lambda: mark("caller released")), watch:
-    print("watching", flush=True)
+    mark("watching")
     threading.Event().wait()  # a console stuck for good: it never returns
 """
 
@@ -266,14 +266,17 @@ def test_a_console_that_does_not_close_is_abandoned() -> None:
 
     The child writes its marks into a pipe, not a file: on a loaded CI machine an append to a
     file can wait seconds behind the disk, past the watch's grace, and the process would exit
-    (as it should) before the line that the test reads was written."""
+    (as it should) before the line that the test reads was written. It says it is watching
+    there too, not on the terminal: a terminal closed as soon as the word showed could fail
+    the print that wrote it (EIO: exit 1, one run in five)."""
     read_end, write_end = os.pipe()
     try:
         argv = ["-c", textwrap.dedent(WATCHED), str(write_end)]
         with terminal(argv, _env(None), pass_fds=(write_end,)) as term:
             os.close(write_end)
             write_end = -1
-            term.wait_for(b"watching")
+            first = _read_line(read_end, term)
+            assert first == "watching", first
             term.hang_up()
             wait_until(lambda: gone(term), timeout=GONE_WITHIN_S, what="the process to exit")
             said = term.output.decode(errors="replace")[-2000:]
@@ -284,6 +287,22 @@ def test_a_console_that_does_not_close_is_abandoned() -> None:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
+
+
+def _read_line(fd: int, term: Terminal) -> str:
+    """The first line written to a pipe (one byte at a time: nothing after it is taken)."""
+    line = b""
+    deadline = time.monotonic() + DRAW_TIMEOUT_S
+    while not line.endswith(b"\n"):
+        assert term.proc.poll() is None, f"exited {term.proc.returncode}: {term.output!r}"
+        assert time.monotonic() < deadline, f"no line in the pipe: {line!r}"
+        term.read(0)  # (the terminal read as it fills: a full pty would block the child)
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            byte = os.read(fd, 1)
+            assert byte, f"the pipe closed: {line!r}"
+            line += byte
+    return line[:-1].decode()
 
 
 def _read_all(fd: int) -> str:
