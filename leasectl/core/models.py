@@ -25,6 +25,7 @@ class JobStatus(enum.StrEnum):
     FAILED = "Failed"
     STUCK = "Stuck"
     CANCELLED = "Cancelled"  # by an operator: terminal, like Completed and Failed
+    WAITING = "Waiting"  # behind its concurrency key's head (migration 18): live, not claimable
 
 
 # The members by value: a dict lookup, cheaper than JobStatus(value), for code that turns many
@@ -272,11 +273,13 @@ class QueueCounts:
     completed_recent: int = 0
     failed_recent: int = 0
     cancelled_recent: int = 0
+    waiting: int = 0
     oldest_due_at: datetime | None = None
     # True: the count above is a lower bound (counted up to a cap, core/counts.py).
     pending_capped: bool = False
     due_capped: bool = False
     stuck_capped: bool = False
+    waiting_capped: bool = False
 
 
 @dataclass(frozen=True)

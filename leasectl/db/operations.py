@@ -137,6 +137,7 @@ class Operations:
         delay: timedelta = timedelta(0),
         max_attempts: int = 5,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> list[Enqueued]:
         """Enqueue one job per payload given as JSON text, which the server turns into jsonb
         as written: numbers stay exact (config.parse_payload checks a user's text first)."""
@@ -147,6 +148,7 @@ class Operations:
             delay=delay,
             max_attempts=max_attempts,
             unique_key=unique_key,
+            concurrency_key=concurrency_key,
         )
         # One checked job per distinct text: the copies of `enqueue --count` are one object.
         template = check_job(job, payload="")

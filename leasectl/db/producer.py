@@ -91,7 +91,7 @@ class Enqueue:
         }
         first = jobs[0]
         others = distinct[1:]
-        for name in ("queue", "priority", "delay", "max_attempts", "unique_key"):
+        for name in ("queue", "priority", "delay", "max_attempts", "unique_key", "concurrency_key"):
             value = getattr(first, name)
             if all(getattr(j, name) == value for j in others):
                 params[name], params[f"{name}_each"] = value, None
@@ -170,6 +170,7 @@ def _one(
     delay: timedelta,
     max_attempts: int,
     unique_key: str | None,
+    concurrency_key: str | None = None,
 ) -> NewJob:
     return NewJob(
         payload=payload,
@@ -178,6 +179,7 @@ def _one(
         delay=delay,
         max_attempts=max_attempts,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
 
 
@@ -214,11 +216,12 @@ def enqueue(
     max_attempts: int = 5,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """Enqueue one job on ``conn``, inside the transaction it has open (the job exists once that
     commits). See ``NewJob`` for the values."""
     conn = _sync(conn, "leasectl.enqueue")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
     plan, statement = _prepare([job], schema)
     return run_enqueue(conn, plan, statement)[0]
 
@@ -243,10 +246,11 @@ async def enqueue_async(
     max_attempts: int = 5,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """``enqueue`` on an ``AsyncConnection``."""
     aconn = _async(conn, "leasectl.enqueue_async")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
     plan, statement = _prepare([job], schema)
     return (await _run_async(aconn, plan, statement))[0]
 

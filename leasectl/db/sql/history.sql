@@ -28,7 +28,7 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.max_attempts,
        char_length(j.last_error) AS last_error_chars,
        left(p.text, %(text_chars)s::integer) AS payload_text, char_length(p.text) AS payload_chars,
        pg_column_size(j.payload) AS payload_bytes,
-       j.run_at, j.created_at, j.updated_at, j.finished_at
+       j.run_at, j.created_at, j.updated_at, j.finished_at, j.concurrency_key
 FROM (
     SELECT j.*
     FROM {schema}.jobs AS j
@@ -40,7 +40,8 @@ FROM (
            OR (%(stuck)s::boolean AND j.status = 'Stuck')
            OR (%(completed)s::boolean AND j.status = 'Completed')
            OR (%(failed)s::boolean AND j.status = 'Failed')
-           OR (%(cancelled)s::boolean AND j.status = 'Cancelled'))
+           OR (%(cancelled)s::boolean AND j.status = 'Cancelled')
+           OR (%(waiting)s::boolean AND j.status = 'Waiting'))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
       AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)
@@ -75,7 +76,8 @@ FROM (
            OR (%(stuck)s::boolean AND j.status = 'Stuck')
            OR (%(completed)s::boolean AND j.status = 'Completed')
            OR (%(failed)s::boolean AND j.status = 'Failed')
-           OR (%(cancelled)s::boolean AND j.status = 'Cancelled'))
+           OR (%(cancelled)s::boolean AND j.status = 'Cancelled')
+           OR (%(waiting)s::boolean AND j.status = 'Waiting'))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
       AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)

@@ -1,5 +1,5 @@
 -- name: jobs_enqueue
--- Insert one job per payload in one statement, at most one live job per queue and unique key, and wake idle workers of the queues (NOTIFY, sent when the transaction commits).
+-- Insert one job per payload in one statement, at most one live job per queue and unique key (a job with a concurrency key is Waiting while its key is busy), and wake idle workers of the queues (NOTIFY, sent when the transaction commits).
 -- A column that varies between the jobs comes as an array beside the payloads (`*_each`), one
 -- that does not as one value (NULL array), so that N copies send N payloads and no more.
 -- Rows: the jobs inserted (`duplicate` false) and, for a key that found a live job already
@@ -15,7 +15,8 @@ WITH given AS (
            coalesce(g.priority, %(priority)s::integer) AS priority,
            coalesce(g.delay, %(delay)s::interval) AS delay,
            coalesce(g.max_attempts, %(max_attempts)s::integer) AS max_attempts,
-           coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key
+           coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key,
+           coalesce(g.concurrency_key, %(concurrency_key)s::pg_catalog.text) AS concurrency_key
     -- (ROWS FROM: the many-argument unnest, which exists only unqualified.)
     FROM ROWS FROM (
              pg_catalog.unnest(%(payloads)s::pg_catalog.jsonb[]),
@@ -23,12 +24,17 @@ WITH given AS (
              pg_catalog.unnest(%(priority_each)s::integer[]),
              pg_catalog.unnest(%(delay_each)s::interval[]),
              pg_catalog.unnest(%(max_attempts_each)s::integer[]),
-             pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]))
-         WITH ORDINALITY AS g(payload, queue, priority, delay, max_attempts, unique_key, n)
+             pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(concurrency_key_each)s::pg_catalog.text[]))
+         WITH ORDINALITY
+         AS g(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, n)
 ), inserted AS (
-    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key)
+    -- A job with a concurrency key is made Waiting instead of Pending while its key is busy, by
+    -- migration 18's trigger (jobs_key_arrive), under the key's lock.
+    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key,
+                               concurrency_key)
     SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
-           max_attempts, unique_key
+           max_attempts, unique_key, concurrency_key
     FROM given
     ORDER BY n
     -- jobs_unique_key_idx (migration 12): a key with a live job, committed or not, inserts
@@ -37,7 +43,7 @@ WITH given AS (
     ON CONFLICT (queue, unique_key)
         WHERE unique_key IS NOT NULL
           AND status OPERATOR(pg_catalog.=) ANY (
-              ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
+              ARRAY['Pending', 'Processing', 'Stuck', 'Waiting']::{schema}.job_status[])
         DO NOTHING
     RETURNING id, queue, unique_key
 ), existing AS (
@@ -52,7 +58,7 @@ WITH given AS (
      AND j.unique_key OPERATOR(pg_catalog.=) k.unique_key
     WHERE j.unique_key IS NOT NULL
       AND j.status OPERATOR(pg_catalog.=) ANY (
-          ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
+          ARRAY['Pending', 'Processing', 'Stuck', 'Waiting']::{schema}.job_status[])
 ), notified AS (
     SELECT pg_catalog.count(pg_catalog.pg_notify(%(channel)s, pg_catalog.left(q, 128))) AS sent
     FROM pg_catalog.unnest(%(notify)s::pg_catalog.text[]) AS q
