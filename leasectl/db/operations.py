@@ -200,6 +200,25 @@ class Operations:
             jobs=expired_jobs(names, rows) if detail else (),
         )
 
+    def heal_keys(
+        self, *, max_keys: int, after: tuple[str, str] | None
+    ) -> tuple[list[int], tuple[str, str] | None]:
+        """One step of the watcher's healing pass over the concurrency keys with Waiting jobs
+        (migration 18): the jobs it promoted (keys left without a head) and the key to go on
+        after (None: the walk reached the end)."""
+        rows = self.db.rows(
+            "jobs_keys_heal",
+            {
+                "max_keys": max_keys,
+                "after_queue": after[0] if after else None,
+                "after_key": after[1] if after else None,
+            },
+        )
+        promoted = [r["promoted"] for r in rows if r["promoted"] is not None]
+        last = rows[-1] if rows else None
+        cursor = (last["queue"], last["concurrency_key"]) if last and last["queue"] else None
+        return promoted, cursor
+
     def list_expired(
         self, *, limit: int, queue: str | None, owner: str | None = None
     ) -> list[ExpiredJob]:

@@ -97,6 +97,10 @@ class Enqueue:
                 params[name], params[f"{name}_each"] = value, None
             else:
                 params[name], params[f"{name}_each"] = None, [getattr(j, name) for j in jobs]
+        # Every concurrency key's lock, in one order for all (migration 18: jobs_key_lock).
+        locks = sorted({(j.queue, j.concurrency_key) for j in distinct if j.concurrency_key})
+        params["lock_queues"] = [q for q, _ in locks]
+        params["lock_keys"] = [k for _, k in locks]
         keyed = [j for j in jobs if j.unique_key is not None] if self.keyed else []
         params["keyed_queues"] = [j.queue for j in keyed]
         params["keyed_keys"] = [j.unique_key for j in keyed]

@@ -28,6 +28,14 @@ WITH given AS (
              pg_catalog.unnest(%(concurrency_key_each)s::pg_catalog.text[]))
          WITH ORDINALITY
          AS g(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, n)
+), locked AS (
+    -- The concurrency keys' locks (migration 18), all of them before the first row, in (queue,
+    -- key) order (sorted by the caller): two enqueues of several keys never wait on each other
+    -- in a cycle. No key: no row to read, one count of 0.
+    SELECT pg_catalog.count({schema}.jobs_key_lock(l.queue, l.concurrency_key)) AS n
+    FROM ROWS FROM (
+             pg_catalog.unnest(%(lock_queues)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(lock_keys)s::pg_catalog.text[])) AS l(queue, concurrency_key)
 ), inserted AS (
     -- A job with a concurrency key is made Waiting instead of Pending while its key is busy, by
     -- migration 18's trigger (jobs_key_arrive), under the key's lock.
@@ -36,6 +44,7 @@ WITH given AS (
     SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
            max_attempts, unique_key, concurrency_key
     FROM given
+    WHERE (SELECT locked.n FROM locked) OPERATOR(pg_catalog.>=) 0
     ORDER BY n
     -- jobs_unique_key_idx (migration 12): a key with a live job, committed or not, inserts
     -- nothing (an uncommitted one is waited for: inserted if it rolls back). Its predicate,

@@ -35,6 +35,18 @@ CREATE FUNCTION {schema}.jobs_key_lock_id(q text, k text) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN pg_catalog.hashtext(q OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) k);
 
+-- Take the key's lock (the arrival trigger does; jobs_enqueue takes the locks of all its keys
+-- first, in (queue, key) order, so that two enqueues of several keys never take them in
+-- opposite orders). Not SECURITY DEFINER: anyone may take an advisory lock; it returns 1.
+CREATE FUNCTION {schema}.jobs_key_lock(q text, k text) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(('jobs'::regclass::oid::bigint % 2147483647)::integer,
+                                  jobs_key_lock_id(q, k));
+    RETURN 1;
+END
+$$;
+
 -- Promote the key's first Waiting job (priority, run_at, id) to Pending when the key has no
 -- head; returns its id, else NULL. Safe whoever calls it: jobs_key_head_idx refuses a second
 -- head whatever this sees. Each statement sees the latest commits (READ COMMITTED); a picked
@@ -76,8 +88,7 @@ BEGIN
     IF NEW.status <> 'Pending' THEN
         RETURN NEW;
     END IF;
-    PERFORM pg_advisory_xact_lock(('jobs'::regclass::oid::bigint % 2147483647)::integer,
-                                  jobs_key_lock_id(NEW.queue, NEW.concurrency_key));
+    PERFORM jobs_key_lock(NEW.queue, NEW.concurrency_key);
     IF EXISTS (SELECT FROM jobs WHERE queue = NEW.queue
                AND concurrency_key = NEW.concurrency_key AND id IS DISTINCT FROM NEW.id
                AND status IN ('Pending', 'Processing', 'Stuck')) THEN
