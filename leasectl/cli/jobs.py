@@ -122,8 +122,8 @@ def enqueue(
         typer.Option(
             "--unique-key",
             metavar="KEY",
-            help="At most one live (Pending, Processing, Stuck, Waiting) job per queue and key: if one "
-            "is there, nothing is added and its id is shown. At most 200 characters.",
+            help="At most one live (Pending, Processing, Stuck, Waiting) job per queue and key: "
+            "if one is there, nothing is added and its id is shown. At most 200 characters.",
             show_default=False,
         ),
     ] = None,

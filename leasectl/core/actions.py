@@ -121,8 +121,8 @@ ACTIONS: dict[OperatorAction, ActionInfo] = {
             audit_forced=None,
             key="c",
             bulk_key="C",
-            summary="Cancel Pending, Stuck, Processing or Waiting jobs: a held lease is revoked, its "
-            "handler sees ctx.cancelled and its result is never written (guarded; --reason "
+            summary="Cancel Pending, Stuck, Processing or Waiting jobs: a held lease is revoked, "
+            "its handler sees ctx.cancelled and its result is never written (guarded; --reason "
             "required; exit 1 if any is skipped).",
             effect="A held lease is revoked, live or not: the worker's next heartbeat is "
             "refused, its handler is told (ctx.cancelled) and its result is never written.",

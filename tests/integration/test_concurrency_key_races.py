@@ -5,7 +5,11 @@ heads' exits leave no Waiting job behind without the watcher's healing pass."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -19,6 +23,7 @@ import leasectl
 from leasectl.core.enqueue import NewJob
 from leasectl.core.models import JobStatus
 from tests.stores import Stores
+from tests.util import wait_until
 
 SCHEMA = "leasectl"
 TTL = timedelta(minutes=5)
@@ -82,12 +87,17 @@ def claimer(
                     assert store.work.complete([lease]) == {lease.job_id}
 
 
-def producer(dsn: str, queue: str, keys: list[str], per_key: int, ids: dict[str, list[int]]) -> None:
+def producer(
+    dsn: str, queue: str, keys: list[str], per_key: int, ids: dict[str, list[int]]
+) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for seq in range(per_key):
             for key in keys:
                 job = leasectl.enqueue(
-                    conn, queue=queue, payload={"key": key, "seq": seq}, concurrency_key=key,
+                    conn,
+                    queue=queue,
+                    payload={"key": key, "seq": seq},
+                    concurrency_key=key,
                     max_attempts=1000,
                 )
                 ids[key].append(job.id)
@@ -190,3 +200,44 @@ def test_producers_racing_the_heads_exits_leave_no_job_waiting_without_the_watch
     ).fetchall()
     assert stuck == []
     assert ledger.finished == total
+
+
+@pytest.mark.full
+def test_a_sigkilled_holder_keeps_its_key_until_its_job_is_taken_over_and_finished(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A worker SIGKILLed while it holds a key's head: its lapsed lease still holds the key
+    (the key's next job stays Waiting, no other worker runs it); the takeover runs the same
+    job again, and its completion promotes the next."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        first, second = leasectl.enqueue_many(
+            conn, [NewJob({"n": i}, queue="pay", concurrency_key="acct") for i in range(2)]
+        )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.key_holder_proc", db_dsn, "pay", "doomed"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert int(proc.stdout.readline()) == first.id
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+    def lapsed() -> bool:
+        row = sql_conn.execute(
+            "SELECT lease_until < now() FROM leasectl.jobs WHERE id = %s", (first.id,)
+        ).fetchone()
+        return bool(row and row[0])
+
+    with Stores.connect(db_dsn, SCHEMA, max_size=2) as store:
+        assert store.work.claim("pay", "w2", TTL, 10) == []  # the key is held, lease live
+        wait_until(lapsed, timeout=10)
+        (taken,) = store.work.claim("pay", "w2", TTL, 10)
+        assert (taken.job_id, taken.attempt) == (first.id, 2)
+        assert store.work.complete([taken]) == {first.id}
+        (nxt,) = store.work.claim("pay", "w2", TTL, 10)
+        assert nxt.job_id == second.id

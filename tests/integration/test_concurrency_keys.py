@@ -113,7 +113,7 @@ def test_a_retried_failure_keeps_its_key_and_runs_before_the_later_jobs(
 def test_the_database_refuses_a_second_head(
     sql_conn: psycopg.Connection[Any], store: Stores
 ) -> None:
-    a, b = store.ops.enqueue_jobs(
+    _, b = store.ops.enqueue_jobs(
         [
             NewJob("a", queue="pay", concurrency_key="k"),
             NewJob("b", queue="pay", concurrency_key="k"),
@@ -121,3 +121,159 @@ def test_the_database_refuses_a_second_head(
     )
     with pytest.raises(psycopg.errors.UniqueViolation):
         sql_conn.execute("UPDATE leasectl.jobs SET status = 'Pending' WHERE id = %s", (b.id,))
+
+
+def two_of_one_key(store: Stores) -> tuple[int, int]:
+    a, b = store.ops.enqueue_jobs(
+        [
+            NewJob("a", queue="pay", concurrency_key="k"),
+            NewJob("b", queue="pay", concurrency_key="k"),
+        ]
+    )
+    return a.id, b.id
+
+
+def seen(store: Stores, job_id: int) -> Any:
+    return store.ops.get_jobs([job_id])[job_id].seen()
+
+
+def test_cancelling_a_waiting_job_keeps_the_rest_in_line_and_cancelling_the_head_promotes(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    (c,) = store.ops.enqueue_jobs([NewJob("c", queue="pay", concurrency_key="k")])
+    done = store.ops.operator_cancel([seen(store, b)], actor="op", reason="dup")
+    assert done.changed == (b,) or list(done.changed) == [b]
+    assert states(sql_conn, "k") == [(a, "Pending"), (b, "Cancelled"), (c.id, "Waiting")]
+    store.ops.operator_cancel([seen(store, a)], actor="op", reason="bad")
+    assert states(sql_conn, "k") == [(a, "Cancelled"), (b, "Cancelled"), (c.id, "Pending")]
+
+
+def test_a_stuck_head_keeps_its_key_until_an_operator_acts(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    lease = store.work.claim_by_id(a, "w1", TTL)
+    assert lease is not None
+    marked = store.ops.operator_mark_stuck([seen(store, a)], actor="op", reason="?", force=True)
+    assert list(marked.changed) == [a]
+    assert states(sql_conn, "k") == [(a, "Stuck"), (b, "Waiting")]
+    assert store.work.claim("pay", "w1", TTL, limit=10) == []
+    # Deleting the quarantined head (a DELETE, not an UPDATE) frees the key.
+    store.ops.operator_delete([seen(store, a)], actor="op", reason="gone")
+    assert states(sql_conn, "k") == [(b, "Pending")]
+
+
+def test_a_lapsed_lease_requeued_by_the_watcher_keeps_the_key_and_runs_first(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    assert store.work.claim_by_id(a, "w1", timedelta(milliseconds=100)) is not None
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1s' WHERE id = %s", (a,)
+    )
+    moved = store.ops.requeue_expired(
+        limit=10, queue=None, mark=False, actor="watcher", reason="lease expired"
+    )
+    assert moved.counts == {JobStatus.PENDING: 1}
+    assert states(sql_conn, "k") == [(a, "Pending"), (b, "Waiting")]
+    (again,) = store.work.claim("pay", "w2", TTL, limit=10)
+    assert again.job_id == a
+
+
+def test_requeueing_a_failed_keyed_job_while_its_key_is_busy_makes_it_wait(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    lease = store.work.claim_by_id(a, "w1", TTL)
+    assert lease is not None
+    store.work.fail(lease, "no", retry_delay=timedelta(0), retry=False)
+    assert states(sql_conn, "k") == [(a, "Failed"), (b, "Pending")]
+    store.ops.operator_requeue([seen(store, a)], actor="op", reason="again")
+    # b holds the key: a waits behind it instead of making a second head.
+    assert states(sql_conn, "k") == [(a, "Waiting"), (b, "Pending")]
+    (lb,) = store.work.claim("pay", "w1", TTL, limit=10)
+    assert lb.job_id == b
+    store.work.complete([lb])
+    assert states(sql_conn, "k") == [(a, "Pending"), (b, "Completed")]
+
+
+def orphan(sql_conn: psycopg.Connection[Any], head: int) -> None:
+    """A key's head finished with the triggers off: its Waiting job is left without a head, as
+    a producer's commit that no head's exit could see would leave it."""
+    with sql_conn.transaction():
+        sql_conn.execute("SET LOCAL session_replication_role = replica")
+        sql_conn.execute(
+            "UPDATE leasectl.jobs SET status = 'Completed', finished_at = now() WHERE id = %s",
+            (head,),
+        )
+
+
+def test_the_healing_pass_promotes_a_waiting_job_left_without_a_head(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    c, d = (
+        e.id
+        for e in store.ops.enqueue_jobs(
+            [
+                NewJob(1, queue="pay", concurrency_key="busy"),
+                NewJob(2, queue="pay", concurrency_key="busy"),
+            ]
+        )
+    )
+    orphan(sql_conn, a)
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Waiting")]
+    promoted, after = store.ops.heal_keys(max_keys=100, after=None)
+    assert promoted == [b] and after is None
+    # A key with a head is left alone.
+    assert states(sql_conn, "busy") == [(c, "Pending"), (d, "Waiting")]
+    assert store.ops.heal_keys(max_keys=100, after=None) == ([], None)
+
+
+def test_the_healing_pass_goes_on_from_where_it_stopped(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    heads = []
+    for key in ("k1", "k2", "k3"):
+        first, _ = store.ops.enqueue_jobs(
+            [
+                NewJob(1, queue="pay", concurrency_key=key),
+                NewJob(2, queue="pay", concurrency_key=key),
+            ]
+        )
+        heads.append(first.id)
+    for head in heads:
+        orphan(sql_conn, head)
+    promoted, after = store.ops.heal_keys(max_keys=2, after=None)
+    assert len(promoted) == 2 and after == ("pay", "k2")
+    promoted, after = store.ops.heal_keys(max_keys=2, after=after)
+    assert len(promoted) == 1 and after is None
+    assert sql_conn.execute(
+        "SELECT count(*) FROM leasectl.jobs WHERE status = 'Waiting'"
+    ).fetchone() == (0,)
+
+
+def test_a_key_whose_lock_another_session_holds_is_left_for_the_next_pass(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Any role can take an advisory lock: holding a key's lock delays its healing, no more."""
+    a, b = two_of_one_key(store)
+    orphan(sql_conn, a)
+    with psycopg.connect(db_dsn) as hostile:
+        hostile.execute("SELECT leasectl.jobs_key_lock('pay', 'k')")
+        assert store.ops.heal_keys(max_keys=10, after=None) == ([], None)
+    assert store.ops.heal_keys(max_keys=10, after=None) == ([b], None)
+
+
+def test_a_session_holding_a_keys_lock_delays_its_heads_exit_briefly_and_no_more(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    (lease,) = store.work.claim("pay", "w1", TTL, limit=10)
+    with psycopg.connect(db_dsn) as hostile:
+        hostile.execute("SELECT leasectl.jobs_key_lock('pay', 'k')")
+        # The completion is not held by the lock (at most 100 ms of waiting per transaction);
+        # the job it can see is promoted all the same.
+        assert store.work.complete([lease]) == {a}
+        assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
