@@ -152,6 +152,10 @@ class JobDetail:
     queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
     # The producer's unique key (migration 12): at most one live job per queue has it.
     unique_key: str | None = None
+    # The producer's concurrency key (migration 18): one job of the queue with it at a time; and
+    # for a Waiting job, the job that holds the key now (None: none, until a promotion).
+    concurrency_key: str | None = None
+    key_holder: int | None = None
     # A bounded read (inspect, the console): the texts read only in part, and how many attempts
     # and events the job has (only the latest ROWS_SHOWN of each are read).
     cuts: tuple[TextCut, ...] = ()

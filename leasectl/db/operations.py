@@ -203,17 +203,11 @@ class Operations:
     def heal_keys(
         self, *, max_keys: int, after: tuple[str, str] | None
     ) -> tuple[list[int], tuple[str, str] | None]:
-        """One step of the watcher's healing pass over the concurrency keys with Waiting jobs
-        (migration 18): the jobs it promoted (keys left without a head) and the key to go on
-        after (None: the walk reached the end)."""
-        rows = self.db.rows(
-            "jobs_keys_heal",
-            {
-                "max_keys": max_keys,
-                "after_queue": after[0] if after else None,
-                "after_key": after[1] if after else None,
-            },
-        )
+        """A step of the watcher's healing pass (migration 18): the jobs it promoted and the
+        key to go on after (None: the walk reached the end)."""
+        queue, key = after or (None, None)
+        params = {"max_keys": max_keys, "after_queue": queue, "after_key": key}
+        rows = self.db.rows("jobs_keys_heal", params)
         promoted = [r["promoted"] for r in rows if r["promoted"] is not None]
         last = rows[-1] if rows else None
         cursor = (last["queue"], last["concurrency_key"]) if last and last["queue"] else None
@@ -396,6 +390,8 @@ class Operations:
             db_now,
             paused[0] if paused else None,
             row["unique_key"],
+            row["concurrency_key"],
+            row["key_holder"],
             cuts,
             attempts_total=attempt_rows[0]["total"] if attempt_rows else 0,
             events_total=event_rows[0]["total"] if event_rows else 0,

@@ -52,6 +52,7 @@ class Enqueue:
     def __init__(self, jobs: Sequence[CheckedJob], schema: str) -> None:
         self.jobs = jobs
         self.channel = channel_for(schema)
+        self.schema = schema
         self.results: list[Enqueued | None] = [None] * len(jobs)
         self.first_of: dict[int, int] = {}  # a later job with a key -> the first with it
         self.keyed = any(j.unique_key is not None for j in _runs(jobs))
@@ -99,6 +100,7 @@ class Enqueue:
                 params[name], params[f"{name}_each"] = None, [getattr(j, name) for j in jobs]
         # Every concurrency key's lock, in one order for all (migration 18: jobs_key_lock).
         locks = sorted({(j.queue, j.concurrency_key) for j in distinct if j.concurrency_key})
+        params["lock_class"] = self.schema
         params["lock_queues"] = [q for q, _ in locks]
         params["lock_keys"] = [k for _, k in locks]
         keyed = [j for j in jobs if j.unique_key is not None] if self.keyed else []

@@ -132,7 +132,12 @@ def event_json(event: Event) -> dict[str, Any]:
 
 def detail_json(detail: JobDetail) -> dict[str, Any]:
     return {
-        "job": {**job_json(detail.job), "unique_key": detail.unique_key},
+        "job": {
+            **job_json(detail.job),
+            "unique_key": detail.unique_key,
+            "concurrency_key": detail.concurrency_key,
+            "key_holder": detail.key_holder,
+        },
         "attempts": [attempt_json(a) for a in detail.attempts],
         "events": [event_json(e) for e in detail.events],
         "db_now": jsonable(detail.db_now),

@@ -227,6 +227,8 @@ def test_detail_json_has_all_columns() -> None:
     doc = json.loads(dumps(detail_json(make_detail())))
     assert set(doc) == {"job", "attempts", "events", "db_now", "queue_paused"}
     assert set(doc["job"]) == {
+        "concurrency_key",
+        "key_holder",
         "id",
         "queue",
         "payload",

@@ -32,7 +32,11 @@ WITH given AS (
     -- The concurrency keys' locks (migration 18), all of them before the first row, in (queue,
     -- key) order (sorted by the caller): two enqueues of several keys never wait on each other
     -- in a cycle. No key: no row to read, one count of 0.
-    SELECT pg_catalog.count({schema}.jobs_key_lock(l.queue, l.concurrency_key)) AS n
+    -- (As migration 18's jobs_key_lock: class the schema's name, object the key's hash.)
+    SELECT pg_catalog.count(pg_catalog.pg_advisory_xact_lock(
+               pg_catalog.hashtext(%(lock_class)s::pg_catalog.text),
+               pg_catalog.hashtext(l.queue OPERATOR(pg_catalog.||) E'\x1f'
+                                   OPERATOR(pg_catalog.||) l.concurrency_key))) AS n
     FROM ROWS FROM (
              pg_catalog.unnest(%(lock_queues)s::pg_catalog.text[]),
              pg_catalog.unnest(%(lock_keys)s::pg_catalog.text[])) AS l(queue, concurrency_key)
@@ -336,7 +340,7 @@ SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
 SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: job_inspect
--- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut.
+-- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut; a Waiting job's key holder.
 -- (The payload is never decoded here: its numbers keep their digits, any depth is fine, and a
 -- large one is cut on the server instead of being sent whole to show its beginning.)
 -- lease_owner and last_error: whole, or their first `text_chars` characters (a role may have
@@ -351,7 +355,12 @@ SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts
             ELSE substr(j.last_error, 1, %(text_chars)s::integer) END AS last_error,
        CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
             THEN octet_length(j.last_error) END AS last_error_cut_bytes,
-       j.created_at, j.updated_at, j.finished_at, j.unique_key,
+       j.created_at, j.updated_at, j.finished_at, j.unique_key, j.concurrency_key,
+       -- A Waiting job's key holder: the key's head (jobs_key_head_idx, one probe).
+       (SELECT h.id FROM {schema}.jobs AS h
+        WHERE j.status = 'Waiting' AND h.queue = j.queue
+          AND h.concurrency_key = j.concurrency_key
+          AND h.status IN ('Pending', 'Processing', 'Stuck')) AS key_holder,
        CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
             ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
        length(p.text) AS payload_length

@@ -27,22 +27,27 @@ DROP INDEX {schema}.jobs_unique_key_idx;
 CREATE UNIQUE INDEX jobs_unique_key_idx ON {schema}.jobs (queue, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('Pending', 'Processing', 'Stuck', 'Waiting');
 
--- The key's lock: a transaction-scoped advisory lock (class: the jobs table's oid, so that two
--- schemas never share one; object: a hash of queue and key; two keys that share a hash only
--- share a lock). Producers (and an operator's requeue of a finished keyed job) take it and
--- keep it until they commit; a head's exit tries it, waits for it a little, never longer.
+-- The key's lock: a transaction-scoped advisory lock (class: a hash of the schema's name, so
+-- that two schemas do not share one; object: a hash of queue and key; two keys that share a
+-- hash only share a lock). Producers (and an operator's requeue of a finished keyed job) take
+-- it and keep it until they commit; a head's exit tries it, waits for it a little, never
+-- longer. jobs_enqueue computes the same two hashes with pg_catalog's functions alone.
 CREATE FUNCTION {schema}.jobs_key_lock_id(q text, k text) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 RETURN pg_catalog.hashtext(q OPERATOR(pg_catalog.||) E'\x1f' OPERATOR(pg_catalog.||) k);
 
--- Take the key's lock (the arrival trigger does; jobs_enqueue takes the locks of all its keys
--- first, in (queue, key) order, so that two enqueues of several keys never take them in
--- opposite orders). Not SECURITY DEFINER: anyone may take an advisory lock; it returns 1.
+CREATE FUNCTION {schema}.jobs_key_lock_class() RETURNS integer
+LANGUAGE sql STABLE SET search_path = pg_catalog, {schema}, pg_temp AS $$
+SELECT hashtext(n.nspname::text) FROM pg_class AS c
+JOIN pg_namespace AS n ON n.oid = c.relnamespace WHERE c.oid = 'jobs'::regclass;
+$$;
+
+-- Take the key's lock, as the arrival trigger does (for tests and tools; anyone may take an
+-- advisory lock). Returns 1.
 CREATE FUNCTION {schema}.jobs_key_lock(q text, k text) RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(('jobs'::regclass::oid::bigint % 2147483647)::integer,
-                                  jobs_key_lock_id(q, k));
+    PERFORM pg_advisory_xact_lock(jobs_key_lock_class(), jobs_key_lock_id(q, k));
     RETURN 1;
 END
 $$;
@@ -88,7 +93,8 @@ BEGIN
     IF NEW.status <> 'Pending' THEN
         RETURN NEW;
     END IF;
-    PERFORM jobs_key_lock(NEW.queue, NEW.concurrency_key);
+    PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA::text),
+                                  jobs_key_lock_id(NEW.queue, NEW.concurrency_key));
     IF EXISTS (SELECT FROM jobs WHERE queue = NEW.queue
                AND concurrency_key = NEW.concurrency_key AND id IS DISTINCT FROM NEW.id
                AND status IN ('Pending', 'Processing', 'Stuck')) THEN
@@ -122,9 +128,8 @@ DECLARE
     left_ms integer := coalesce(
         nullif(current_setting('leasectl.key_wait_ms', true), '')::integer, 100);
 BEGIN
-    WHILE NOT pg_try_advisory_xact_lock(
-            ('jobs'::regclass::oid::bigint % 2147483647)::integer,
-            jobs_key_lock_id(OLD.queue, OLD.concurrency_key)) LOOP
+    WHILE NOT pg_try_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA::text),
+                                        jobs_key_lock_id(OLD.queue, OLD.concurrency_key)) LOOP
         EXIT WHEN left_ms <= 0;
         PERFORM pg_sleep(0.002);
         left_ms := left_ms - 2;
@@ -195,8 +200,7 @@ BEGIN
         k := nk;
         IF NOT EXISTS (SELECT FROM jobs AS j WHERE j.queue = q AND j.concurrency_key = k
                        AND j.status IN ('Pending', 'Processing', 'Stuck'))
-           AND pg_try_advisory_xact_lock(('jobs'::regclass::oid::bigint % 2147483647)::integer,
-                                         jobs_key_lock_id(q, k)) THEN
+           AND pg_try_advisory_xact_lock(jobs_key_lock_class(), jobs_key_lock_id(q, k)) THEN
             queue := q;
             concurrency_key := k;
             promoted := jobs_key_promote(q, k);
