@@ -9,8 +9,8 @@ from rich.console import Console, ConsoleOptions, RenderableType
 from rich.text import Text
 
 from leasectl.core.filters import JobFilter, JobPage, ListedJob
-from leasectl.core.models import JobStatus
 from leasectl.core.literal import shorten
+from leasectl.core.models import JobStatus
 from leasectl.present.jsonout import jsonable
 from leasectl.present.styles import status_text
 from leasectl.present.text import lit, table
