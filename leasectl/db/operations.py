@@ -484,6 +484,9 @@ class Operations:
                 truncated = truncated or bool(r["truncated"])
             elif status == "Processing":
                 q.update(processing=r["jobs"], expired=r["expired"])
+            elif status == "Waiting":
+                waiting = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                q.update(waiting=waiting.value, waiting_capped=waiting.capped)
             else:
                 stuck = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
                 q.update(stuck=stuck.value, stuck_capped=stuck.capped)

@@ -157,6 +157,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "processing": q.processing,
         "expired": q.expired,
         "stuck": q.stuck,
+        "waiting": q.waiting,
         "completed_recent": q.completed_recent,
         "failed_recent": q.failed_recent,
         "cancelled_recent": q.cancelled_recent,
@@ -164,6 +165,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "pending_capped": q.pending_capped,
         "due_capped": q.due_capped,
         "stuck_capped": q.stuck_capped,
+        "waiting_capped": q.waiting_capped,
     }
 
 

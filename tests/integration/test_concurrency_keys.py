@@ -4,6 +4,7 @@ Waiting, promoted one at a time in queue order (priority, run_at, id) as each he
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 import leasectl
 from leasectl.core.enqueue import NewJob
 from leasectl.core.models import JobStatus
+from tests.inproc import run_in_process
+from tests.integration.test_cli import _env, assert_one_line_error
 from tests.stores import Stores
 
 TTL = timedelta(seconds=30)
@@ -277,3 +280,44 @@ def test_a_session_holding_a_keys_lock_delays_its_heads_exit_briefly_and_no_more
         # the job it can see is promoted all the same.
         assert store.work.complete([lease]) == {a}
         assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+
+
+def cli(*args: str, dsn: str, env: dict[str, str] | None = None) -> Any:
+    return run_in_process(args, {**_env(dsn), **(env or {})})
+
+
+def test_status_list_and_inspect_show_the_key_and_who_holds_it(db_dsn: str, store: Stores) -> None:
+    a, b = two_of_one_key(store)
+    status = json.loads(cli("status", "--json", dsn=db_dsn).stdout)
+    [pay] = [q for q in status["queues"] if q["queue"] == "pay"]
+    assert (pay["pending"], pay["waiting"], pay["waiting_capped"]) == (1, 1, False)
+    assert status["totals"]["waiting"] == 1
+    listed = json.loads(cli("list", "--state", "waiting", "--json", dsn=db_dsn).stdout)
+    assert [(j["id"], j["concurrency_key"], j["key_holder"]) for j in listed["jobs"]] == [
+        (b, "k", a)
+    ]
+    shown = json.loads(cli("inspect", str(b), "--json", dsn=db_dsn).stdout)["job"]
+    assert (shown["status"], shown["concurrency_key"], shown["key_holder"]) == ("Waiting", "k", a)
+    text = cli("inspect", str(b), dsn=db_dsn, env={"COLUMNS": "160"}).stdout
+    assert f"⏳ key busy: job {a} holds it" in text
+    table = cli("list", "--queue", "pay", dsn=db_dsn, env={"COLUMNS": "200"}).stdout
+    assert f"⏳ key busy (job {a})" in table and "Waiting" in table
+
+
+def test_enqueue_takes_a_concurrency_key_and_refuses_a_bad_one(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    ok = cli(
+        "enqueue", "-q", "pay", "--concurrency-key", "acct-7", "--count", "3", "--json", dsn=db_dsn
+    )
+    assert ok.returncode == 0, ok.stderr
+    ids = json.loads(ok.stdout)["ids"]
+    assert states(sql_conn, "acct-7") == [
+        (ids[0], "Pending"),
+        (ids[1], "Waiting"),
+        (ids[2], "Waiting"),
+    ]
+    for bad, says in (("", "must not be empty"), ("x" * 201, "at most 200 characters")):
+        proc = cli("enqueue", "-q", "pay", "--concurrency-key", bad, dsn=db_dsn)
+        assert_one_line_error(proc, 2, says, prefix="leasectl: ")
+    assert len(states(sql_conn, "acct-7")) == 3
