@@ -5,6 +5,7 @@ Waiting, promoted one at a time in queue order (priority, run_at, id) as each he
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,7 @@ from leasectl.core.models import JobStatus
 from tests.inproc import run_in_process
 from tests.integration.test_cli import _env, assert_one_line_error
 from tests.stores import Stores
+from tests.util import wait_until
 
 TTL = timedelta(seconds=30)
 
@@ -111,6 +113,29 @@ def test_a_retried_failure_keeps_its_key_and_runs_before_the_later_jobs(
     assert again.job_id == first.id
     assert work.fail(again, "final", retry_delay=timedelta(0), retry=False) == JobStatus.FAILED
     assert states(sql_conn, "k") == [(first.id, "Failed"), (second.id, "Pending")]
+
+
+def test_a_key_is_per_queue(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    """The same key in two queues is two keys: a head leaving one promotes nothing in the other."""
+    jobs = store.ops.enqueue_jobs(
+        [NewJob(i, queue=q, concurrency_key="k") for q in ("pay", "refund") for i in range(2)]
+    )
+    (lease,) = store.work.claim("refund", "w1", TTL, limit=10)
+    store.work.complete([lease])
+    assert states(sql_conn, "k", "pay") == [(jobs[0].id, "Pending"), (jobs[1].id, "Waiting")]
+    assert states(sql_conn, "k", "refund") == [(jobs[2].id, "Completed"), (jobs[3].id, "Pending")]
+
+
+def test_a_key_promotes_only_its_own_jobs(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    # Another key's Waiting job comes first in queue order (priority): it is not this key's.
+    a, b = two_of_one_key(store)
+    store.ops.enqueue_jobs(
+        [NewJob(i, queue="pay", concurrency_key="z", priority=-5) for i in range(2)]
+    )
+    (lease,) = [x for x in store.work.claim("pay", "w1", TTL, limit=10) if x.job_id == a]
+    store.work.complete([lease])
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+    assert [s for _, s in states(sql_conn, "z")] == ["Processing", "Waiting"]
 
 
 def test_the_database_refuses_a_second_head(
@@ -321,3 +346,44 @@ def test_enqueue_takes_a_concurrency_key_and_refuses_a_bad_one(
         proc = cli("enqueue", "-q", "pay", "--concurrency-key", bad, dsn=db_dsn)
         assert_one_line_error(proc, 2, says, prefix="leasectl: ")
     assert len(states(sql_conn, "acct-7")) == 3
+
+
+def test_a_new_job_of_a_key_left_without_a_head_queues_behind_the_key_s_waiting_jobs(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    orphan(sql_conn, a)
+    (c,) = store.ops.enqueue_jobs([NewJob("c", queue="pay", concurrency_key="k")])
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending"), (c.id, "Waiting")]
+
+
+def test_a_job_cancelled_while_its_promotion_waits_for_it_stays_cancelled_and_the_next_goes(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The promotion picks the first Waiting job, then waits for an operator's cancel of it that
+    is not committed yet; once it is, the promotion finds it no longer Waiting and takes the
+    next (a job already cancelled is never run)."""
+    a, b = two_of_one_key(store)
+    (c,) = store.ops.enqueue_jobs([NewJob("c", queue="pay", concurrency_key="k")])
+    (lease,) = store.work.claim("pay", "w1", TTL, limit=10)
+    done: list[set[int]] = []
+    with psycopg.connect(db_dsn) as operator:
+        operator.execute(
+            "SELECT * FROM leasectl.jobs_operator_cancel(%s, %s, %s, %s, false, 'op', 'dup')",
+            ([b], ["Waiting"], [0], [None]),
+        )  # (in its transaction, not committed)
+        worker = threading.Thread(target=lambda: done.append(store.work.complete([lease])))
+        worker.start()
+
+        def promotion_waits() -> bool:
+            row = sql_conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()
+            return bool(row and row[0])
+
+        wait_until(promotion_waits, timeout=10)
+        operator.commit()
+    worker.join(10)
+    assert done == [{a}]
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Cancelled"), (c.id, "Pending")]

@@ -96,7 +96,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA::text),
                                   jobs_key_lock_id(NEW.queue, NEW.concurrency_key));
     IF EXISTS (SELECT FROM jobs WHERE queue = NEW.queue
-               AND concurrency_key = NEW.concurrency_key AND id IS DISTINCT FROM NEW.id
+               AND concurrency_key = NEW.concurrency_key
                AND status IN ('Pending', 'Processing', 'Stuck')) THEN
         NEW.status := 'Waiting';
     ELSIF EXISTS (SELECT FROM jobs WHERE queue = NEW.queue
