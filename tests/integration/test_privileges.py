@@ -1024,3 +1024,32 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
                 [["public", *(names[kind] for kind in KINDS)]],
             ).fetchall()
         assert [g for _, g in granted] == [False, *(kind == "producer" for kind in KINDS)]
+
+
+def test_concurrency_keys_work_with_each_roles_own_grants(granted: Roles, db_dsn: str) -> None:
+    """A producer enqueues keyed jobs (Waiting behind the first) without any right to write a
+    status; a worker's completion promotes the next; an operator cancels a Waiting job and runs
+    the healing pass (migration 18's functions run with the owner's rights)."""
+    for _ in range(3):
+        proc = cli(
+            "enqueue", "-q", "q", "--concurrency-key", "acct", "--json",
+            dsn=granted.dsn("producer"),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+
+        def states() -> list[str]:
+            rows = conn.execute("SELECT status::text FROM leasectl.jobs ORDER BY id").fetchall()
+            return [r[0] for r in rows]
+
+        assert states() == ["Pending", "Waiting", "Waiting"]
+        ttl = timedelta(seconds=30)
+        with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+            (lease,) = store.work.claim("q", "w-role", ttl, 5)
+            assert store.work.complete([lease]) == {lease.job_id}
+        assert states() == ["Completed", "Pending", "Waiting"]
+        with Stores.connect(granted.dsn("operator"), "leasectl") as store:
+            cancelled = store.ops.operator_cancel(store.ops.seen_now([3]), actor="op", reason="x")
+            assert list(cancelled.changed) == [3]
+            assert store.ops.heal_keys(max_keys=10, after=None) == ([], None)
+        assert states() == ["Completed", "Pending", "Cancelled"]
