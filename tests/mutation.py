@@ -745,18 +745,18 @@ MUTANTS += (
     mutant("keys-arrive-queue", KEYS, "jobs_key_arrive",
            "WHERE queue = NEW.queue\n               AND concurrency_key",
            "WHERE true\n               AND concurrency_key",
-           (KEYED + "test_a_keys_first_job_is_pending_and_the_others_wait",)),
+           (KEYED + "test_in_its_transaction_a_job_whose_key_is_free_is_pending_at_once",)),
     mutant("keys-arrive-key", KEYS, "jobs_key_arrive",
            "               AND concurrency_key = NEW.concurrency_key\n",
            "               AND true\n",
-           (KEYED + "test_a_keys_first_job_is_pending_and_the_others_wait",)),
+           (KEYED + "test_in_its_transaction_a_job_whose_key_is_free_is_pending_at_once",)),
     mutant("keys-arrive-orphans", KEYS, "jobs_key_arrive",
            "    ELSIF EXISTS (SELECT FROM jobs", "    ELSIF false AND EXISTS (SELECT FROM jobs",
            (KEYED + "test_a_new_job_of_a_key_left_without_a_head_queues_behind_the_key_s_"
             "waiting_jobs",)),
     mutant("keys-heal-after", KEYS, "jobs_keys_heal",
            "AND (j.queue, j.concurrency_key) > (q, k)", "AND true",
-           (KEYED + "test_the_healing_pass_goes_on_from_where_it_stopped",)),
+           (KEYED + "test_the_healing_pass_walks_past_keys_that_have_a_head",)),
     mutant("keys-heal-head", KEYS, "jobs_keys_heal",
            "        IF NOT EXISTS (SELECT FROM jobs AS j",
            "        IF true OR NOT EXISTS (SELECT FROM jobs AS j",
@@ -771,12 +771,14 @@ MUTANTS += (
     mutant("keys-settle", KEYS, "jobs_key_settle",
            "    PERFORM jobs_key_promote(NEW.queue, NEW.concurrency_key);\n    RETURN NULL;",
            "    RETURN NULL;",
-           (RACES + "test_producers_racing_the_heads_exits_leave_no_job_waiting_without_the_"
-            "watcher",)),
+           (KEYED + "test_a_head_that_left_without_seeing_a_producers_job_is_settled_at_the_"
+            "producers_commit",)),
     mutant("keys-exit-waits", KEYS, "jobs_key_exit",
            "        EXIT WHEN left_ms <= 0;", "        EXIT;",
-           (RACES + "test_producers_racing_the_heads_exits_leave_no_job_waiting_without_the_"
-            "watcher",)),
+           (KEYED + "test_a_head_leaving_while_a_producer_holds_the_key_waits_for_its_commit_"
+            "and_promotes",
+            RACES + "test_producers_racing_the_heads_exits_leave_no_job_waiting_without_the_"
+            "watcher")),
 )  # fmt: skip
 
 

@@ -377,6 +377,9 @@ class PanelJob(_JobRow):
     quarantine_reason: str | None = None
     quarantined_at: datetime | None = None
     finished_at: datetime | None = None
+    # Its concurrency key (migration 18) and, for a Waiting job, the job that holds the key.
+    concurrency_key: str | None = None
+    key_holder: int | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 import leasectl
+from leasectl.console.widgets.tables import key_cell
 from leasectl.core.enqueue import NewJob
 from leasectl.core.models import JobStatus
 from tests.inproc import run_in_process
@@ -387,3 +388,89 @@ def test_a_job_cancelled_while_its_promotion_waits_for_it_stays_cancelled_and_th
     worker.join(10)
     assert done == [{a}]
     assert states(sql_conn, "k") == [(a, "Completed"), (b, "Cancelled"), (c.id, "Pending")]
+
+
+def test_a_head_leaving_while_a_producer_holds_the_key_waits_for_its_commit_and_promotes(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The race of a producer's uncommitted Waiting job and its key's head leaving: the exit
+    waits (briefly) for the producer's lock, sees the job once it is committed, promotes it."""
+    (head,) = store.ops.enqueue_jobs([NewJob("a", queue="pay", concurrency_key="k")])
+    (lease,) = store.work.claim("pay", "w1", TTL, limit=10)
+    done: list[set[int]] = []
+    with psycopg.connect(db_dsn) as producer:
+        late = leasectl.enqueue(producer, queue="pay", payload="b", concurrency_key="k")
+        worker = threading.Thread(target=lambda: done.append(store.work.complete([lease])))
+        worker.start()
+
+        def exit_waits() -> bool:
+            row = sql_conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep' "
+                "AND datname = current_database()"
+            ).fetchone()
+            return bool(row and row[0])
+
+        wait_until(exit_waits, timeout=10)
+        producer.commit()
+    worker.join(10)
+    assert done == [{head.id}]
+    assert states(sql_conn, "k") == [(head.id, "Completed"), (late.id, "Pending")]
+
+
+def test_a_head_that_left_without_seeing_a_producers_job_is_settled_at_the_producers_commit(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The exit gave up waiting for a producer in a long transaction (100 ms at most) and could
+    not see its job; the producer's commit sees the head gone and promotes the job itself."""
+    (head,) = store.ops.enqueue_jobs([NewJob("a", queue="pay", concurrency_key="k")])
+    (lease,) = store.work.claim("pay", "w1", TTL, limit=10)
+    with psycopg.connect(db_dsn) as producer:
+        late = leasectl.enqueue(producer, queue="pay", payload="b", concurrency_key="k")
+        assert store.work.complete([lease]) == {head.id}  # not held by the open transaction
+        assert states(sql_conn, "k") == [(head.id, "Completed")]
+        producer.commit()
+    assert states(sql_conn, "k") == [(head.id, "Completed"), (late.id, "Pending")]
+
+
+def test_the_consoles_pending_panel_lists_waiting_jobs_below_with_their_keys_holder(
+    store: Stores,
+) -> None:
+    a, b = two_of_one_key(store)
+    (plain,) = store.ops.enqueue_jobs([NewJob("p", queue="pay")])
+    rows = store.panels.snapshot(None, 10).pending
+    assert [(j.id, j.status) for j in rows] == [
+        (a, JobStatus.PENDING),
+        (plain.id, JobStatus.PENDING),
+        (b, JobStatus.WAITING),
+    ]
+    assert [key_cell(j).plain for j in rows] == ["k", "", f"⏳ key busy {a} k"]
+    # Bounded: the panel holds at most its limit, the Pending jobs first.
+    assert [j.id for j in store.panels.snapshot(None, 2).pending] == [a, plain.id]
+
+
+def test_in_its_transaction_a_job_whose_key_is_free_is_pending_at_once(
+    db_dsn: str, store: Stores
+) -> None:
+    """Another queue's head with the same key, or another key's head, does not make a job wait
+    (not even until its commit)."""
+    store.ops.enqueue_jobs([NewJob("a", queue="pay", concurrency_key="card-1")])
+    with psycopg.connect(db_dsn) as conn:
+        jobs = leasectl.enqueue_many(
+            conn,
+            [
+                NewJob("b", queue="refund", concurrency_key="card-1"),
+                NewJob("c", queue="pay", concurrency_key="card-2"),
+            ],
+        )
+        seen = conn.execute(
+            "SELECT status::text FROM leasectl.jobs WHERE id = ANY(%s) ORDER BY id",
+            ([e.id for e in jobs],),
+        ).fetchall()
+        assert seen == [("Pending",), ("Pending",)]
+
+
+def test_the_healing_pass_walks_past_keys_that_have_a_head(store: Stores) -> None:
+    for key in ("k1", "k2", "k3"):
+        store.ops.enqueue_jobs([NewJob(i, queue="pay", concurrency_key=key) for i in range(2)])
+    assert store.ops.heal_keys(max_keys=2, after=None) == ([], ("pay", "k2"))
+    assert store.ops.heal_keys(max_keys=2, after=("pay", "k2")) == ([], None)
