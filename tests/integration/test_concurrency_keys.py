@@ -15,9 +15,12 @@ import pytest
 import leasectl
 from leasectl.console.widgets.tables import key_cell
 from leasectl.core.enqueue import NewJob
+from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus
+from tests.hostile import NAMES, literal_probe
 from tests.inproc import run_in_process
 from tests.integration.test_cli import _env, assert_one_line_error
+from tests.integration.test_hostile_cli import inert
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -474,3 +477,24 @@ def test_the_healing_pass_walks_past_keys_that_have_a_head(store: Stores) -> Non
         store.ops.enqueue_jobs([NewJob(i, queue="pay", concurrency_key=key) for i in range(2)])
     assert store.ops.heal_keys(max_keys=2, after=None) == ([], ("pay", "k2"))
     assert store.ops.heal_keys(max_keys=2, after=("pay", "k2")) == ([], None)
+
+
+@pytest.mark.parametrize("key", [k for k in NAMES if k.strip()][:12])
+def test_a_hostile_key_is_shown_as_text(db_dsn: str, store: Stores, key: str) -> None:
+    """A concurrency key is the producer's text: list, inspect and the console's key cell show
+    it literally, never acting on it."""
+    a, b = (
+        e.id
+        for e in store.ops.enqueue_jobs(
+            [NewJob(i, queue="pay", concurrency_key=key) for i in range(2)]
+        )
+    )
+    wide = {"COLUMNS": "240"}
+    for args in (["inspect", str(b)], ["list", "--queue", "pay"]):
+        out = cli(*args, dsn=db_dsn, env=wide).stdout
+        inert(out, " ".join(args))
+        if probe := literal_probe(key):
+            assert probe in out, args
+    (row,) = [j for j in store.panels.snapshot(None, 10).pending if j.id == b]
+    cell = key_cell(row).plain
+    assert cell.startswith(f"⏳ key busy {a} ") and visible(key) in cell
