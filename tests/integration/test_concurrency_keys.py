@@ -17,6 +17,7 @@ from leasectl.console.widgets.tables import key_cell
 from leasectl.core.enqueue import NewJob
 from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus
+from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.hostile import NAMES, literal_probe
 from tests.inproc import run_in_process
 from tests.integration.test_cli import _env, assert_one_line_error
@@ -498,3 +499,14 @@ def test_a_hostile_key_is_shown_as_text(db_dsn: str, store: Stores, key: str) ->
     (row,) = [j for j in store.panels.snapshot(None, 10).pending if j.id == b]
     cell = key_cell(row).plain
     assert cell.startswith(f"⏳ key busy {a} ") and visible(key) in cell
+
+
+def test_the_watchers_pass_heals_a_key_left_without_a_head(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    a, b = two_of_one_key(store)
+    orphan(sql_conn, a)
+    watcher = Watcher(store.ops, WatcherConfig(interval=timedelta(seconds=60)))
+    watcher._heal_keys()
+    assert watcher.promoted == 1
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
