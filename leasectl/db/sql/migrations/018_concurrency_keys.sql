@@ -218,8 +218,13 @@ BEGIN
 END
 $$;
 
+-- As every function of the schema's: no EXECUTE for PUBLIC (the triggers run them with the
+-- owner's rights; the watcher's healing pass is the operators').
 REVOKE ALL ON FUNCTION {schema}.jobs_key_promote FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.jobs_keys_heal FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.jobs_key_lock FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.jobs_key_lock_id FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.jobs_key_lock_class FROM PUBLIC;
 
 -- Operator cancel applies to Waiting jobs too (its key's order is kept: the others stay in
 -- line). Delete does not (as for Pending: cancel first). The function of migration 10 with
