@@ -637,7 +637,7 @@ UNIQUE = "tests/integration/test_unique_jobs.py::"
 MUTANTS += (
     mutant("enqueue-duplicate-live", "jobs.sql", "jobs_enqueue",
            "unique_key IS NOT NULL\n      AND j.status OPERATOR(pg_catalog.=) ANY (\n"
-           "          ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])",
+           "          ARRAY['Pending', 'Processing', 'Stuck', 'Waiting']::{schema}.job_status[])",
            "unique_key IS NOT NULL",
            (UNIQUE + "test_a_finished_job_with_the_key_is_never_the_duplicate",)),
 )  # fmt: skip
@@ -709,6 +709,76 @@ MUTANTS += (
     mutant("read-clock-behind", "status.sql", "read_clock",
            "CASE WHEN behind AND replayed_at", "CASE WHEN false AND replayed_at",
            (STANDBY + "test_countdowns_use_the_standbys_replay_time_not_the_clock",)),
+)  # fmt: skip
+
+
+# Concurrency keys (migration 18): the promotion, the arrival, the healing pass and the cancel
+# of a Waiting job. The key's uniqueness itself is jobs_key_head_idx, no predicate of these.
+KEYS = "migrations/018_concurrency_keys.sql"
+KEYED = "tests/integration/test_concurrency_keys.py::"
+RACES = "tests/integration/test_concurrency_key_races.py::"
+
+MUTANTS += (
+    mutant("keys-promote-head", KEYS, "jobs_key_promote",
+           "IF EXISTS (SELECT FROM jobs WHERE queue = q",
+           "IF false AND EXISTS (SELECT FROM jobs WHERE queue = q",
+           (KEYED + "test_a_keys_first_job_is_pending_and_the_others_wait",)),
+    mutant("keys-promote-queue", KEYS, "jobs_key_promote",
+           "WHERE queue = q AND concurrency_key = k AND status = 'Waiting'",
+           "WHERE concurrency_key = k AND status = 'Waiting'",
+           (KEYED + "test_a_key_is_per_queue",)),
+    mutant("keys-promote-key", KEYS, "jobs_key_promote",
+           "WHERE queue = q AND concurrency_key = k AND status = 'Waiting'",
+           "WHERE queue = q AND status = 'Waiting'",
+           (KEYED + "test_a_key_promotes_only_its_own_jobs",)),
+    mutant("keys-promote-order", KEYS, "jobs_key_promote",
+           "ORDER BY priority, run_at, id LIMIT 1;", "ORDER BY id LIMIT 1;",
+           (KEYED + "test_the_head_leaving_promotes_the_next_in_queue_order",)),
+    mutant("keys-promote-still-waiting", KEYS, "jobs_key_promote",
+           "WHERE id = next_id AND status = 'Waiting';", "WHERE id = next_id;",
+           (KEYED + "test_a_job_cancelled_while_its_promotion_waits_for_it_stays_cancelled_and_"
+            "the_next_goes",)),
+    mutant("keys-arrive-head", KEYS, "jobs_key_arrive",
+           "    IF EXISTS (SELECT FROM jobs WHERE queue = NEW.queue",
+           "    IF false AND EXISTS (SELECT FROM jobs WHERE queue = NEW.queue",
+           (KEYED + "test_a_keys_first_job_is_pending_and_the_others_wait",)),
+    mutant("keys-arrive-queue", KEYS, "jobs_key_arrive",
+           "WHERE queue = NEW.queue\n               AND concurrency_key",
+           "WHERE true\n               AND concurrency_key",
+           (KEYED + "test_in_its_transaction_a_job_whose_key_is_free_is_pending_at_once",)),
+    mutant("keys-arrive-key", KEYS, "jobs_key_arrive",
+           "               AND concurrency_key = NEW.concurrency_key\n",
+           "               AND true\n",
+           (KEYED + "test_in_its_transaction_a_job_whose_key_is_free_is_pending_at_once",)),
+    mutant("keys-arrive-orphans", KEYS, "jobs_key_arrive",
+           "    ELSIF EXISTS (SELECT FROM jobs", "    ELSIF false AND EXISTS (SELECT FROM jobs",
+           (KEYED + "test_a_new_job_of_a_key_left_without_a_head_queues_behind_the_key_s_"
+            "waiting_jobs",)),
+    mutant("keys-heal-after", KEYS, "jobs_keys_heal",
+           "AND (j.queue, j.concurrency_key) > (q, k)", "AND true",
+           (KEYED + "test_the_healing_pass_walks_past_keys_that_have_a_head",)),
+    mutant("keys-heal-head", KEYS, "jobs_keys_heal",
+           "        IF NOT EXISTS (SELECT FROM jobs AS j",
+           "        IF true OR NOT EXISTS (SELECT FROM jobs AS j",
+           (KEYED + "test_the_healing_pass_promotes_a_waiting_job_left_without_a_head",),
+           equivalent="jobs_key_promote checks for a head itself; this check only spares the "
+           "pass a lock on a key that has one"),
+    mutant("keys-cancel-waiting", KEYS, "jobs_operator_cancel",
+           "AND j.status IN ('Pending', 'Processing', 'Stuck', 'Waiting')",
+           "AND j.status IN ('Pending', 'Processing', 'Stuck')",
+           (KEYED + "test_cancelling_a_waiting_job_keeps_the_rest_in_line_and_cancelling_the_"
+            "head_promotes",)),
+    mutant("keys-settle", KEYS, "jobs_key_settle",
+           "    PERFORM jobs_key_promote(NEW.queue, NEW.concurrency_key);\n    RETURN NULL;",
+           "    RETURN NULL;",
+           (KEYED + "test_a_head_that_left_without_seeing_a_producers_job_is_settled_at_the_"
+            "producers_commit",)),
+    mutant("keys-exit-waits", KEYS, "jobs_key_exit",
+           "        EXIT WHEN left_ms <= 0;", "        EXIT;",
+           (KEYED + "test_a_head_leaving_while_a_producer_holds_the_key_waits_for_its_commit_"
+            "and_promotes",
+            RACES + "test_producers_racing_the_heads_exits_leave_no_job_waiting_without_the_"
+            "watcher")),
 )  # fmt: skip
 
 

@@ -122,8 +122,18 @@ def enqueue(
         typer.Option(
             "--unique-key",
             metavar="KEY",
-            help="At most one live (Pending, Processing, Stuck) job per queue and key: if one "
-            "is there, nothing is added and its id is shown. At most 200 characters.",
+            help="At most one live (Pending, Processing, Stuck, Waiting) job per queue and key: "
+            "if one is there, nothing is added and its id is shown. At most 200 characters.",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency-key",
+            metavar="KEY",
+            help="At most one job of the queue with this key runs at a time, in queue order; "
+            "the others wait (Waiting) without holding up other keys. At most 200 characters.",
             show_default=False,
         ),
     ] = None,
@@ -146,6 +156,7 @@ def enqueue(
             delay=wait,
             max_attempts=max_attempts,
             unique_key=unique_key,
+            concurrency_key=concurrency_key,
         )
     ids = [e.id for e in done]
     duplicate = any(e.duplicate for e in done)
@@ -156,6 +167,7 @@ def enqueue(
             "queue": queue,
             "count": len(ids),
             "unique_key": unique_key,
+            "concurrency_key": concurrency_key,
             # true: nothing was added, ids holds the live job that has the key
             "duplicate": duplicate,
         }

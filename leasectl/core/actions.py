@@ -106,7 +106,12 @@ ACTIONS: dict[OperatorAction, ActionInfo] = {
             OperatorAction.CANCEL,
             verb="Cancel",
             past="cancelled",
-            applies_to=(JobStatus.PENDING, JobStatus.STUCK, JobStatus.PROCESSING),
+            applies_to=(
+                JobStatus.PENDING,
+                JobStatus.STUCK,
+                JobStatus.PROCESSING,
+                JobStatus.WAITING,
+            ),
             reason_required="say why the jobs are cancelled",
             forceable=False,
             revokes_lease=True,
@@ -116,8 +121,8 @@ ACTIONS: dict[OperatorAction, ActionInfo] = {
             audit_forced=None,
             key="c",
             bulk_key="C",
-            summary="Cancel Pending, Stuck or Processing jobs: a held lease is revoked, its "
-            "handler sees ctx.cancelled and its result is never written (guarded; --reason "
+            summary="Cancel Pending, Stuck, Processing or Waiting jobs: a held lease is revoked, "
+            "its handler sees ctx.cancelled and its result is never written (guarded; --reason "
             "required; exit 1 if any is skipped).",
             effect="A held lease is revoked, live or not: the worker's next heartbeat is "
             "refused, its handler is told (ctx.cancelled) and its result is never written.",

@@ -21,8 +21,10 @@ from leasectl.core.config import (
 from leasectl.core.errors import UsageError
 from leasectl.core.literal import echo
 
-# A unique key's bound, as a queue name's: the column is varchar(200) (migration 12).
+# A unique key's bound, as a queue name's: the column is varchar(200) (migration 12); a
+# concurrency key's the same (migration 18).
 MAX_UNIQUE_KEY_CHARS = 200
+MAX_CONCURRENCY_KEY_CHARS = 200
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -30,8 +32,10 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 class NewJob:
     """One job to enqueue. ``payload``: any value ``json.dumps`` writes (no NaN or infinity).
     ``delay``: not claimable before now + delay (the database's clock). ``unique_key``: at most
-    one live (Pending, Processing, Stuck) job per queue and key; enqueueing another returns the
-    live one's id, marked ``duplicate``."""
+    one live (Pending, Processing, Stuck, Waiting) job per queue and key; enqueueing another
+    returns the live one's id, marked ``duplicate``. ``concurrency_key``: at most one job of the
+    queue with this key runs at a time, in queue order (priority, run_at, id); the others wait
+    (status ``Waiting``) without holding up other keys."""
 
     payload: Any = None
     queue: str = "default"
@@ -39,6 +43,7 @@ class NewJob:
     delay: timedelta = timedelta(0)
     max_attempts: int = 5
     unique_key: str | None = None
+    concurrency_key: str | None = None
 
 
 class Enqueued(NamedTuple):
@@ -60,6 +65,7 @@ class CheckedJob:
     delay: timedelta
     max_attempts: int
     unique_key: str | None
+    concurrency_key: str | None = None
 
 
 def _text(value: Any, what: str, limit: int) -> str:
@@ -129,6 +135,7 @@ def check_job(job: NewJob, *, payload: str | None = None) -> CheckedJob:
     if not timedelta(0) <= job.delay <= MAX_DURATION:
         raise UsageError(f"delay must be between 0 and {MAX_DURATION.days:,} days, got {job.delay}")
     key = job.unique_key
+    ckey = job.concurrency_key
     return CheckedJob(
         payload=payload_text(job.payload) if payload is None else payload,
         queue=_text(job.queue, "queue", MAX_QUEUE_CHARS),
@@ -136,6 +143,9 @@ def check_job(job: NewJob, *, payload: str | None = None) -> CheckedJob:
         delay=job.delay,
         max_attempts=_integer(job.max_attempts, "max_attempts", 1, MAX_ATTEMPTS),
         unique_key=None if key is None else _text(key, "unique_key", MAX_UNIQUE_KEY_CHARS),
+        concurrency_key=None
+        if ckey is None
+        else _text(ckey, "concurrency_key", MAX_CONCURRENCY_KEY_CHARS),
     )
 
 

@@ -170,6 +170,9 @@ class ListedJob:
     updated_at: datetime
     finished_at: datetime | None
     payload_bytes: int | None = None  # its stored (maybe compressed) size
+    # Its concurrency key (migration 18) and, for a Waiting job, the job holding the key now.
+    concurrency_key: str | None = None
+    key_holder: int | None = None
 
 
 @dataclass(frozen=True)

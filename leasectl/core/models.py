@@ -25,6 +25,7 @@ class JobStatus(enum.StrEnum):
     FAILED = "Failed"
     STUCK = "Stuck"
     CANCELLED = "Cancelled"  # by an operator: terminal, like Completed and Failed
+    WAITING = "Waiting"  # behind its concurrency key's head (migration 18): live, not claimable
 
 
 # The members by value: a dict lookup, cheaper than JobStatus(value), for code that turns many
@@ -151,6 +152,10 @@ class JobDetail:
     queue_paused: PausedQueue | None = None  # its queue's pause: no worker claims it meanwhile
     # The producer's unique key (migration 12): at most one live job per queue has it.
     unique_key: str | None = None
+    # The producer's concurrency key (migration 18): one job of the queue with it at a time; and
+    # for a Waiting job, the job that holds the key now (None: none, until a promotion).
+    concurrency_key: str | None = None
+    key_holder: int | None = None
     # A bounded read (inspect, the console): the texts read only in part, and how many attempts
     # and events the job has (only the latest ROWS_SHOWN of each are read).
     cuts: tuple[TextCut, ...] = ()
@@ -272,11 +277,13 @@ class QueueCounts:
     completed_recent: int = 0
     failed_recent: int = 0
     cancelled_recent: int = 0
+    waiting: int = 0
     oldest_due_at: datetime | None = None
     # True: the count above is a lower bound (counted up to a cap, core/counts.py).
     pending_capped: bool = False
     due_capped: bool = False
     stuck_capped: bool = False
+    waiting_capped: bool = False
 
 
 @dataclass(frozen=True)
@@ -370,6 +377,9 @@ class PanelJob(_JobRow):
     quarantine_reason: str | None = None
     quarantined_at: datetime | None = None
     finished_at: datetime | None = None
+    # Its concurrency key (migration 18) and, for a Waiting job, the job that holds the key.
+    concurrency_key: str | None = None
+    key_holder: int | None = None
 
 
 @dataclass(frozen=True)

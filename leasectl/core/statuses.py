@@ -95,6 +95,17 @@ STATUSES: dict[JobStatus, StatusInfo] = {
             recent_field="cancelled_recent",
             estimated=True,
         ),
+        # Behind the head of its concurrency key (migration 18): promoted to Pending, in queue
+        # order, when the key's head leaves Pending, Processing and Stuck.
+        StatusInfo(
+            JobStatus.WAITING,
+            live=True,
+            finished=False,
+            terminal=False,
+            claimable=False,
+            style="keyed",
+            live_field="waiting",
+        ),
     )
 }
 

@@ -446,10 +446,22 @@ class Database:
         Except where a migration adds enum values: a transaction cannot use a value it added
         to an enum (PostgreSQL refuses it, even for a type it made), so the migrations before
         that one and the new values commit first, and a second transaction runs the rest."""
+        # One connection, and the schema's lock held across its transactions (migrations 10 and
+        # 18 add enum values): a concurrent `init` waits for all of them, then finds nothing
+        # to do, instead of applying the migrations after the values in between.
+        with self.connection() as conn:
+            held = {"schema": self.schema}
+            conn.execute(queries.get("schema_lock_session").render(self.schema), held)
+            try:
+                return self._migrate_on(conn)
+            finally:
+                conn.execute(queries.get("schema_unlock_session").render(self.schema), held)
+
+    def _migrate_on(self, conn: psycopg.Connection[Any]) -> list[int]:
         applied_now: list[int] = []
         values_committed: set[int] = set()
         while True:
-            with self.connection() as conn, conn.transaction():
+            with conn.transaction():
                 lock = queries.get("schema_lock").render(self.schema)
                 conn.execute(lock, {"schema": self.schema})
                 conn.execute(queries.get("migrations_table_create").render(self.schema))

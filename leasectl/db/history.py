@@ -32,6 +32,7 @@ STATE_PARAMS = {
     JobStatus.COMPLETED: "completed",
     JobStatus.FAILED: "failed",
     JobStatus.CANCELLED: "cancelled",
+    JobStatus.WAITING: "waiting",
 }
 
 

@@ -137,6 +137,7 @@ class Operations:
         delay: timedelta = timedelta(0),
         max_attempts: int = 5,
         unique_key: str | None = None,
+        concurrency_key: str | None = None,
     ) -> list[Enqueued]:
         """Enqueue one job per payload given as JSON text, which the server turns into jsonb
         as written: numbers stay exact (config.parse_payload checks a user's text first)."""
@@ -147,6 +148,7 @@ class Operations:
             delay=delay,
             max_attempts=max_attempts,
             unique_key=unique_key,
+            concurrency_key=concurrency_key,
         )
         # One checked job per distinct text: the copies of `enqueue --count` are one object.
         template = check_job(job, payload="")
@@ -197,6 +199,19 @@ class Operations:
             counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
             jobs=expired_jobs(names, rows) if detail else (),
         )
+
+    def heal_keys(
+        self, *, max_keys: int, after: tuple[str, str] | None
+    ) -> tuple[list[int], tuple[str, str] | None]:
+        """A step of the watcher's healing pass (migration 18): the jobs it promoted and the
+        key to go on after (None: the walk reached the end)."""
+        queue, key = after or (None, None)
+        params = {"max_keys": max_keys, "after_queue": queue, "after_key": key}
+        rows = self.db.rows("jobs_keys_heal", params)
+        promoted = [r["promoted"] for r in rows if r["promoted"] is not None]
+        last = rows[-1] if rows else None
+        cursor = (last["queue"], last["concurrency_key"]) if last and last["queue"] else None
+        return promoted, cursor
 
     def list_expired(
         self, *, limit: int, queue: str | None, owner: str | None = None
@@ -375,6 +390,8 @@ class Operations:
             db_now,
             paused[0] if paused else None,
             row["unique_key"],
+            row["concurrency_key"],
+            row["key_holder"],
             cuts,
             attempts_total=attempt_rows[0]["total"] if attempt_rows else 0,
             events_total=event_rows[0]["total"] if event_rows else 0,
@@ -467,6 +484,9 @@ class Operations:
                 truncated = truncated or bool(r["truncated"])
             elif status == "Processing":
                 q.update(processing=r["jobs"], expired=r["expired"])
+            elif status == "Waiting":
+                waiting = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                q.update(waiting=waiting.value, waiting_capped=waiting.capped)
             else:
                 stuck = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
                 q.update(stuck=stuck.value, stuck_capped=stuck.capped)

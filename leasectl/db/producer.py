@@ -52,6 +52,7 @@ class Enqueue:
     def __init__(self, jobs: Sequence[CheckedJob], schema: str) -> None:
         self.jobs = jobs
         self.channel = channel_for(schema)
+        self.schema = schema
         self.results: list[Enqueued | None] = [None] * len(jobs)
         self.first_of: dict[int, int] = {}  # a later job with a key -> the first with it
         self.keyed = any(j.unique_key is not None for j in _runs(jobs))
@@ -91,12 +92,17 @@ class Enqueue:
         }
         first = jobs[0]
         others = distinct[1:]
-        for name in ("queue", "priority", "delay", "max_attempts", "unique_key"):
+        for name in ("queue", "priority", "delay", "max_attempts", "unique_key", "concurrency_key"):
             value = getattr(first, name)
             if all(getattr(j, name) == value for j in others):
                 params[name], params[f"{name}_each"] = value, None
             else:
                 params[name], params[f"{name}_each"] = None, [getattr(j, name) for j in jobs]
+        # Every concurrency key's lock, in one order for all (migration 18: jobs_key_lock).
+        locks = sorted({(j.queue, j.concurrency_key) for j in distinct if j.concurrency_key})
+        params["lock_class"] = self.schema
+        params["lock_queues"] = [q for q, _ in locks]
+        params["lock_keys"] = [k for _, k in locks]
         keyed = [j for j in jobs if j.unique_key is not None] if self.keyed else []
         params["keyed_queues"] = [j.queue for j in keyed]
         params["keyed_keys"] = [j.unique_key for j in keyed]
@@ -170,6 +176,7 @@ def _one(
     delay: timedelta,
     max_attempts: int,
     unique_key: str | None,
+    concurrency_key: str | None = None,
 ) -> NewJob:
     return NewJob(
         payload=payload,
@@ -178,6 +185,7 @@ def _one(
         delay=delay,
         max_attempts=max_attempts,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
 
 
@@ -214,11 +222,12 @@ def enqueue(
     max_attempts: int = 5,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """Enqueue one job on ``conn``, inside the transaction it has open (the job exists once that
     commits). See ``NewJob`` for the values."""
     conn = _sync(conn, "leasectl.enqueue")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
     plan, statement = _prepare([job], schema)
     return run_enqueue(conn, plan, statement)[0]
 
@@ -243,10 +252,11 @@ async def enqueue_async(
     max_attempts: int = 5,
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
+    concurrency_key: str | None = None,
 ) -> Enqueued:
     """``enqueue`` on an ``AsyncConnection``."""
     aconn = _async(conn, "leasectl.enqueue_async")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
     plan, statement = _prepare([job], schema)
     return (await _run_async(aconn, plan, statement))[0]
 

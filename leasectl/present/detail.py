@@ -103,6 +103,13 @@ def traceback_panel(detail: JobDetail) -> list[RenderableType]:
     ]
 
 
+def key_wait_text(holder: int | None) -> Text:
+    """What a Waiting job waits for: its key's head, by id (none: the next promotion)."""
+    if holder is None:
+        return Text("  ⏳ key free: promoted at the next exit or watcher pass", style="yellow")
+    return Text(f"  ⏳ key busy: job {holder} holds it", style="yellow")
+
+
 def fields_panel(detail: JobDetail) -> RenderableType:
     job, now = detail.job, detail.db_now
     fields = Table.grid(padding=(0, 2))
@@ -122,6 +129,11 @@ def fields_panel(detail: JobDetail) -> RenderableType:
     add("queue", queue)
     if detail.unique_key is not None:
         add("unique key", lit(detail.unique_key))
+    if detail.concurrency_key is not None:
+        key = lit(detail.concurrency_key)
+        if job.status == JobStatus.WAITING:
+            key.append_text(key_wait_text(detail.key_holder))
+        add("concurrency key", key)
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
     cut = {c.column for c in detail.cuts if c.record == "job"}

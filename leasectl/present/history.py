@@ -10,6 +10,7 @@ from rich.text import Text
 
 from leasectl.core.filters import JobFilter, JobPage, ListedJob
 from leasectl.core.literal import shorten
+from leasectl.core.models import JobStatus
 from leasectl.present.jsonout import jsonable
 from leasectl.present.styles import status_text
 from leasectl.present.text import lit, table
@@ -49,6 +50,18 @@ def _payload_cell(job: ListedJob) -> Text:
     return _cut(job.payload_text, job.payload_chars)
 
 
+def _key_cell(job: ListedJob) -> Text:
+    """Its concurrency key; a Waiting job's says which job holds the key (first: cut last)."""
+    if job.concurrency_key is None:
+        return Text("-")
+    cell = Text()
+    if job.status == JobStatus.WAITING:
+        held = f"job {job.key_holder}" if job.key_holder is not None else "none: promoted soon"
+        cell.append(f"⏳ key busy ({held}) ", style="yellow")
+    cell.append_text(lit(job.concurrency_key))
+    return cell
+
+
 def _when(page: JobPage, job: ListedJob) -> Text:
     """The time the filter's --since/--until apply to: finished, or created."""
     moment = job.finished_at if page.filter.finished_only else job.created_at
@@ -81,6 +94,8 @@ class JobListing:
             ("queue", [lit(j.queue) for j in page.jobs], 30),
             ("owner", [lit(j.lease_owner or "-") for j in page.jobs], 30),
         ]
+        if any(j.concurrency_key is not None for j in page.jobs):
+            texts.append(("key", [_key_cell(j) for j in page.jobs], CELL_CHARS))
         width = options.max_width
         if width >= 70:
             errors = [_cut(j.last_error, j.last_error_chars) for j in page.jobs]

@@ -132,7 +132,12 @@ def event_json(event: Event) -> dict[str, Any]:
 
 def detail_json(detail: JobDetail) -> dict[str, Any]:
     return {
-        "job": {**job_json(detail.job), "unique_key": detail.unique_key},
+        "job": {
+            **job_json(detail.job),
+            "unique_key": detail.unique_key,
+            "concurrency_key": detail.concurrency_key,
+            "key_holder": detail.key_holder,
+        },
         "attempts": [attempt_json(a) for a in detail.attempts],
         "events": [event_json(e) for e in detail.events],
         "db_now": jsonable(detail.db_now),
@@ -152,6 +157,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "processing": q.processing,
         "expired": q.expired,
         "stuck": q.stuck,
+        "waiting": q.waiting,
         "completed_recent": q.completed_recent,
         "failed_recent": q.failed_recent,
         "cancelled_recent": q.cancelled_recent,
@@ -159,6 +165,7 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "pending_capped": q.pending_capped,
         "due_capped": q.due_capped,
         "stuck_capped": q.stuck_capped,
+        "waiting_capped": q.waiting_capped,
     }
 
 

@@ -43,6 +43,7 @@ def totals(report: StatusReport) -> QueueCounts:
         processing=sum(q.processing for q in qs),
         expired=sum(q.expired for q in qs),
         stuck=sum(q.stuck for q in qs),
+        waiting=sum(q.waiting for q in qs),
         completed_recent=sum(q.completed_recent for q in qs),
         failed_recent=sum(q.failed_recent for q in qs),
         cancelled_recent=sum(q.cancelled_recent for q in qs),
@@ -51,6 +52,7 @@ def totals(report: StatusReport) -> QueueCounts:
         pending_capped=any(q.pending_capped for q in qs),
         due_capped=any(q.due_capped for q in qs),
         stuck_capped=any(q.stuck_capped for q in qs),
+        waiting_capped=any(q.waiting_capped for q in qs),
     )
 
 
@@ -66,12 +68,16 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
     window = short_window(report.recent_window)
     queues = table(f"queues at {timestamp(now)} (database clock)")
     queues.add_column("queue", overflow="fold", min_width=8)
+    keyed = any(q.waiting for q in report.queues)
     for header in ("pending", "due", "oldest due", "proc.", "expired", "stuck"):
         queues.add_column(header, justify="right", min_width=min(len(header), 7))
+    if keyed:  # jobs behind their concurrency key's head (only when some are)
+        queues.add_column("waiting", justify="right", min_width=7)
     queues.add_column(f"done {window}", justify="right", min_width=4)
     queues.add_column(f"failed {window}", justify="right", min_width=6)
 
     def row(q: QueueCounts, *, style: str = "") -> None:
+        waiting = [num(q.waiting, capped=q.waiting_capped)] if keyed else []
         queues.add_row(
             lit(q.queue, style),
             num(q.pending, capped=q.pending_capped),
@@ -80,6 +86,7 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             num(q.processing),
             num(q.expired, alert=EXPIRED_STYLE),
             num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK], capped=q.stuck_capped),
+            *waiting,
             num(q.completed_recent),
             num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
             style=style,

@@ -24,6 +24,7 @@ STATUS_KEY_STYLE = {
     "failed": "red",
     "quarantined": "bold magenta",
     "cancelled": "dim",
+    "keyed": "dim yellow",  # Waiting: behind its concurrency key's head
 }
 STATUS_STYLE = {s: STATUS_KEY_STYLE[i.style] for s, i in STATUSES.items()}
 

@@ -23,6 +23,8 @@ log = logging.getLogger("leasectl.watcher")
 
 Mode = Literal["requeue", "mark"]
 DEFAULT_REASON = "lease expired"
+# Concurrency keys with Waiting jobs looked at per pass (one index probe each, migration 18).
+HEAL_KEYS = 1000
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,9 @@ class Watcher:
         self.passes = 0
         self.moved = 0
         self._fold_failed = False
+        self._heal_failed = False
+        self._heal_after: tuple[str, str] | None = None
+        self.promoted = 0
 
     def stop(self) -> None:
         self.stopping.set()
@@ -153,8 +158,29 @@ class Watcher:
                     result.failed,
                     result.marked_stuck,
                 )
+            self._heal_keys()
             self._fold_counters()
             self.stopping.wait(self.config.interval.total_seconds())
+
+    def _heal_keys(self) -> None:
+        """Promote the first Waiting job of each concurrency key left without a head (a
+        producer's commit that no head's exit could see, docs/design.md): HEAL_KEYS keys a
+        pass, going on from the last one the next pass. Failures are logged once, as folds."""
+        try:
+            promoted, self._heal_after = self.ops.heal_keys(
+                max_keys=HEAL_KEYS, after=self._heal_after
+            )
+        except Exception as exc:
+            if not self._heal_failed:
+                log.warning("watcher: the concurrency keys' healing pass failed: %s", exc)
+            self._heal_failed = True
+            return
+        self._heal_failed = False
+        self.promoted += len(promoted)
+        if promoted:
+            log.info(
+                "watcher: promoted %d job(s) of concurrency keys left without a head", len(promoted)
+            )
 
     def _fold_counters(self) -> None:
         """Fold the counters' deltas (migration 11) after each pass, so that a database whose

@@ -470,12 +470,14 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
             "processing": 1,
             "expired": 0,
             "stuck": 0,
+            "waiting": 0,
             "completed_recent": 0,
             "failed_recent": 0,
             "cancelled_recent": 0,
             "pending_capped": False,
             "due_capped": False,
             "stuck_capped": False,
+            "waiting_capped": False,
         }
     ]
     assert re.match(r"\d{4}-\d\d-\d\dT.*[+-]\d\d:\d\d$", doc["db_now"])

@@ -56,7 +56,8 @@ settings.register_profile(
 )
 MODEL_PROFILE = os.environ.get("LEASECTL_MODEL_PROFILE", "ci")
 
-PENDING, PROCESSING, COMPLETED, FAILED, STUCK, CANCELLED = (s.value for s in JobStatus)
+# (Waiting, migration 18: the model has no concurrency keys, so no job of it ever waits.)
+PENDING, PROCESSING, COMPLETED, FAILED, STUCK, CANCELLED, _WAITING = (s.value for s in JobStatus)
 LONG = timedelta(hours=1)  # leases and delays never lapse by themselves during a test
 OWNERS = ("w1", "w2", "w3")
 WATCHER = "watcher@model"

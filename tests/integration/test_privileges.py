@@ -364,6 +364,11 @@ def test_only_operators_may_run_the_audited_operations(granted: Roles, db_dsn: s
             )
         )
     assert public == [
+        ("jobs_key_lock", False),
+        ("jobs_key_lock_class", False),
+        ("jobs_key_lock_id", False),
+        ("jobs_key_promote", False),
+        ("jobs_keys_heal", False),
         ("jobs_operator_cancel", False),
         ("jobs_operator_delete", False),
         ("jobs_operator_mark_stuck", False),
@@ -676,6 +681,7 @@ ADDED_BY_11 = (
     ", {schema}.counters_fold",
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
+ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
 
 
 def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
@@ -719,7 +725,7 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12,
+                    ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
@@ -757,7 +763,10 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
             migrate_to(conn, 7)
             assert ", error_detail)" in queries.get("grant_worker").text
             grant_as_before(
-                conn, "worker", name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12
+                conn,
+                "worker",
+                name,
+                ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
             )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
@@ -786,7 +795,10 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
             migrate_to(conn, 7)
             for kind, name in names.items():
                 grant_as_before(
-                    conn, kind, name, ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12
+                    conn,
+                    kind,
+                    name,
+                    ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
@@ -865,7 +877,9 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 9)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12)
+                grant_as_before(
+                    conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                )
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # (A job of version 9, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
@@ -916,7 +930,7 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                     {"version": ten.version, "name": ten.name},
                 )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_11 + ADDED_BY_12)
+                    grant_as_before(conn, kind, name, ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18)
             # (A job of version 10, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
             [job] = row.fetchone() or ()
@@ -967,7 +981,7 @@ def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep
                         {"version": migration.version, "name": migration.name},
                     )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ())
+                    grant_as_before(conn, kind, name, ADDED_BY_18)
                 # What grant_viewer granted before migration 16.
                 conn.execute(
                     sql.SQL("GRANT EXECUTE ON FUNCTION leasectl.counters_fold TO {}").format(
@@ -1008,7 +1022,9 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
             # (Version 9: migration 10's enum values are committed by Database.migrate.)
             migrate_to(conn, 9)
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12)
+                grant_as_before(
+                    conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
         first = cli("enqueue", "-q", "q", "--unique-key", "k", "--json", dsn=roles.dsn("producer"))
@@ -1024,3 +1040,32 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
                 [["public", *(names[kind] for kind in KINDS)]],
             ).fetchall()
         assert [g for _, g in granted] == [False, *(kind == "producer" for kind in KINDS)]
+
+
+def test_concurrency_keys_work_with_each_roles_own_grants(granted: Roles, db_dsn: str) -> None:
+    """A producer enqueues keyed jobs (Waiting behind the first) without any right to write a
+    status; a worker's completion promotes the next; an operator cancels a Waiting job and runs
+    the healing pass (migration 18's functions run with the owner's rights)."""
+    for _ in range(3):
+        proc = cli(
+            "enqueue", "-q", "q", "--concurrency-key", "acct", "--json",
+            dsn=granted.dsn("producer"),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+
+        def states() -> list[str]:
+            rows = conn.execute("SELECT status::text FROM leasectl.jobs ORDER BY id").fetchall()
+            return [r[0] for r in rows]
+
+        assert states() == ["Pending", "Waiting", "Waiting"]
+        ttl = timedelta(seconds=30)
+        with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+            (lease,) = store.work.claim("q", "w-role", ttl, 5)
+            assert store.work.complete([lease]) == {lease.job_id}
+        assert states() == ["Completed", "Pending", "Waiting"]
+        with Stores.connect(granted.dsn("operator"), "leasectl") as store:
+            cancelled = store.ops.operator_cancel(store.ops.seen_now([3]), actor="op", reason="x")
+            assert list(cancelled.changed) == [3]
+            assert store.ops.heal_keys(max_keys=10, after=None) == ([], None)
+        assert states() == ["Completed", "Pending", "Cancelled"]

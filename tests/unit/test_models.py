@@ -38,6 +38,8 @@ def panel_row(job_id: int, status: str, owner: str | None) -> tuple[object, ...]
         "poison",
         NOW,
         NOW,  # finished_at (the Failed panel's)
+        "card-1",  # concurrency_key (migration 18)
+        job_id + 1,  # key_holder
     )
 
 

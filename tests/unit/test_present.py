@@ -227,6 +227,8 @@ def test_detail_json_has_all_columns() -> None:
     doc = json.loads(dumps(detail_json(make_detail())))
     assert set(doc) == {"job", "attempts", "events", "db_now", "queue_paused"}
     assert set(doc["job"]) == {
+        "concurrency_key",
+        "key_holder",
         "id",
         "queue",
         "payload",
@@ -263,6 +265,7 @@ def test_status_json_keys_and_check() -> None:
         "processing",
         "expired",
         "stuck",
+        "waiting",
         "completed_recent",
         "failed_recent",
         "cancelled_recent",
@@ -270,6 +273,7 @@ def test_status_json_keys_and_check() -> None:
         "pending_capped",
         "due_capped",
         "stuck_capped",
+        "waiting_capped",
     }
     assert all(set(q) == queue_keys for q in doc["queues"])
     assert not any(q["pending_capped"] or q["stuck_capped"] for q in doc["queues"])

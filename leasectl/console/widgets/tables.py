@@ -58,8 +58,8 @@ class JobTable(PanelTable[PanelJob]):
 
 
 class PendingTable(JobTable):
-    FLEX: ClassVar[dict[str, int]] = {"queue": 8}
-    DROP = ("priority", "attempts", "run_at")
+    FLEX: ClassVar[dict[str, int]] = {"queue": 8, "key": 8}
+    DROP = ("priority", "attempts", "run_at", "key")
     COLUMNS = (
         ("id", "ID", 9),
         ("queue", "QUEUE", 12),
@@ -67,11 +67,13 @@ class PendingTable(JobTable):
         ("waiting", "WAITING", 8),
         ("attempts", "ATT", 5),
         ("run_at", "RUN AT", 10),
+        ("key", "KEY", 16),
     )
 
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         delayed = item.run_at > ctx.now
-        dim = "dim" if delayed else ""
+        held = item.status == JobStatus.WAITING  # behind its concurrency key's head
+        dim = "dim" if delayed or held else ""
         paused = item.queue in ctx.paused
         due_style = PAUSED_STYLE if paused else "cyan" if delayed else "dim"
         return (
@@ -81,7 +83,20 @@ class PendingTable(JobTable):
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
             Text(due_text(ctx.now, item.run_at, paused=paused), style=due_style),
+            key_cell(item),
         )
+
+
+def key_cell(job: PanelJob) -> Text:
+    """A job's concurrency key; a Waiting job's says it waits, and for which job."""
+    if job.concurrency_key is None:
+        return Text("")
+    cell = Text(no_wrap=True, overflow="ellipsis")
+    if job.status == JobStatus.WAITING:
+        holder = f" {job.key_holder}" if job.key_holder is not None else ""
+        cell.append(f"⏳ key busy{holder} ", style="yellow")
+    cell.append_text(lit(job.concurrency_key, no_wrap=True, overflow="ellipsis"))
+    return cell
 
 
 class ProcessingTable(JobTable):

@@ -167,7 +167,7 @@ CROSS JOIN LATERAL (
 WHERE c.completed + c.failed > 0;
 
 -- name: console_pending
--- The Pending panel: longest claimable first, then delayed retries by run_at; bounded.
+-- The Pending panel: longest claimable first, then delayed retries by run_at, then Waiting jobs (behind their concurrency key) with their key's holder; bounded.
 -- The claim index is ordered by (queue, priority, run_at, id), not by run_at: rather than sort
 -- every Pending row, walk its (queue, priority) groups (a loose index scan), take the first
 -- %(limit)s of each in run_at order and merge those. Past 64 groups, or filtered by job, sort the
@@ -238,13 +238,34 @@ WITH RECURSIVE grp AS (
        AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
      ORDER BY run_at, id
      LIMIT %(limit)s)
+), waiting AS (
+    -- Below the Pending jobs, the Waiting ones (behind their concurrency key, migration 18): the
+    -- first %(limit)s in jobs_waiting_idx's order (queue, key, queue order), no sort of them all.
+    SELECT id, run_at
+    FROM {schema}.jobs
+    WHERE status = 'Waiting'
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(job_id)s::bigint IS NULL OR id = %(job_id)s::bigint)
+      AND %(owner)s::text IS NULL
+    ORDER BY queue, concurrency_key, priority, run_at, id
+    LIMIT %(limit)s
 )
 SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts,
        j.max_attempts, j.lease_owner, j.lease_until, j.heartbeat_at,
-       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at
-FROM picked AS p
+       left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
+       left(j.concurrency_key, 200) AS concurrency_key, kh.id AS key_holder
+FROM (SELECT id, run_at, false AS waits FROM picked
+      UNION ALL
+      SELECT id, run_at, true FROM waiting) AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
-ORDER BY p.run_at, p.id;
+-- A Waiting job's key holder: its key's head (jobs_key_head_idx, one probe).
+LEFT JOIN LATERAL (
+    SELECT h.id FROM {schema}.jobs AS h
+    WHERE p.waits AND h.queue = j.queue AND h.concurrency_key = j.concurrency_key
+      AND h.status IN ('Pending', 'Processing', 'Stuck')
+) AS kh ON true
+ORDER BY p.waits, p.run_at, p.id
+LIMIT %(limit)s;
 
 -- name: console_processing
 -- The Processing panel: soonest lease expiry first (expired first of all), with the owner's

@@ -31,7 +31,8 @@ REVOKE UPDATE ON {schema}.job_attempts FROM {role};
 REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
-    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold TO {role};
+    {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold,
+    {schema}.jobs_keys_heal TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
@@ -52,7 +53,7 @@ GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, star
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
-GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key),
+GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key, concurrency_key),
     SELECT (id, queue, unique_key, status) ON {schema}.jobs TO {role};
 
 -- name: roles_existing

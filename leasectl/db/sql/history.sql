@@ -28,7 +28,8 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.max_attempts,
        char_length(j.last_error) AS last_error_chars,
        left(p.text, %(text_chars)s::integer) AS payload_text, char_length(p.text) AS payload_chars,
        pg_column_size(j.payload) AS payload_bytes,
-       j.run_at, j.created_at, j.updated_at, j.finished_at
+       j.run_at, j.created_at, j.updated_at, j.finished_at, j.concurrency_key,
+       kh.id AS key_holder
 FROM (
     SELECT j.*
     FROM {schema}.jobs AS j
@@ -40,7 +41,8 @@ FROM (
            OR (%(stuck)s::boolean AND j.status = 'Stuck')
            OR (%(completed)s::boolean AND j.status = 'Completed')
            OR (%(failed)s::boolean AND j.status = 'Failed')
-           OR (%(cancelled)s::boolean AND j.status = 'Cancelled'))
+           OR (%(cancelled)s::boolean AND j.status = 'Cancelled')
+           OR (%(waiting)s::boolean AND j.status = 'Waiting'))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
       AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)
@@ -59,6 +61,12 @@ CROSS JOIN LATERAL (
                 THEN j.payload::text END AS text
     OFFSET 0
 ) AS p
+-- A Waiting job's key holder: its key's head (jobs_key_head_idx, one probe per Waiting row).
+LEFT JOIN LATERAL (
+    SELECT h.id FROM {schema}.jobs AS h
+    WHERE j.status = 'Waiting' AND h.queue = j.queue AND h.concurrency_key = j.concurrency_key
+      AND h.status IN ('Pending', 'Processing', 'Stuck')
+) AS kh ON true
 ORDER BY j.id DESC
 
 -- name: jobs_count
@@ -75,7 +83,8 @@ FROM (
            OR (%(stuck)s::boolean AND j.status = 'Stuck')
            OR (%(completed)s::boolean AND j.status = 'Completed')
            OR (%(failed)s::boolean AND j.status = 'Failed')
-           OR (%(cancelled)s::boolean AND j.status = 'Cancelled'))
+           OR (%(cancelled)s::boolean AND j.status = 'Cancelled')
+           OR (%(waiting)s::boolean AND j.status = 'Waiting'))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(owner)s::text IS NULL OR j.lease_owner = %(owner)s::text)
       AND (%(error)s::text IS NULL OR j.last_error ILIKE %(error)s::text)

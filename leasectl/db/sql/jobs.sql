@@ -1,5 +1,5 @@
 -- name: jobs_enqueue
--- Insert one job per payload in one statement, at most one live job per queue and unique key, and wake idle workers of the queues (NOTIFY, sent when the transaction commits).
+-- Insert one job per payload in one statement, at most one live job per queue and unique key (a job with a concurrency key is Waiting while its key is busy), and wake idle workers of the queues (NOTIFY, sent when the transaction commits).
 -- A column that varies between the jobs comes as an array beside the payloads (`*_each`), one
 -- that does not as one value (NULL array), so that N copies send N payloads and no more.
 -- Rows: the jobs inserted (`duplicate` false) and, for a key that found a live job already
@@ -15,7 +15,8 @@ WITH given AS (
            coalesce(g.priority, %(priority)s::integer) AS priority,
            coalesce(g.delay, %(delay)s::interval) AS delay,
            coalesce(g.max_attempts, %(max_attempts)s::integer) AS max_attempts,
-           coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key
+           coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key,
+           coalesce(g.concurrency_key, %(concurrency_key)s::pg_catalog.text) AS concurrency_key
     -- (ROWS FROM: the many-argument unnest, which exists only unqualified.)
     FROM ROWS FROM (
              pg_catalog.unnest(%(payloads)s::pg_catalog.jsonb[]),
@@ -23,13 +24,31 @@ WITH given AS (
              pg_catalog.unnest(%(priority_each)s::integer[]),
              pg_catalog.unnest(%(delay_each)s::interval[]),
              pg_catalog.unnest(%(max_attempts_each)s::integer[]),
-             pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]))
-         WITH ORDINALITY AS g(payload, queue, priority, delay, max_attempts, unique_key, n)
+             pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(concurrency_key_each)s::pg_catalog.text[]))
+         WITH ORDINALITY
+         AS g(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, n)
+), locked AS (
+    -- The concurrency keys' locks (migration 18), all of them before the first row, in (queue,
+    -- key) order (sorted by the caller): two enqueues of several keys never wait on each other
+    -- in a cycle. No key: no row to read, one count of 0.
+    -- (As migration 18's jobs_key_lock: class the schema's name, object the key's hash.)
+    SELECT pg_catalog.count(pg_catalog.pg_advisory_xact_lock(
+               pg_catalog.hashtext(%(lock_class)s::pg_catalog.text),
+               pg_catalog.hashtext(l.queue OPERATOR(pg_catalog.||) E'\x1f'
+                                   OPERATOR(pg_catalog.||) l.concurrency_key))) AS n
+    FROM ROWS FROM (
+             pg_catalog.unnest(%(lock_queues)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(lock_keys)s::pg_catalog.text[])) AS l(queue, concurrency_key)
 ), inserted AS (
-    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key)
+    -- A job with a concurrency key is made Waiting instead of Pending while its key is busy, by
+    -- migration 18's trigger (jobs_key_arrive), under the key's lock.
+    INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key,
+                               concurrency_key)
     SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
-           max_attempts, unique_key
+           max_attempts, unique_key, concurrency_key
     FROM given
+    WHERE (SELECT locked.n FROM locked) OPERATOR(pg_catalog.>=) 0
     ORDER BY n
     -- jobs_unique_key_idx (migration 12): a key with a live job, committed or not, inserts
     -- nothing (an uncommitted one is waited for: inserted if it rolls back). Its predicate,
@@ -37,7 +56,7 @@ WITH given AS (
     ON CONFLICT (queue, unique_key)
         WHERE unique_key IS NOT NULL
           AND status OPERATOR(pg_catalog.=) ANY (
-              ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
+              ARRAY['Pending', 'Processing', 'Stuck', 'Waiting']::{schema}.job_status[])
         DO NOTHING
     RETURNING id, queue, unique_key
 ), existing AS (
@@ -52,7 +71,7 @@ WITH given AS (
      AND j.unique_key OPERATOR(pg_catalog.=) k.unique_key
     WHERE j.unique_key IS NOT NULL
       AND j.status OPERATOR(pg_catalog.=) ANY (
-          ARRAY['Pending', 'Processing', 'Stuck']::{schema}.job_status[])
+          ARRAY['Pending', 'Processing', 'Stuck', 'Waiting']::{schema}.job_status[])
 ), notified AS (
     SELECT pg_catalog.count(pg_catalog.pg_notify(%(channel)s, pg_catalog.left(q, 128))) AS sent
     FROM pg_catalog.unnest(%(notify)s::pg_catalog.text[]) AS q
@@ -321,7 +340,7 @@ SELECT * FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
 SELECT * FROM {schema}.job_events WHERE job_id = %(id)s ORDER BY id;
 
 -- name: job_inspect
--- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut.
+-- One job for `inspect`: its payload as exact text (whole, or its first `payload_chars`) and its length; its text fields whole or cut; a Waiting job's key holder.
 -- (The payload is never decoded here: its numbers keep their digits, any depth is fine, and a
 -- large one is cut on the server instead of being sent whole to show its beginning.)
 -- lease_owner and last_error: whole, or their first `text_chars` characters (a role may have
@@ -336,7 +355,12 @@ SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts
             ELSE substr(j.last_error, 1, %(text_chars)s::integer) END AS last_error,
        CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
             THEN octet_length(j.last_error) END AS last_error_cut_bytes,
-       j.created_at, j.updated_at, j.finished_at, j.unique_key,
+       j.created_at, j.updated_at, j.finished_at, j.unique_key, j.concurrency_key,
+       -- A Waiting job's key holder: the key's head (jobs_key_head_idx, one probe).
+       (SELECT h.id FROM {schema}.jobs AS h
+        WHERE j.status = 'Waiting' AND h.queue = j.queue
+          AND h.concurrency_key = j.concurrency_key
+          AND h.status IN ('Pending', 'Processing', 'Stuck')) AS key_holder,
        CASE WHEN %(payload_chars)s::integer IS NULL THEN p.text
             ELSE left(p.text, %(payload_chars)s::integer) END AS payload_text,
        length(p.text) AS payload_length

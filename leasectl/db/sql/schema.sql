@@ -2,6 +2,14 @@
 -- Serialise concurrent `init` runs on one schema for the rest of the transaction.
 SELECT pg_advisory_xact_lock(1818584436, hashtext(%(schema)s));
 
+-- name: schema_lock_session
+-- The same lock for a whole `init` (its transactions, when a migration adds enum values), until schema_unlock_session or the session's end: another `init` waits for all of them.
+SELECT pg_advisory_lock(1818584436, hashtext(%(schema)s));
+
+-- name: schema_unlock_session
+-- Release schema_lock_session.
+SELECT pg_advisory_unlock(1818584436, hashtext(%(schema)s));
+
 -- name: schema_exists
 -- Whether the leasectl tables exist in this schema (checked before any command runs).
 SELECT to_regclass(%(jobs_table)s) IS NOT NULL AS jobs,

@@ -31,6 +31,7 @@ FROM c;
 -- more, found by one step past the limit); a queue's due count walks its groups' due run_at
 -- ranges one after the other, cap + 1 entries in all; the oldest due is the oldest of its
 -- groups' heads when that one is due. Processing is exact (the fleet's concurrency bounds it).
+-- Waiting (behind a concurrency key) is bounded as Pending is.
 WITH RECURSIVE grp AS (
     (SELECT 1 AS n, queue, priority
      FROM {schema}.jobs
@@ -85,6 +86,26 @@ WITH RECURSIVE grp AS (
     SELECT greatest(%(stuck_floor)s::bigint, %(budget)s::bigint / greatest(1, count(queue)))
                AS cap
     FROM stuck_q
+), waiting_q AS (
+    -- The queues with Waiting jobs (behind their concurrency key, migration 18): a loose
+    -- index scan of jobs_waiting_idx, whose first column is the queue.
+    (SELECT queue
+     FROM {schema}.jobs
+     WHERE status = 'Waiting' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+     ORDER BY queue
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.queue
+            FROM {schema}.jobs AS j
+            WHERE j.status = 'Waiting' AND j.queue > w.queue
+              AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+            ORDER BY j.queue
+            LIMIT 1)
+    FROM waiting_q AS w
+    WHERE w.queue IS NOT NULL
+), wcap AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(queue))) AS cap
+    FROM waiting_q
 )
 SELECT q.queue, 'Pending' AS status, c.jobs, b.cap, d.due,
        CASE WHEN q.oldest <= {now} THEN q.oldest END AS oldest_due_at,
@@ -130,7 +151,19 @@ CROSS JOIN LATERAL (
           WHERE status = 'Stuck' AND queue = s.queue
           LIMIT b.cap + 1) AS x
 ) AS c
-WHERE s.queue IS NOT NULL;
+WHERE s.queue IS NOT NULL
+UNION ALL
+SELECT w.queue, 'Waiting', c.jobs, b.cap, 0, NULL, 0, false
+FROM waiting_q AS w
+CROSS JOIN wcap AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Waiting' AND queue = w.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+WHERE w.queue IS NOT NULL;
 
 -- name: status_finished_recent
 -- Exact Completed/Failed/Cancelled counts per queue over a recent window, from the finished_at index.

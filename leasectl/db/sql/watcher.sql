@@ -19,3 +19,8 @@ WHERE status = 'Processing' AND lease_until < now()
   AND (%(owner)s::text IS NULL OR lease_owner = %(owner)s::text)
 ORDER BY lease_until, id
 LIMIT %(limit)s;
+
+-- name: jobs_keys_heal
+-- The watcher's healing pass (migration 18's function): up to `max_keys` keys with Waiting jobs, after the key (`after_queue`, `after_key`); a key left without a head gets its first Waiting job promoted. Rows: the promoted jobs, then the last key looked at (promoted NULL; NULL queue: the walk reached the end).
+SELECT queue, concurrency_key, promoted
+FROM {schema}.jobs_keys_heal(%(max_keys)s::integer, %(after_queue)s::text, %(after_key)s::text);
