@@ -11,6 +11,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -90,6 +91,17 @@ def _lease_of(job: Job, *, checked: bool = False) -> Lease:
     )
 
 
+@dataclass(frozen=True)
+class Trip:
+    """A round trip's result: the new leases, the completions refused (lease lost), and
+    ``throttle_wait``: None, or the queue's limits cut the claim short (seconds until its next
+    token is due; 0 when only its cap did, with no time known)."""
+
+    leases: list[Lease]
+    refused: set[int]
+    throttle_wait: float | None = None
+
+
 class WorkerStore:
     """The statements a worker runs, over a ``Database``; each thread's round trips go through
     the connection it keeps (handed back when the database closes)."""
@@ -123,6 +135,23 @@ class WorkerStore:
         take_expired: bool = True,
         from_key: ClaimKey | None = None,
     ) -> tuple[list[Lease], set[int]]:
+        """``trip``'s new leases and refused completions."""
+        result = self.trip(
+            done, queue, owner, ttl, limit, take_expired=take_expired, from_key=from_key
+        )
+        return result.leases, result.refused
+
+    def trip(
+        self,
+        done: Sequence[Lease],
+        queue: str,
+        owner: str,
+        ttl: timedelta,
+        limit: int,
+        *,
+        take_expired: bool = True,
+        from_key: ClaimKey | None = None,
+    ) -> Trip:
         """Complete the finished leases ``done`` (fenced) and lease up to ``limit`` (at most
         CLAIM_MAX) due Pending jobs of ``queue`` in one statement: a worker's round trip.
 
@@ -130,8 +159,9 @@ class WorkerStore:
         from the queue's head; the worker's resume point while a backlog drains.
 
         With ``take_expired``, when Pending jobs do not fill the batch a second statement
-        takes over lapsed leases of the queue for the rest. Returns the new leases and the ids
-        of ``done`` whose completion was refused (their lease was lost).
+        takes over lapsed leases of the queue for the rest. Returns the new leases, the ids
+        of ``done`` whose completion was refused (their lease was lost) and, when the queue's
+        limits cut the claim short, how long to wait before claiming it again.
         """
         fence = self._fence(done, owner)
         limit = max(0, min(limit, CLAIM_MAX))
@@ -147,11 +177,15 @@ class WorkerStore:
             },
         )
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()
+        throttle_wait = rows[0][names.index("throttle_wait")] if rows else None
         leases = _leases(rows, names, tolerated) if rows and rows[0][0] is not None else []
-        if take_expired and len(leases) < limit:
+        if take_expired and throttle_wait is None and len(leases) < limit:
             params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
             try:
-                taken_over = _leases(*self._hot("jobs_claim_expired", params))
+                found = self._hot("jobs_claim_expired", params)
+                taken_over = _leases(*found)
+                if found[0]:
+                    throttle_wait = found[0][0][found[1].index("throttle_wait")]
             except ConnectionFailed as exc:
                 # The completions above are committed: report them, not a failed round trip
                 # (the caller would retry them and take the refusal for lost leases).
@@ -160,7 +194,7 @@ class WorkerStore:
             leases += taken_over
         if len(leases) > 1:  # one batch, in claim order
             leases.sort(key=_claim_order)
-        return leases, {lease.job_id for lease in done} - accepted
+        return Trip(leases, {lease.job_id for lease in done} - accepted, throttle_wait)
 
     def _round_trip(self, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str], bool]:
         """``jobs_complete_and_claim``; when a due job's attempts cannot count one more (its

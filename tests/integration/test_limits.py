@@ -1,0 +1,171 @@
+"""Flow control (migration 17): a queue's concurrency cap, rate and ramp, enforced by the claim
+statements themselves; set, cleared and ramped through audited functions.
+
+The fast tests here claim by hand (WorkerStore) on a real PostgreSQL; the long and concurrent
+ones are in test_limits_load.py (full tier).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from leasectl.core.errors import UsageError
+from leasectl.core.limits import LimitSpec
+from tests.stores import Stores
+
+Q = "pay"
+TTL = timedelta(seconds=60)
+
+
+def enqueue(store: Stores, n: int, queue: str = Q) -> list[int]:
+    return store.ops.enqueue([{"n": i} for i in range(n)], queue=queue)
+
+
+def limit(store: Stores, **spec: Any) -> None:
+    store.ops.set_limit(Q, LimitSpec(**spec), actor="t", reason="test")
+
+
+def test_cap_cuts_a_claim_and_frees_with_completions(store: Stores) -> None:
+    enqueue(store, 10)
+    limit(store, concurrency=3)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(first.leases) == 3
+    assert first.throttle_wait == 0  # the cap cut it: no time known
+    assert store.work.trip([], Q, "w2", TTL, 5).leases == []
+    # Completing two in the same statement frees their slots for that statement's claim.
+    again = store.work.trip(first.leases[:2], Q, "w1", TTL, 5)
+    assert not again.refused
+    assert len(again.leases) == 2
+    (row,) = store.ops.limits([Q])
+    assert row.live == 3 and row.cap_now == 3 and row.at_cap
+    assert row.throttled == 3  # the three claims cut short
+
+
+def test_an_unlimited_queue_is_not_cut(store: Stores) -> None:
+    enqueue(store, 10)
+    result = store.work.trip([], Q, "w1", TTL, 10)
+    assert len(result.leases) == 10 and result.throttle_wait is None
+
+
+def test_lapsed_lease_frees_its_slot_and_a_live_one_does_not(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    enqueue(store, 4)
+    limit(store, concurrency=2)
+    held = store.work.trip([], Q, "w1", TTL, 2).leases
+    assert len(held) == 2
+    assert store.work.trip([], Q, "w2", TTL, 2).leases == []
+    # One lease lapses (as a SIGKILLed worker's does): its slot is free, the other's is not.
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+        (held[0].job_id,),
+    )
+    got = store.work.trip([], Q, "w2", TTL, 2, take_expired=False).leases
+    assert len(got) == 1
+
+
+def test_claim_expired_is_capped_too(store: Stores, sql_conn: psycopg.Connection) -> None:
+    enqueue(store, 3)
+    held = store.work.trip([], Q, "w1", TTL, 3).leases
+    limit(store, concurrency=2)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
+        ([h.job_id for h in held],),
+    )
+    # Three lapsed leases, none live: the takeover may take two.
+    got = store.work.trip([], Q, "w2", TTL, 3)
+    assert len(got.leases) == 2
+    assert got.throttle_wait == 0
+
+
+def test_rate_spends_tokens_and_says_when_the_next_is_due(store: Stores) -> None:
+    enqueue(store, 20)
+    limit(store, rate=0.5, burst=3)  # a full bucket of 3, then one every 2 s
+    first = store.work.trip([], Q, "w1", TTL, 10)
+    assert len(first.leases) == 3
+    assert first.throttle_wait is not None and 1.5 < first.throttle_wait <= 2.0
+    second = store.work.trip([], Q, "w1", TTL, 10)
+    assert second.leases == []
+    assert second.throttle_wait is not None and 0 < second.throttle_wait <= 2.0
+
+
+def test_pause_wins_over_limits(store: Stores) -> None:
+    enqueue(store, 5)
+    limit(store, concurrency=5)
+    store.ops.pause(Q, actor="t", reason="incident")
+    result = store.work.trip([], Q, "w1", TTL, 5)
+    assert result.leases == [] and result.throttle_wait is None
+    assert store.ops.limits([Q])[0].throttled == 0  # a paused queue's claims are not throttled
+
+
+def test_claim_by_id_honours_the_cap(store: Stores) -> None:
+    ids = enqueue(store, 3)
+    limit(store, concurrency=1)
+    assert store.work.claim_by_id(ids[0], "w1", TTL) is not None
+    assert store.work.claim_by_id(ids[1], "w1", TTL) is None
+
+
+def test_clear_lifts_the_limits_and_is_audited(store: Stores, sql_conn: psycopg.Connection) -> None:
+    enqueue(store, 6)
+    limit(store, concurrency=1)
+    assert len(store.work.trip([], Q, "w1", TTL, 5).leases) == 1
+    ended = store.ops.clear_limit(Q, actor="t", reason="over")
+    assert ended is not None and ended.concurrency == 1
+    assert store.ops.clear_limit(Q, actor="t", reason="again") is None
+    assert len(store.work.trip([], Q, "w1", TTL, 5).leases) == 5
+    rows = sql_conn.execute(
+        "SELECT action, actor, reason, before, after FROM leasectl.queue_events ORDER BY id"
+    ).fetchall()
+    assert [r[0] for r in rows] == ["limit", "unlimit"]
+    assert rows[0][3] is None and rows[0][4]["concurrency"] == 1
+    assert rows[1][2] == "over" and rows[1][3]["concurrency"] == 1 and rows[1][4] is None
+
+
+def test_a_new_limit_replaces_the_old_whole(store: Stores, sql_conn: psycopg.Connection) -> None:
+    limit(store, concurrency=4, rate=10.0)
+    now = store.ops.set_limit(Q, LimitSpec(rate=2.0), actor="t2", reason="slower")
+    assert now.concurrency is None and now.rate == 2.0 and now.burst is None
+    assert now.effective_burst == 2.0 and now.set_by == "t2"
+    before, after = sql_conn.execute(
+        "SELECT before, after FROM leasectl.queue_events ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    assert before["concurrency"] == 4 and after["concurrency"] is None
+
+
+def test_ramp_starts_at_the_floor_and_resumes(store: Stores) -> None:
+    enqueue(store, 10)
+    limit(store, concurrency=8)
+    store.ops.pause(Q, actor="t", reason="incident")
+    ramped = store.ops.ramp(Q, timedelta(minutes=5), actor="t", reason="back")
+    assert ramped is not None and ramped.resumed
+    assert ramped.limit.ramping and ramped.limit.cap_now == 1
+    assert store.ops.paused([Q]) == []
+    assert len(store.work.trip([], Q, "w1", TTL, 10).leases) == 1
+
+
+def test_ramp_without_limits_changes_nothing(store: Stores) -> None:
+    store.ops.pause(Q, actor="t", reason="incident")
+    assert store.ops.ramp(Q, timedelta(minutes=5), actor="t") is None
+    assert len(store.ops.paused([Q])) == 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        LimitSpec(),
+        LimitSpec(concurrency=0),
+        LimitSpec(concurrency=100_001),
+        LimitSpec(burst=5),
+        LimitSpec(rate=0.0),
+        LimitSpec(rate=1e9),
+        LimitSpec(rate=1.0, burst=0),
+    ],
+)
+def test_bad_limits_change_nothing(store: Stores, spec: LimitSpec) -> None:
+    with pytest.raises(UsageError):
+        store.ops.set_limit(Q, spec, actor="t", reason="x")
+    assert store.ops.limits() == []
