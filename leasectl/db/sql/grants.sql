@@ -12,6 +12,7 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
@@ -23,6 +24,7 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
 -- role that is a worker too: `leasectl grant` runs --worker after --operator in one command.)
@@ -41,7 +43,8 @@ GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator
 -- worker can lock a queue's limits row but through them.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
     last_error, updated_at) ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),

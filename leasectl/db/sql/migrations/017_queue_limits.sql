@@ -279,7 +279,9 @@ BEGIN
 END
 $$;
 
--- (queue_limit_json, _ramp and _now compute from a row their caller has: EXECUTE stays PUBLIC's.)
+REVOKE ALL ON FUNCTION {schema}.queue_limit_json FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.queue_limit_ramp FROM PUBLIC;
+REVOKE ALL ON FUNCTION {schema}.queue_limit_now FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.claim_budget FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.claim_settle FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.queue_limit_set FROM PUBLIC;
@@ -288,7 +290,8 @@ REVOKE ALL ON FUNCTION {schema}.queue_ramp FROM PUBLIC;
 
 -- Roles granted by an older leasectl keep working after this upgrade (every claim now calls
 -- claim_budget and claim_settle): workers (who may UPDATE jobs' status) execute them; readers of
--- jobs read queue_limits (status, the console); whoever may pause may limit.
+-- jobs read queue_limits and what is in force now (queue_limit_now, queue_limit_ramp: `limits`,
+-- the console); whoever may pause may limit.
 CREATE FUNCTION pg_temp.leasectl_carry_grants() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
 DECLARE
@@ -301,6 +304,8 @@ BEGIN
           AND a.grantee NOT IN (0, c.relowner)
     LOOP
         EXECUTE format('GRANT SELECT ON queue_limits TO %s', role_name);
+        EXECUTE format('GRANT EXECUTE ON FUNCTION queue_limit_now, queue_limit_ramp TO %s',
+                       role_name);
     END LOOP;
     FOR role_name IN
         SELECT DISTINCT a.grantee::regrole::text
