@@ -16,6 +16,7 @@ import pytest
 from leasectl.core.errors import UsageError
 from leasectl.core.limits import LimitSpec
 from tests.stores import Stores
+from tests.util import wait_until
 
 Q = "pay"
 TTL = timedelta(seconds=60)
@@ -68,6 +69,19 @@ def test_lapsed_lease_frees_its_slot_and_a_live_one_does_not(
     assert len(got) == 1
 
 
+def test_a_lease_marked_stuck_frees_its_slot(store: Stores) -> None:
+    """Only Processing jobs hold a slot: one an operator quarantined (its lease_until kept)
+    does not."""
+    enqueue(store, 3)
+    limit(store, concurrency=1)
+    [held] = store.work.trip([], Q, "w1", TTL, 3).leases
+    result = store.ops.operator_mark_stuck(
+        store.ops.seen_now([held.job_id]), actor="t", reason="quarantine", force=True
+    )
+    assert result.changed == (held.job_id,)
+    assert len(store.work.trip([], Q, "w2", TTL, 3).leases) == 1
+
+
 def test_claim_expired_is_capped_too(store: Stores, sql_conn: psycopg.Connection) -> None:
     enqueue(store, 3)
     held = store.work.trip([], Q, "w1", TTL, 3).leases
@@ -95,11 +109,69 @@ def test_rate_spends_tokens_and_says_when_the_next_is_due(store: Stores) -> None
 
 def test_pause_wins_over_limits(store: Stores) -> None:
     enqueue(store, 5)
-    limit(store, concurrency=5)
+    limit(store, concurrency=1)
+    assert len(store.work.trip([], Q, "w1", TTL, 5).leases) == 1  # cut short: throttled once
     store.ops.pause(Q, actor="t", reason="incident")
     result = store.work.trip([], Q, "w1", TTL, 5)
     assert result.leases == [] and result.throttle_wait is None
-    assert store.ops.limits([Q])[0].throttled == 0  # a paused queue's claims are not throttled
+    assert store.ops.limits([Q])[0].throttled == 1  # a paused queue's claims are not throttled
+
+
+def test_the_cap_counts_only_its_queue(store: Stores) -> None:
+    enqueue(store, 3, queue="other")
+    assert len(store.work.trip([], "other", "w1", TTL, 3).leases) == 3
+    enqueue(store, 3)
+    limit(store, concurrency=2)
+    assert len(store.work.trip([], Q, "w1", TTL, 3).leases) == 2
+
+
+def test_a_lost_lease_being_completed_still_counts_for_its_new_owner(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Only the completions this statement makes free their slots: a lease w1 lost (taken over
+    by w2) and still tries to complete is w2's live lease."""
+    [lost] = enqueue(store, 1)
+    limit(store, concurrency=1)
+    [old] = store.work.trip([], Q, "w1", TTL, 1).leases
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+        (lost,),
+    )
+    assert [lease.job_id for lease in store.work.trip([], Q, "w2", TTL, 1).leases] == [lost]
+    enqueue(store, 1)
+    result = store.work.trip([old], Q, "w1", TTL, 1, take_expired=False)
+    assert result.refused == {lost}
+    assert result.leases == []
+
+
+def test_a_claim_short_of_jobs_is_not_throttled(store: Stores) -> None:
+    """The cap leaves 3 of the 5 asked for, and only 2 jobs are due: the queue ran short, no
+    limit cut the claim."""
+    enqueue(store, 2)
+    limit(store, concurrency=3, rate=100.0)
+    result = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(result.leases) == 2 and result.throttle_wait is None
+    assert store.ops.limits([Q])[0].throttled == 0
+
+
+def test_the_bucket_refills_at_the_rate(store: Stores) -> None:
+    enqueue(store, 10)
+    limit(store, rate=5.0, burst=1)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(first.leases) == 1
+    assert first.throttle_wait is not None and 0 < first.throttle_wait <= 0.2
+    got = wait_until(lambda: store.work.trip([], Q, "w1", TTL, 5).leases, timeout=5)
+    assert len(got) == 1
+
+
+def test_the_bucket_holds_at_most_its_burst(store: Stores, sql_conn: psycopg.Connection) -> None:
+    enqueue(store, 20)
+    limit(store, rate=0.5, burst=3)
+    # An hour without a claim refills 1,800 tokens' worth: the bucket keeps 3.
+    sql_conn.execute(
+        "UPDATE leasectl.queue_limits SET tokens = 0, tokens_at = now() - interval '1 hour'"
+    )
+    assert len(store.work.trip([], Q, "w1", TTL, 10).leases) == 3
 
 
 def test_claim_by_id_honours_the_cap(store: Stores) -> None:
