@@ -15,6 +15,7 @@ import pytest
 
 from leasectl.core.errors import UsageError
 from leasectl.core.limits import LimitSpec
+from leasectl.db.work import WorkerStore
 from tests.stores import Stores
 from tests.util import wait_until
 
@@ -44,6 +45,45 @@ def test_cap_cuts_a_claim_and_frees_with_completions(store: Stores) -> None:
     (row,) = store.ops.limits([Q])
     assert row.live == 3 and row.cap_now == 3 and row.at_cap
     assert row.throttled == 3  # the three claims cut short
+
+
+def test_completions_in_the_claim_statement_free_their_slots(store: Stores) -> None:
+    """A worker that has not seen the queue's limits yet (or an older one) completes and claims
+    in one statement: the leases that statement completes count as free."""
+    enqueue(store, 10)
+    limit(store, concurrency=3)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(first.leases) == 3
+    unaware = WorkerStore(store.db)
+    again = unaware.trip(first.leases[:2], Q, "w1", TTL, 5)
+    assert not again.refused and len(again.leases) == 2
+
+
+def test_a_limited_queues_completions_go_apart_and_its_claims_commit_without_waiting(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Once a worker knows its queue is limited, a round trip with completions sends them
+    first on their own, then a claim that completes nothing (claim_budget commits such a claim
+    asynchronously, for that transaction only)."""
+    enqueue(store, 4)
+    limit(store, concurrency=2)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    second = store.work.trip(first.leases, Q, "w1", TTL, 5)
+    assert not second.refused and len(second.leases) == 2
+    rows = sql_conn.execute(
+        "SELECT status::text, count(*) FROM leasectl.jobs GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert rows == [("Completed", 2), ("Processing", 2)]
+    budget = "SELECT * FROM leasectl.claim_budget('pay', 1, %s, 'w1')"
+    with store.db.connection() as conn:
+        conn.execute("SET synchronous_commit = on")  # (the embedded test server's is off)
+        for done, during in (([], "off"), ([second.leases[0].job_id], "on")):
+            with conn.transaction(force_rollback=True):
+                conn.execute(budget, (done,))
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (during,)
+        conn.execute(budget, ([],))
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)  # (that one only)
+        conn.execute("RESET synchronous_commit")
 
 
 def test_an_unlimited_queue_is_not_cut(store: Stores) -> None:
