@@ -7,6 +7,7 @@ ones are in test_limits_load.py (full tier).
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +18,7 @@ from leasectl.core.errors import UsageError
 from leasectl.core.limits import LimitSpec
 from leasectl.db.work import WorkerStore
 from tests.stores import Stores
-from tests.util import wait_until
+from tests.util import wait_for_lock_wait, wait_until
 
 Q = "pay"
 TTL = timedelta(seconds=60)
@@ -60,14 +61,26 @@ def test_completions_in_the_claim_statement_free_their_slots(store: Stores) -> N
 
 
 def test_a_limited_queues_completions_go_apart_and_its_claims_commit_without_waiting(
-    store: Stores, sql_conn: psycopg.Connection
+    store: Stores, sql_conn: psycopg.Connection, db_dsn: str
 ) -> None:
-    """Once a worker knows its queue is limited, a round trip with completions sends them
-    first on their own, then a claim that completes nothing (claim_budget commits such a claim
-    asynchronously, for that transaction only)."""
+    """Once a worker's claim waited for another claim of its limited queue, its round trips with
+    completions send them first on their own, then a claim that completes nothing, which
+    claim_budget commits asynchronously (for that transaction only)."""
     enqueue(store, 4)
     limit(store, concurrency=2)
-    first = store.work.trip([], Q, "w1", TTL, 5)
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("SELECT * FROM leasectl.queue_limits FOR UPDATE")
+        claimed: list[Any] = []
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 5))
+        )
+        claimer.start()
+        wait_for_lock_wait(sql_conn, what="the claim waiting for the limits row")
+        holder.rollback()
+        claimer.join(10)
+    [first] = claimed
+    assert len(first.leases) == 2
+    assert store.work._apart.get(Q)  # (contended: completions go apart for a while)
     second = store.work.trip(first.leases, Q, "w1", TTL, 5)
     assert not second.refused and len(second.leases) == 2
     rows = sql_conn.execute(

@@ -94,3 +94,19 @@ def test_bad_ramps_are_one_line_and_change_nothing(
     proc = run(db_dsn, "resume", queue, "--ramp", ramp)
     assert_one_line_error(proc, 2, fragment)
     assert snapshot(db_dsn) == before
+
+
+def test_limits_show_hostile_names_and_reasons_literally(db_dsn: str) -> None:
+    from leasectl.core.limits import LimitSpec
+    from tests.hostile import NAMES, literal_probe
+    from tests.stores import Stores
+
+    names = [n for n in NAMES if n.strip()]
+    with Stores.connect(db_dsn, "leasectl") as store:
+        for name in names:
+            store.ops.set_limit(name, LimitSpec(concurrency=1), actor=name, reason=name)
+    proc = run_in_process(["limits"], {**_env(db_dsn), "COLUMNS": "2000"})
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x9b" not in proc.stdout and "\x07" not in proc.stdout
+    for name in names:
+        assert literal_probe(name) in proc.stdout, name
