@@ -77,15 +77,23 @@ ORDER BY r.id;
 -- jobs_claim_expired's, so that the statement every busy worker repeats stays small.
 -- One UPDATE does both completions and claims: each part that changes jobs sets up its
 -- indexes and CHECK constraints anew (BENCHMARKS.md, "One UPDATE of jobs per round trip").
--- Flow control (migration 17): the walk takes at most the queue's budget (claim_budget: all of
--- `limit` for a queue without limits, one probe), and what it took is settled (claim_settle,
+-- Flow control (migration 17): the walk takes at most the queue's budget (claim_budget, for a
+-- queue with limits; all of `limit` for one without), and what it took is settled (claim_settle,
 -- only for a limited queue); `throttle_wait` says when a limit cut the claim short (seconds to
 -- the next token; 0: the cap), NULL otherwise; `contended`, whether the claim waited for
 -- another claim of the limited queue (the worker then sends its completions apart for a while:
 -- WorkerStore.trip).
 WITH budget AS (
+    -- (claim_budget only for a queue whose limits this statement's snapshot sees: a queue
+    -- without limits pays one probe of queue_limits' primary key, and no function call.)
     SELECT b.budget, b.settle, b.contended
-    FROM {schema}.claim_budget(%(queue)s, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
+    FROM {schema}.queue_limits AS l
+    CROSS JOIN LATERAL {schema}.claim_budget(
+        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
+    WHERE l.queue = %(queue)s
+    UNION ALL
+    SELECT %(limit)s, false, false
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
 ), picked AS (
     -- The inner LIMIT is a constant (1000, the most a claim takes), so that a generic plan walks
     -- the claim index in order; the outer one stops the walk at `limit` rows, all it locks.
@@ -187,7 +195,12 @@ RETURNING j.id;
 -- The queue's limits apply as in jobs_complete_and_claim (claim_budget, claim_settle).
 WITH budget AS (
     SELECT b.budget, b.settle
-    FROM {schema}.claim_budget(%(queue)s, %(limit)s, '{}'::bigint[], %(owner)s) AS b
+    FROM {schema}.queue_limits AS l
+    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s) AS b
+    WHERE l.queue = %(queue)s
+    UNION ALL
+    SELECT %(limit)s, false
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
 ), picked AS (
     SELECT id, heartbeat_at FROM (
         SELECT id, heartbeat_at, priority, run_at
