@@ -1105,7 +1105,7 @@ def test_operators_limit_queues_only_through_the_audited_functions(
 
 
 def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
-    server_dsn: str, empty_db_dsn: str
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Migration 17 gives what `leasectl grant` now gives to the roles granted before it: a
     worker claims (claim_budget, claim_settle) within a limit, an operator sets it, a viewer
@@ -1113,8 +1113,14 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v16_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        # (Through the migrator, stopped at 16: migration 10 adds an enum value that one
+        # transaction could not use.)
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:16])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            migrate_to(conn, 16)
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_17)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
