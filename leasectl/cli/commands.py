@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "delete": ("actions", "delete"),
     "pause": ("queues", "pause"),
     "resume": ("queues", "resume"),
+    "limit": ("limits", "limit"),
+    "limits": ("limits", "limits"),
     "inspect": ("jobs", "inspect"),
     "list": ("history", "list_jobs"),
     "status": ("jobs", "status"),

@@ -29,7 +29,7 @@ class Kind(enum.StrEnum):
 WHAT = {
     Kind.VIEWER: "status, inspect, requeue-stuck --dry-run, the console read-only",
     Kind.OPERATOR: (
-        "viewer + requeue, mark-stuck, requeue-stuck, watch, pause, resume, console actions"
+        "viewer + requeue, mark-stuck, requeue-stuck, watch, pause, resume, limit, console actions"
     ),
     Kind.WORKER: "worker (claim, heartbeat, complete, fail, release)",
     Kind.PRODUCER: "enqueue",

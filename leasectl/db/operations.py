@@ -41,6 +41,7 @@ from leasectl.db import counters, producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.held import apply_skipping_held
+from leasectl.db.limits import LimitOperations
 from leasectl.db.rows import (
     attempt_from_row,
     event_from_row,
@@ -90,7 +91,7 @@ def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
     return result
 
 
-class Operations:
+class Operations(LimitOperations):
     """The statements run on behalf of people and the watcher, over a ``Database``."""
 
     def __init__(self, db: Database) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import MISSING, fields
 from typing import Any, TypeVar
 
+from leasectl.core.limits import QueueLimit
 from leasectl.core.models import (
     STATUS_BY_VALUE,
     Attempt,
@@ -109,3 +110,25 @@ def panel_jobs(names: Sequence[str], rows: Iterable[Sequence[Any]]) -> tuple[Pan
     a refresh builds up to three panels of them. A column may be missing only for a field
     with a default."""
     return from_tuples(PanelJob, names, rows)
+
+
+def limit_from_row(row: dict[str, Any]) -> QueueLimit:
+    """A row of queue_limits_list (or of a set, clear or ramp: the same columns) -> QueueLimit."""
+    return QueueLimit(
+        queue=row["queue"],
+        concurrency=row["concurrency"],
+        rate=row["rate"],
+        burst=row["burst"],
+        ramp_from=row["ramp_from"],
+        ramp_until=row["ramp_until"],
+        set_at=row["set_at"],
+        set_by=row["set_by"],
+        reason=row["reason"],
+        throttled=int(row["throttled"]),
+        cap_now=row["cap_now"],
+        rate_now=row["rate_now"],
+        burst_now=row["burst_now"],
+        tokens=row["tokens"],
+        live=int(row["live"]),
+        db_now=row["db_now"],
+    )

@@ -69,12 +69,12 @@ def db_clock(conn: psycopg.Connection[Any]) -> datetime:
 
 def claimed_since(conn: psycopg.Connection[Any], worker_id: str, since: datetime) -> bool:
     """The worker's session ran a claim statement (jobs_complete_and_claim or
-    jobs_claim_expired: `WITH picked AS`, within the first 1024 bytes of the text that
+    jobs_claim_expired: `WITH budget AS`, within the first 1024 bytes of the text that
     pg_stat_activity keeps) that started after ``since`` and has finished: the worker had its
     chance to claim."""
     row = conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-        "AND state = 'idle' AND query LIKE '%%WITH picked AS%%' AND query_start > %s",
+        "AND state = 'idle' AND query LIKE '%%WITH budget AS%%' AND query_start > %s",
         (f"leasectl worker {worker_id}"[:63], since),
     ).fetchone()
     return bool(row and row[0])

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -663,7 +664,16 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
         ).fetchall()
     operator = granted.names["operator"]
     assert events == [("q", "pause", "deploy", operator), ("q", "resume", None, operator)]
-    assert public == [("queue_pause", False), ("queue_resume", False)]
+    assert public == [
+        ("queue_limit_clear", False),
+        ("queue_limit_json", False),
+        ("queue_limit_now", False),
+        ("queue_limit_ramp", False),
+        ("queue_limit_set", False),
+        ("queue_pause", False),
+        ("queue_ramp", False),
+        ("queue_resume", False),
+    ]
 
 
 # What later versions added to `leasectl grant`'s statements: an older version's grants are
@@ -682,6 +692,13 @@ ADDED_BY_11 = (
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
 ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
+# (Removed first: it restores the text these pieces were added to.)
+ADDED_BY_17 = (
+    ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
+    "\nGRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role}",
+    "\nGRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}",
+    ", {schema}.queue_limits",
+)
 
 
 def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
@@ -725,7 +742,13 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_7 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_17
+                    + ADDED_BY_7
+                    + ADDED_BY_8
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][6:]
@@ -766,7 +789,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
                 conn,
                 "worker",
                 name,
-                ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                ADDED_BY_17 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
             )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
@@ -798,7 +821,12 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_17
+                    + ADDED_BY_8
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert 9 in store.db.migrate()
@@ -878,7 +906,10 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
             migrate_to(conn, 9)
             for kind, name in names.items():
                 grant_as_before(
-                    conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                    conn,
+                    kind,
+                    name,
+                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # (A job of version 9, written as that version's enqueue wrote it.)
@@ -930,7 +961,9 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                     {"version": ten.version, "name": ten.name},
                 )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18)
+                    grant_as_before(
+                        conn, kind, name, ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                    )
             # (A job of version 10, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
             [job] = row.fetchone() or ()
@@ -981,7 +1014,7 @@ def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep
                         {"version": migration.version, "name": migration.name},
                     )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_18)
+                    grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
                 # What grant_viewer granted before migration 16.
                 conn.execute(
                     sql.SQL("GRANT EXECUTE ON FUNCTION leasectl.counters_fold TO {}").format(
@@ -1023,7 +1056,10 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
             migrate_to(conn, 9)
             for kind, name in names.items():
                 grant_as_before(
-                    conn, kind, name, ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                    conn,
+                    kind,
+                    name,
+                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
@@ -1069,3 +1105,88 @@ def test_concurrency_keys_work_with_each_roles_own_grants(granted: Roles, db_dsn
             assert list(cancelled.changed) == [3]
             assert store.ops.heal_keys(max_keys=10, after=None) == ([], None)
         assert states() == ["Completed", "Pending", "Cancelled"]
+
+
+def test_operators_limit_queues_only_through_the_audited_functions(
+    granted: Roles, db_dsn: str
+) -> None:
+    """An operator limits and lifts limits (audited with its role); a viewer, a worker and a
+    producer cannot; no role may UPDATE or lock queue_limits, so a worker holds a limited
+    queue's row only through claim_budget; a worker role claims within the limits."""
+    seed_pending(db_dsn, 5)
+    for kind in ("viewer", "worker", "producer"):
+        refused(granted, kind, db_dsn, "limit", "q", "--concurrency", "1", "--reason", "no")
+    proc = cli("limit", "q", "--concurrency", "2", "--reason", "503s", dsn=granted.dsn("operator"))
+    assert proc.returncode == 0, proc.stderr
+    for kind in ("viewer", "operator", "worker", "producer"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            for statement in (
+                "UPDATE leasectl.queue_limits SET concurrency = 100",
+                "SELECT * FROM leasectl.queue_limits FOR UPDATE",
+                "SELECT * FROM leasectl.queue_limits FOR KEY SHARE",
+                "DELETE FROM leasectl.queue_limits",
+                "INSERT INTO leasectl.queue_limits (queue, concurrency, set_by, reason) "
+                "VALUES ('r', 1, 'x', 'y')",
+            ):
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(statement)
+    for kind in ("viewer", "producer"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.claim_budget('q', 5, '{}', 'x')")
+    with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+        # A worker role that holds the row through claim_budget in a transaction it leaves
+        # open: the others' claims wait at most its lock_timeout, then take nothing (no error).
+        with psycopg.connect(granted.dsn("worker")) as holder:
+            holder.execute("SELECT * FROM leasectl.claim_budget('q', 1, '{}', 'hostile')")
+            started = time.monotonic()
+            assert store.work.trip([], "q", "w-role", timedelta(seconds=30), 5).leases == []
+            assert time.monotonic() - started < 10  # (bounded: 1 s lock_timeout, not forever)
+            holder.rollback()
+        assert len(store.work.claim("q", "w-role", timedelta(seconds=30), 5)) == 2
+    shown = cli("limits", "--json", dsn=granted.dsn("viewer"))
+    assert shown.returncode == 0, shown.stderr
+    [limit] = json.loads(shown.stdout)["limits"]
+    assert (limit["concurrency"], limit["now"]["live"]) == (2, 2)
+    proc = cli("limit", "q", "--clear", "--reason", "over", dsn=granted.dsn("operator"))
+    assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        events = conn.execute(
+            "SELECT action, reason, db_role FROM leasectl.queue_events ORDER BY id"
+        ).fetchall()
+    operator = granted.names["operator"]
+    assert events == [("limit", "503s", operator), ("unlimit", "over", operator)]
+
+
+def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 17 gives what `leasectl grant` now gives to the roles granted before it: a
+    worker claims (claim_budget, claim_settle) within a limit, an operator sets it, a viewer
+    reads it; a producer gets nothing new. No `leasectl grant` is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v16_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        # (Through the migrator, stopped at 16: migration 10 adds an enum value that one
+        # transaction could not use.)
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:16])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [17, 18]
+            store.ops.enqueue([{}, {}, {}], queue="q")
+        proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert len(store.work.claim("q", "w-old", timedelta(seconds=30), 3)) == 1
+        shown = cli("limits", "--json", dsn=roles.dsn("viewer"))
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["limits"][0]["now"]["live"] == 1
+        with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.queue_limits")

@@ -11,18 +11,20 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
--- cancel, delete) and the counters' fold (`watch` folds after each pass).
+-- limit, cancel, delete) and the counters' fold (`watch` folds after each pass).
 -- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
 -- functions that run with the owner's rights and write the audit row of every change; an
 -- operator changes no table itself.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
 -- role that is a worker too: `leasectl grant` runs --worker after --operator in one command.)
@@ -32,14 +34,18 @@ REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
     {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold,
-    {schema}.jobs_keys_heal TO {role};
+    {schema}.jobs_keys_heal,
+    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
--- (queue_state: every claim looks whether its queue is paused.)
+-- (queue_state: every claim looks whether its queue is paused. claim_budget, claim_settle: every
+-- claim asks its queue's budget and settles it (migration 17); no UPDATE on queue_limits, so no
+-- worker can lock a queue's limits row but through them.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
     last_error, updated_at) ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
@@ -48,6 +54,7 @@ GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
 GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, started_at,
     last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
     ON {schema}.workers TO {role};
+GRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role};
 
 -- name: grant_producer
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.

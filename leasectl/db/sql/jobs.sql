@@ -96,7 +96,24 @@ ORDER BY r.id;
 -- jobs_claim_expired's, so that the statement every busy worker repeats stays small.
 -- One UPDATE does both completions and claims: each part that changes jobs sets up its
 -- indexes and CHECK constraints anew (BENCHMARKS.md, "One UPDATE of jobs per round trip").
-WITH picked AS (
+-- Flow control (migration 17): the walk takes at most the queue's budget (claim_budget, for a
+-- queue with limits; all of `limit` for one without), and what it took is settled (claim_settle,
+-- only for a limited queue); `throttle_wait` says when a limit cut the claim short (seconds to
+-- the next token; 0: the cap), NULL otherwise; `contended`, whether the claim waited for
+-- another claim of the limited queue (the worker then sends its completions apart for a while:
+-- WorkerStore.trip).
+WITH budget AS (
+    -- (claim_budget only for a queue whose limits this statement's snapshot sees: a queue
+    -- without limits pays one probe of queue_limits' primary key, and no function call.)
+    SELECT b.budget, b.settle, b.contended
+    FROM {schema}.queue_limits AS l
+    CROSS JOIN LATERAL {schema}.claim_budget(
+        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
+    WHERE l.queue = %(queue)s
+    UNION ALL
+    SELECT %(limit)s, false, false
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
+), picked AS (
     -- The inner LIMIT is a constant (1000, the most a claim takes), so that a generic plan walks
     -- the claim index in order; the outer one stops the walk at `limit` rows, all it locks.
     -- The walk starts at the claim key `from_*` (priority, run_at, id), the first job of the
@@ -115,7 +132,8 @@ WITH picked AS (
         LIMIT 1000
         FOR UPDATE SKIP LOCKED
     ) AS due
-    LIMIT %(limit)s
+    -- (An InitPlan: evaluated once, when the walk starts and before it locks any job.)
+    LIMIT (SELECT budget FROM budget)
 ), targets AS (
     -- The finished leases with their attempt (the fence), then the picked jobs with NULL.
     -- One function scan, not UNION ALL: with UNION ALL the re-check after a concurrent
@@ -155,10 +173,18 @@ WITH picked AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
+), settled AS (
+    -- (A function, not an UPDATE here: claim_budget changed the row in this statement, and an
+    -- UPDATE of the statement itself would skip a row the statement changed.)
+    SELECT {schema}.claim_settle(%(queue)s, (SELECT count(*) FROM changed WHERE NOT completing)::integer,
+                                 b.budget, %(limit)s) AS throttle_wait
+    FROM budget AS b
+    WHERE b.settle
 )
 -- (No ORDER BY: the store puts the few rows of a batch in claim order itself, cheaper than a
 -- Sort node the executor would set up on every call.)
-SELECT c.*, d.ids AS completed_ids
+SELECT c.*, d.ids AS completed_ids, (SELECT throttle_wait FROM settled) AS throttle_wait,
+       (SELECT contended FROM budget) AS contended
 FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
 LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
@@ -185,16 +211,28 @@ RETURNING j.id;
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
 -- The condition of every lease is re-checked in the UPDATE (a heartbeat may have renewed it);
 -- the lapsed attempt is closed 'expired' and a new one opened, in the same statement.
-WITH picked AS (
-    SELECT id, heartbeat_at
-    FROM {schema}.jobs
-    WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
-      AND attempts < max_attempts
-      -- Not while the queue is paused (as jobs_complete_and_claim).
-      AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = %(queue)s)
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- The queue's limits apply as in jobs_complete_and_claim (claim_budget, claim_settle).
+WITH budget AS (
+    SELECT b.budget, b.settle
+    FROM {schema}.queue_limits AS l
+    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s) AS b
+    WHERE l.queue = %(queue)s
+    UNION ALL
+    SELECT %(limit)s, false
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
+), picked AS (
+    SELECT id, heartbeat_at FROM (
+        SELECT id, heartbeat_at, priority, run_at
+        FROM {schema}.jobs
+        WHERE status = 'Processing' AND queue = %(queue)s AND lease_until < now()
+          AND attempts < max_attempts
+          -- Not while the queue is paused (as jobs_complete_and_claim).
+          AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = %(queue)s)
+        ORDER BY priority, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS lapsed
+    LIMIT (SELECT budget FROM budget)
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
@@ -214,13 +252,26 @@ WITH picked AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
+), settled AS (
+    SELECT {schema}.claim_settle(%(queue)s, (SELECT count(*) FROM claimed)::integer, b.budget,
+                                 %(limit)s) AS throttle_wait
+    FROM budget AS b
+    WHERE b.settle
 )
-SELECT * FROM claimed ORDER BY priority, run_at, id;
+SELECT c.*, (SELECT throttle_wait FROM settled) AS throttle_wait
+FROM claimed AS c
+ORDER BY c.priority, c.run_at, c.id;
 
 -- name: job_claim_by_id
--- Lease one named job at once: Pending, or Processing with a lapsed lease; its queue not paused.
+-- Lease one named job at once: Pending, or Processing with a lapsed lease; its queue not paused, and within its queue's limits.
+-- The job's queue's limits apply as to any claim (claim_budget for one job, claim_settle): a
+-- named job is no way around a cap or a rate.
 WITH previous AS (
-    SELECT id, heartbeat_at FROM {schema}.jobs WHERE id = %(id)s
+    SELECT id, queue, heartbeat_at FROM {schema}.jobs WHERE id = %(id)s
+), budget AS (
+    SELECT p.queue, b.budget, b.settle
+    FROM previous AS p,
+         {schema}.claim_budget(p.queue, 1, '{}'::bigint[], %(owner)s) AS b
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
@@ -232,6 +283,7 @@ WITH previous AS (
       -- Not while its queue is paused: a pause stops every claim of the queue's jobs, this
       -- one too (resume the queue to run it).
       AND NOT EXISTS (SELECT FROM {schema}.queue_state AS s WHERE s.queue = j.queue)
+      AND (SELECT budget FROM budget) > 0
     RETURNING j.*
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
@@ -243,8 +295,14 @@ WITH previous AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
+), settled AS (
+    SELECT {schema}.claim_settle(b.queue, (SELECT count(*) FROM claimed)::integer, b.budget, 1)
+        AS throttle_wait
+    FROM budget AS b
+    WHERE b.settle
 )
-SELECT *, NULL::timestamptz AS previous_heartbeat_at FROM claimed;
+SELECT c.*, NULL::timestamptz AS previous_heartbeat_at, s.throttle_wait
+FROM claimed AS c LEFT JOIN settled AS s ON true;
 
 -- name: jobs_heartbeat
 -- Extend the leases this owner still holds (fenced by id, owner, attempts, status); returns them.

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from leasectl.core.backoff import reconnect_delay
 from leasectl.core.errors import ConnectionFailed, LeasectlError
+from leasectl.core.limits import ANNOUNCED_RECHECK_S, CAP_RECHECK_S
 from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey
 from leasectl.db.work import WorkerStore
@@ -73,12 +74,23 @@ class Dispatcher:
         pauses_every = min(poll_s, 1.0)
         pauses_read_at = time.monotonic()
         look_for_pauses = False
+        # queue -> when it may be claimed again: its limits cut the last claim short (the
+        # claim said when its next token is due, or only the cap did: CAP_RECHECK_S). Until
+        # then it is not claimed unless finished jobs ride the trip (their slots may be free).
+        # An announcement (a limit set or cleared, an enqueue) shortens the wait to at most
+        # ANNOUNCED_RECHECK_S: a new limit takes effect within it, and an enqueue storm into a
+        # throttled queue makes no busy loop.
+        throttled: dict[str, float] = {}
+        queues = self.config.queues
         while True:
             wake.clear()  # cleared before looking, so no wake-up between is lost
             if announced.is_set():
                 announced.clear()
                 resume.clear()
                 look_for_pauses = True
+                recheck = time.monotonic() + ANNOUNCED_RECHECK_S
+                for q, due in throttled.items():
+                    throttled[q] = min(due, recheck)
             with ledger.lock:
                 finished += ledger.finished
                 ledger.finished.clear()
@@ -95,8 +107,14 @@ class Dispatcher:
                     wake.wait(BATCH_WAIT - (now - short_since))
                     continue
             short_since = None
-            name = self.config.queues[queue_index % len(self.config.queues)]
+            name = queues[queue_index % len(queues)]
             queue_index += 1
+            now = time.monotonic()
+            if throttled.get(name, now) > now and not finished:
+                soonest = min(throttled.get(q, now) for q in queues)
+                if soonest > now:  # every queue throttled: until one is due, or woken
+                    wake.wait(soonest - now)
+                continue
             finished = ledger.drop_lost(finished)
             sent = time.monotonic()  # the lease runs from the server's now(): after this
             from_key, head_read_at = resume.pop(name, (None, sent))
@@ -107,7 +125,7 @@ class Dispatcher:
             # interval and queue.
             take_expired = from_key is None and sent - expired_checked.get(name, 0.0) >= poll_s
             try:
-                leases, refused = store.complete_and_claim(
+                trip = store.trip(
                     [c.lease for c in finished],
                     name,
                     self.worker_id,
@@ -116,6 +134,7 @@ class Dispatcher:
                     take_expired=take_expired,
                     from_key=from_key,
                 )
+                leases, refused = trip.leases, trip.refused
                 failures = 0
                 ledger.stats.trips += 1
             except ConnectionFailed as exc:
@@ -129,6 +148,11 @@ class Dispatcher:
                 continue
             if take_expired and len(leases) < free:
                 expired_checked[name] = sent
+            if trip.throttle_wait is not None:
+                throttled[name] = time.monotonic() + (trip.throttle_wait or CAP_RECHECK_S)
+                ledger.stats.throttled += 1
+            else:
+                throttled.pop(name, None)
             if leases and name in self.paused:
                 self.paused.discard(name)
                 log.info("worker %s: queue %s was resumed", self.worker_id, echo(name))
@@ -148,11 +172,12 @@ class Dispatcher:
             executor.hand(leases, deadline)
             # (A short claim from a resume point is no sign of an idle queue: the next trip
             # reads it from its head, without waiting.)
-            if not leases and from_key is None and queue_index % len(self.config.queues) == 0:
+            if not leases and from_key is None and queue_index % len(queues) == 0:
                 with ledger.lock:
                     idle = not ledger.finished
                 if idle:
-                    wake.wait(poll_s)
+                    now = time.monotonic()
+                    wake.wait(min([poll_s, *(due - now for due in throttled.values())]))
 
     def look_for_pauses(self) -> bool:
         """Read which of our queues are paused and log each change once; False when the

@@ -26,6 +26,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     trips: int = 0  # statements that completed and/or claimed (the dispatcher's round trips)
+    throttled: int = 0  # round trips whose claim the queue's limits cut short
 
 
 class Ledger:

@@ -1,0 +1,127 @@
+"""Flow control as the CLI shows it: `limit`'s result, `limits`' listing, `resume --ramp`'s
+result, and their JSON documents."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import RenderableType
+from rich.text import Text
+
+from leasectl.core.limits import QueueLimit, Ramped, rate_text
+from leasectl.present.jsonout import jsonable
+from leasectl.present.text import lit, table
+from leasectl.present.times import countdown, timestamp
+
+THROTTLED_STYLE = "bold yellow"  # a queue at its cap or out of tokens
+
+
+def limit_terms(limit: QueueLimit) -> str:
+    """The configured limits in the words `limit` takes: ``at most 10 at once, 20/s (burst 20)``."""
+    parts = []
+    if limit.concurrency is not None:
+        parts.append(f"at most {limit.concurrency:,} at once")
+    if limit.rate is not None:
+        burst = limit.effective_burst
+        shown = f"{burst:g}" + ("" if limit.burst is not None else " by default")
+        parts.append(f"{rate_text(limit.rate)} (burst {shown})")
+    return ", ".join(parts)
+
+
+def use_text(limit: QueueLimit) -> Text:
+    """Its use now: ``live 7/10``, ``tokens 3.2/20``, the ramp's progress."""
+    text = Text()
+    if limit.cap_now is not None:
+        text.append(
+            f"live {limit.live:,}/{limit.cap_now:,}", THROTTLED_STYLE if limit.at_cap else ""
+        )
+    if limit.rate_now is not None and limit.tokens is not None and limit.burst_now is not None:
+        if text:
+            text.append(", ")
+        low = limit.tokens < 1
+        text.append(
+            f"tokens {limit.tokens:.1f}/{limit.burst_now:g}", THROTTLED_STYLE if low else ""
+        )
+        text.append(f" at {rate_text(limit.rate_now)}")
+    progress = limit.ramp_progress
+    if limit.ramping and progress is not None:
+        text.append(f", ramp {progress:.0%} ({countdown(limit.db_now, limit.ramp_until)} left)")
+    return text
+
+
+def limit_renderables(
+    limit: QueueLimit, *, cleared: bool = False, ramped: Ramped | None = None
+) -> list[RenderableType]:
+    """The result of `limit` (the limits now set), `limit --clear` (those it lifted) or
+    `resume --ramp`: what happened, the limits and their use, who set them and why."""
+    head = Text()
+    if cleared:
+        head.append("lifted the limits of queue ")
+        head.append_text(lit(limit.queue, "bold"))
+        head.append(f": were {limit_terms(limit)}")
+    elif ramped is not None:
+        head.append("resumed queue " if ramped.resumed else "ramping queue ")
+        head.append_text(lit(limit.queue, "bold"))
+        head.append(f": {limit_terms(limit)}, reached by {timestamp(limit.ramp_until)}")
+    else:
+        head.append("limited queue ")
+        head.append_text(lit(limit.queue, "bold"))
+        head.append(f": {limit_terms(limit)}")
+    parts: list[RenderableType] = [head]
+    if not cleared:
+        now = Text("  now: ", style="dim")
+        now.append_text(use_text(limit))
+        parts.append(now)
+    since = Text("  set ", style="dim")
+    since.append(timestamp(limit.set_at))
+    since.append(" by ")
+    since.append_text(lit(limit.set_by))
+    reason = Text("  reason: ", style="dim")
+    reason.append_text(lit(limit.reason))
+    return [*parts, since, reason]
+
+
+def limits_table(limits: Sequence[QueueLimit]) -> RenderableType:
+    """`leasectl limits`: each limited queue, its limits, their use and who set them."""
+    if not limits:
+        return Text("no queue is limited", style="dim")
+    grid = table("Limited queues")
+    for column in ("queue", "limits", "now", "throttled", "set", "by", "reason"):
+        grid.add_column(column, overflow="fold")
+    for limit in limits:
+        grid.add_row(
+            lit(limit.queue, "bold"),
+            limit_terms(limit),
+            use_text(limit),
+            f"{limit.throttled:,}",
+            timestamp(limit.set_at),
+            lit(limit.set_by),
+            lit(limit.reason),
+        )
+    return grid
+
+
+def limit_json(limit: QueueLimit) -> dict[str, Any]:
+    return {
+        "queue": limit.queue,
+        "concurrency": limit.concurrency,
+        "rate_per_s": limit.rate,
+        "burst": limit.burst,
+        "effective_burst": limit.effective_burst,
+        "ramp_from": jsonable(limit.ramp_from),
+        "ramp_until": jsonable(limit.ramp_until),
+        "ramp_progress": limit.ramp_progress,
+        "now": {
+            "cap": limit.cap_now,
+            "rate_per_s": limit.rate_now,
+            "burst": limit.burst_now,
+            "live": limit.live,
+            "tokens": limit.tokens,
+        },
+        "throttled": limit.throttled,
+        "set_at": jsonable(limit.set_at),
+        "set_by": limit.set_by,
+        "reason": limit.reason,
+        "db_now": jsonable(limit.db_now),
+    }
