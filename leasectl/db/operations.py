@@ -47,12 +47,14 @@ from leasectl.db.rows import (
     event_from_row,
     expired_jobs,
     job_from_row,
+    limit_from_row,
     paused_from_row,
 )
 
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
 PAUSED_READ = 1000
+LIMITS_READ = 1000  # the limited queues `status` reads (as PAUSED_READ)
 
 
 def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
@@ -435,6 +437,7 @@ class Operations(LimitOperations):
             ("status_finished_estimate", {"schema": self.db.schema}),
             ("status_owners", {"window": owner_window, "limit": owner_limit}),
             ("status_paused", {"queue": queue, "limit": PAUSED_READ}),
+            ("status_limits", {"queue": queue, "limits_limit": LIMITS_READ}),
         ]
         # One read-only REPEATABLE READ transaction with the console's settings (generic plans,
         # index paths only, no JIT, no parallel workers: each statement is a few index probes),
@@ -446,7 +449,7 @@ class Operations(LimitOperations):
                     cur = conn.cursor(row_factory=dict_row)
                     cur.execute(queries.get(name).render(self.db.schema), args)
                     cursors.append(cur)
-            clock, live, recent, estimated, owner_rows, paused_rows = (
+            clock, live, recent, estimated, owner_rows, paused_rows, limit_rows = (
                 cur.fetchall() for cur in (cursors[1], *cursors[3:])
             )
         db_now = clock[0]["clock"]
@@ -484,6 +487,8 @@ class Operations(LimitOperations):
             paused=tuple(paused_from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             truncated=truncated,
+            limits=tuple(limit_from_row(r) for r in limit_rows),
+            limits_total=int(limit_rows[0]["total"]) if limit_rows else 0,
         )
 
     def owners(
