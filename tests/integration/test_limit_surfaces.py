@@ -9,6 +9,8 @@ import re
 import subprocess
 from datetime import timedelta
 
+import psycopg
+
 from leasectl.core.limits import LimitSpec
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import families, label
@@ -124,3 +126,42 @@ def test_exporter_without_limits_has_no_limit_series(db_dsn: str, store: Stores)
     found = scrape(store)
     assert "leasectl_queue_concurrency_limit" not in found
     assert "leasectl_queue_throttled_claims_total" not in found
+
+
+def test_the_limits_in_force_agree_with_queue_limit_now(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """status_limits writes queue_limit_now out (for roles without EXECUTE on it): both give
+    the same cap, rate and bucket before, during and after a ramp, and without one."""
+    specs = {
+        "a": LimitSpec(concurrency=7),
+        "b": LimitSpec(rate=0.3),
+        "c": LimitSpec(concurrency=250, rate=40.0, burst=90),
+        "d": LimitSpec(rate=5.0),
+    }
+    for queue, spec in specs.items():
+        store.ops.set_limit(queue, spec, actor="t", reason="r")
+    for queue in ("b", "c", "d"):
+        store.ops.ramp(queue, timedelta(minutes=10), actor="t")
+    # Move the ramps: b just started, c 37% of the way, d done.
+    sql_conn.execute(
+        "UPDATE leasectl.queue_limits SET ramp_from = now() - (ramp_until - ramp_from) * x, "
+        "ramp_until = now() + (ramp_until - ramp_from) * (1 - x) "
+        "FROM (VALUES ('b', 0.0), ('c', 0.37), ('d', 1.2)) AS v(q, x) WHERE queue = v.q"
+    )
+    with sql_conn.transaction():  # (one now() for both)
+        names = ("queue", "cap_now", "rate_now", "burst_now", "tokens", "live")
+
+        def read(name: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+            from leasectl.db import sql as queries
+            from tests.conftest import SCHEMA
+
+            cur = sql_conn.execute(queries.get(name).render(SCHEMA), params)
+            cols = [c.name for c in cur.description or ()]
+            return [tuple(row[cols.index(n)] for n in names) for row in cur.fetchall()]
+
+        written_out = read("status_limits", {"queue": None, "limits_limit": 100})
+        by_function = read("queue_limits_list", {"queues": None})
+    assert written_out == by_function
+    caps = {row[0]: row[1] for row in written_out}
+    assert caps["a"] == 7 and caps["c"] == 93  # ceil(250 * 0.37)
