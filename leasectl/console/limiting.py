@@ -42,8 +42,9 @@ class LimitActions(KeyedApp):
         if queue is None or self.snapshot is None:
             self.notify("Nothing to limit: highlight a job of the queue.", timeout=4)
             return
-        current = next((lim for lim in self.snapshot.limits if lim.queue == queue), None)
-        dialog = LimitScreen(queue, current)
+        snap = self.snapshot
+        current = next((lim for lim in snap.limits if lim.queue == queue), None)
+        dialog = LimitScreen(queue, current, unread=snap.limits_total > len(snap.limits))
         self.push_screen(
             dialog, callback=lambda reason: self._limit_confirmed(queue, dialog.request, reason)
         )

@@ -391,3 +391,21 @@ def test_the_refresh_reads_the_limits_and_l_sets_and_lifts_them(
         "SELECT action, reason FROM leasectl.queue_events WHERE queue = %s ORDER BY id", (queue,)
     ).fetchall()
     assert events == [("limit", "slow partner"), ("unlimit", "partner fixed")]
+
+
+def test_a_queue_past_the_limited_queues_read_may_still_be_lifted() -> None:
+    """The refresh reads the first 100 limited queues: for another one the dialog does not say
+    "not limited", and emptied fields lift whatever limits it has."""
+    app, source = limited_app(replace(limited_snapshot(), limits_total=500))
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        app.request_limit("reports")
+        screen = await dialog(app, pilot)
+        body = str(screen.query_one("#confirm-condition", Static).render())
+        assert "were not read" in body and "Not limited" not in body
+        fill(screen, reason="r")
+        await pilot.press("ctrl+y")
+        await wait_until_pilot(pilot, lambda: source.limit_calls != [], "the call")
+        assert source.limit_calls == [("reports", None)]
+
+    run(app, scenario)

@@ -14,6 +14,8 @@ import psycopg
 from leasectl.core.limits import LimitSpec
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import families, label
+from tests.exporter import exporter
+from tests.exporter import scrape as scrape_url
 from tests.inproc import run_in_process
 from tests.integration.test_cli import _env
 from tests.stores import Stores
@@ -94,7 +96,7 @@ def test_status_lists_the_first_limited_queues_and_counts_them_all(
     assert "…and 3 more limited queues (all: leasectl limits)" in text.stdout
 
 
-def scrape(store: Stores, **bounds: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+def read_families(store: Stores, **bounds: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     rows = MetricsReads(store.db, **bounds).read(timedelta(seconds=5))
     found: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in families(rows):
@@ -107,23 +109,29 @@ def test_exporter_reports_limits_and_throttled_claims(db_dsn: str, store: Stores
     at_cap(store)
     assert store.work.trip([], "pay", "w2", TTL, 1).leases == []  # cut short again: 2
     store.ops.set_limit(HOSTILE, LimitSpec(rate=0.5), actor="t", reason="slow partner")
-    found = scrape(store)
-    assert found["leasectl_queue_concurrency_limit"] == [({"queue": "pay"}, 2.0)]
-    assert sorted(found["leasectl_queue_rate_limit"], key=str) == sorted(
-        [({"queue": "pay"}, 20.0), ({"queue": label(HOSTILE)}, 0.5)], key=str
-    )
-    throttled = dict((s["queue"], v) for s, v in found["leasectl_queue_throttled_claims_total"])
-    assert throttled == {"pay": 2.0, label(HOSTILE): 0.0}
-    assert ({"part": "limits"}, 0.0) in found["leasectl_scrape_truncated"]
+    with exporter(db_dsn) as (_, url):
+        got = scrape_url(url)
+    assert got.families["leasectl_queue_concurrency_limit"] == "gauge"
+    assert got.families["leasectl_queue_throttled_claims"] == "counter"
+    assert got.series("leasectl_queue_concurrency_limit") == {frozenset({("queue", "pay")}): 2.0}
+    assert got.series("leasectl_queue_rate_limit") == {
+        frozenset({("queue", "pay")}): 20.0,
+        frozenset({("queue", label(HOSTILE))}): 0.5,
+    }
+    assert got.series("leasectl_queue_throttled_claims_total") == {
+        frozenset({("queue", "pay")}): 2.0,
+        frozenset({("queue", label(HOSTILE))}): 0.0,
+    }
+    assert got.value("leasectl_scrape_truncated", part="limits") == 0.0
     # The scrape reads at most limit_limit limited queues, and says it stopped there.
-    bounded = scrape(store, limit_limit=1)
+    bounded = read_families(store, limit_limit=1)
     assert len(bounded["leasectl_queue_throttled_claims_total"]) == 1
     assert ({"part": "limits"}, 1.0) in bounded["leasectl_scrape_truncated"]
 
 
 def test_exporter_without_limits_has_no_limit_series(db_dsn: str, store: Stores) -> None:
     store.ops.enqueue([{}], queue="free")
-    found = scrape(store)
+    found = read_families(store)
     assert "leasectl_queue_concurrency_limit" not in found
     assert "leasectl_queue_throttled_claims_total" not in found
 

@@ -72,14 +72,16 @@ def _whole(text: str, name: str) -> int:
 
 class LimitScreen(ReasonDialog):
     """Dismisses with the reason typed, or None when cancelled; ``request`` then holds what
-    to do. ``limit``: the queue's limits as last polled (None: not limited)."""
+    to do. ``limit``: the queue's limits as last polled (None: not limited, or ``unread``:
+    the refresh read the first limited queues only, not this one's)."""
 
     AUTO_FOCUS = "#concurrency"
 
-    def __init__(self, queue: str, limit: QueueLimit | None) -> None:
+    def __init__(self, queue: str, limit: QueueLimit | None, *, unread: bool = False) -> None:
         super().__init__()
         self.queue = queue
         self.limit = limit
+        self.unread = limit is None and unread
         self.request: LimitRequest | None = None
 
     def compose(self) -> ComposeResult:
@@ -118,7 +120,10 @@ class LimitScreen(ReasonDialog):
 
     def _body(self) -> Text:
         text = Text()
-        if self.limit is None:
+        if self.unread:
+            text.append("Its limits, if any, were not read (the console reads the first 100 ")
+            text.append("limited queues; `leasectl limits` lists them all). ")
+        elif self.limit is None:
             text.append("Not limited. ")
         else:
             text.append("Now: ")
@@ -140,7 +145,7 @@ class LimitScreen(ReasonDialog):
         fields = [self.query_one(f"#{name}", Input).value for name in FIELDS]
         try:
             spec = parse_fields(*fields)
-            if spec is None and self.limit is None:
+            if spec is None and self.limit is None and not self.unread:
                 raise UsageError(
                     "give a concurrency and/or a rate: the queue has no limits to lift"
                 )
