@@ -354,6 +354,7 @@ def test_limit_dialog_at_80x24(snap_compare: SnapCompare) -> None:
 # -- on PostgreSQL -------------------------------------------------------------------------------
 
 
+@pytest.mark.full  # the real console on PostgreSQL, through several refreshes
 def test_the_refresh_reads_the_limits_and_l_sets_and_lifts_them(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
