@@ -1,7 +1,10 @@
 """EXPLAIN every scheduled query on a table with 1M finished jobs (plus live ones).
 
-Usage: python bench/explain.py DSN [--rows 1000000]. Creates a database ``leasectl_explain``
-on that server (dropped and recreated), seeds it, and prints each plan with its timing.
+Usage: python bench/explain.py DSN [--rows 1000000] [--pending 10000] [--limited]. Creates a
+database ``leasectl_explain`` on that server (dropped and recreated), seeds it, and prints each
+plan with its timing. ``--limited``: queue payments has limits (migration 17) that do not bind,
+and the claims' plans are followed by those of the statements inside claim_budget and
+claim_settle, as they ran.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def seed(dsn: str, finished: int, pending: int, processing: int, expired: int) -
 
 # The worker's statements run with plan_cache_mode = force_generic_plan (see Database.connect).
 WORKER_GENERIC = {"jobs_complete_and_claim", "jobs_heartbeat"}
+# The claims, whose LIMIT calls claim_budget (and claim_settle after): with --limited, the
+# plans of the statements inside them too.
+CLAIMS = {"jobs_complete_and_claim", "jobs_claim_expired", "job_claim_by_id"}
 # Calls of the audited functions of migration 6: what is shown is the plan of the statement
 # inside, as the function ran it (auto_explain; needs a superuser).
 FUNCTIONS = {"jobs_requeue_expired", "jobs_operator_requeue", "jobs_operator_mark_stuck"}
@@ -121,6 +127,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("dsn")
     p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--pending", type=int, default=10_000)
+    p.add_argument("--limited", action="store_true")
     p.add_argument("--only", nargs="*")
     a = p.parse_args()
     name = "leasectl_explain"
@@ -132,7 +140,13 @@ def main() -> None:
     dsn = conninfo.make_conninfo(a.dsn, dbname=name)
     with Database.connect(dsn, SCHEMA, check_schema=False) as db:
         db.migrate()
-    seed(dsn, a.rows, 10_000, 2_000, 500)
+    seed(dsn, a.rows, a.pending, 2_000, 500)
+    if a.limited:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT leasectl.queue_limit_set('payments', 100000, 1000000, 1000000, "
+                "'explain', 'explain', 'explain')"
+            )
     console = {
         "queue": None,
         "owner": None,
@@ -184,6 +198,12 @@ def main() -> None:
                 print("   " + line)
             seq = [line for line in lines if "Seq Scan on jobs" in line]
             print(f"   -> sequential scans of jobs: {len(seq)}\n")
+            if a.limited and qname in CLAIMS:
+                for text, plan in explain_nested(conn, query, params)[:-1]:
+                    print(f"== {qname}: inside, as it ran: {' '.join(text.split())[:160]}")
+                    for line in plan.splitlines():
+                        print("   " + line)
+                    print()
 
 
 if __name__ == "__main__":

@@ -712,6 +712,68 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Flow control (migration 17): the budget a claim may take (claim_budget: the cap's live-lease
+# count, the bucket's refill), what it spends (claim_settle) and the claims' use of it.
+LIMITS_SQL = "migrations/017_queue_limits.sql"
+LIMITS = "tests/integration/test_limits.py::"
+CAP_CUT = LIMITS + "test_cap_cuts_a_claim_and_frees_with_completions"
+RATE_SPENT = LIMITS + "test_rate_spends_tokens_and_says_when_the_next_is_due"
+
+MUTANTS += (
+    mutant("limits-cap", LIMITS_SQL, "claim_budget",
+           "budget := least(budget, greatest(v_cap - v_live, 0));", "budget := budget;",
+           (CAP_CUT,)),
+    mutant("limits-live-status", LIMITS_SQL, "claim_budget",
+           "WHERE j.status = 'Processing' AND j.queue", "WHERE j.queue",
+           (LIMITS + "test_a_lease_marked_stuck_frees_its_slot",)),
+    mutant("limits-live-queue", LIMITS_SQL, "claim_budget",
+           " AND j.queue = queue_name AND j.lease_until", " AND j.lease_until",
+           (LIMITS + "test_the_cap_counts_only_its_queue",)),
+    mutant("limits-live-lease", LIMITS_SQL, "claim_budget",
+           " AND j.lease_until >= now()", "",
+           (LIMITS + "test_lapsed_lease_frees_its_slot_and_a_live_one_does_not",)),
+    mutant("limits-live-completing", LIMITS_SQL, "claim_budget",
+           "\n          AND NOT (j.id = ANY (coalesce(done_ids, '{}'))",
+           "\n          AND NOT (false",
+           (LIMITS + "test_completions_in_the_claim_statement_free_their_slots",)),
+    mutant("limits-live-completing-owner", LIMITS_SQL, "claim_budget",
+           " AND j.lease_owner = owner_name)", ")",
+           (LIMITS + "test_a_lost_lease_being_completed_still_counts_for_its_new_owner",)),
+    mutant("limits-pause-wins", LIMITS_SQL, "claim_budget",
+           "IF EXISTS (SELECT FROM queue_state AS p WHERE p.queue = queue_name) THEN",
+           "IF false THEN", (LIMITS + "test_pause_wins_over_limits",)),
+    mutant("limits-refill", LIMITS_SQL, "claim_budget",
+           "l.tokens + v_rate * greatest(", "l.tokens + 0 * greatest(",
+           (LIMITS + "test_the_bucket_refills_at_the_rate",)),
+    mutant("limits-burst", LIMITS_SQL, "claim_budget",
+           "v_tokens := least(v_burst, l.tokens", "v_tokens := greatest(v_burst, l.tokens",
+           (LIMITS + "test_the_bucket_holds_at_most_its_burst",)),
+    mutant("limits-whole-tokens", LIMITS_SQL, "claim_budget",
+           "floor(v_tokens)::integer", "ceil(v_tokens)::integer", (RATE_SPENT,)),
+    mutant("limits-spend", LIMITS_SQL, "claim_settle",
+           "ELSE greatest(q.tokens - used, 0) END", "ELSE q.tokens END", (RATE_SPENT,)),
+    mutant("limits-throttled-count", LIMITS_SQL, "claim_settle",
+           "CASE WHEN cut THEN 1 ELSE 0 END", "0", (CAP_CUT,)),
+    mutant("limits-cut-only-when-used-up", LIMITS_SQL, "claim_settle",
+           "cut boolean := used >= budget AND budget < wanted;",
+           "cut boolean := budget < wanted;",
+           (LIMITS + "test_a_claim_short_of_jobs_is_not_throttled",)),
+    mutant("limits-next-token", LIMITS_SQL, "claim_settle",
+           "RETURN (1 - l.tokens) / v_rate;", "RETURN 0;", (RATE_SPENT,)),
+    mutant("limits-ramp-cap", LIMITS_SQL, "queue_limit_now",
+           "ceil(l.concurrency * f)", "ceil(l.concurrency * 1.0)",
+           (LIMITS + "test_ramp_starts_at_the_floor_and_resumes",)),
+    mutant("limits-claim-budget", "jobs.sql", "jobs_complete_and_claim",
+           "LIMIT (SELECT budget FROM budget)", "LIMIT %(limit)s", (CAP_CUT,)),
+    mutant("limits-takeover-budget", "jobs.sql", "jobs_claim_expired",
+           "LIMIT (SELECT budget FROM budget)", "LIMIT %(limit)s",
+           (LIMITS + "test_claim_expired_is_capped_too",)),
+    mutant("limits-claim-by-id-budget", "jobs.sql", "job_claim_by_id",
+           "\n      AND (SELECT budget FROM budget) > 0", "",
+           (LIMITS + "test_claim_by_id_honours_the_cap",)),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

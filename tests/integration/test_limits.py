@@ -7,6 +7,7 @@ ones are in test_limits_load.py (full tier).
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,9 @@ import pytest
 
 from leasectl.core.errors import UsageError
 from leasectl.core.limits import LimitSpec
+from leasectl.db.work import WorkerStore
 from tests.stores import Stores
+from tests.util import wait_for_lock_wait, wait_until
 
 Q = "pay"
 TTL = timedelta(seconds=60)
@@ -45,6 +48,57 @@ def test_cap_cuts_a_claim_and_frees_with_completions(store: Stores) -> None:
     assert row.throttled == 3  # the three claims cut short
 
 
+def test_completions_in_the_claim_statement_free_their_slots(store: Stores) -> None:
+    """A worker that has not seen the queue's limits yet (or an older one) completes and claims
+    in one statement: the leases that statement completes count as free."""
+    enqueue(store, 10)
+    limit(store, concurrency=3)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(first.leases) == 3
+    unaware = WorkerStore(store.db)
+    again = unaware.trip(first.leases[:2], Q, "w1", TTL, 5)
+    assert not again.refused and len(again.leases) == 2
+
+
+def test_a_limited_queues_completions_go_apart_and_its_claims_commit_without_waiting(
+    store: Stores, sql_conn: psycopg.Connection, db_dsn: str
+) -> None:
+    """Once a worker's claim waited for another claim of its limited queue, its round trips with
+    completions send them first on their own, then a claim that completes nothing, which
+    claim_budget commits asynchronously (for that transaction only)."""
+    enqueue(store, 4)
+    limit(store, concurrency=2)
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("SELECT * FROM leasectl.queue_limits FOR UPDATE")
+        claimed: list[Any] = []
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 5))
+        )
+        claimer.start()
+        wait_for_lock_wait(sql_conn, what="the claim waiting for the limits row")
+        holder.rollback()
+        claimer.join(10)
+    [first] = claimed
+    assert len(first.leases) == 2
+    assert store.work._apart.get(Q)  # (contended: completions go apart for a while)
+    second = store.work.trip(first.leases, Q, "w1", TTL, 5)
+    assert not second.refused and len(second.leases) == 2
+    rows = sql_conn.execute(
+        "SELECT status::text, count(*) FROM leasectl.jobs GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert rows == [("Completed", 2), ("Processing", 2)]
+    budget = "SELECT * FROM leasectl.claim_budget('pay', 1, %s, 'w1')"
+    with store.db.connection() as conn:
+        conn.execute("SET synchronous_commit = on")  # (the embedded test server's is off)
+        for done, during in (([], "off"), ([second.leases[0].job_id], "on")):
+            with conn.transaction(force_rollback=True):
+                conn.execute(budget, (done,))
+                assert conn.execute("SHOW synchronous_commit").fetchone() == (during,)
+        conn.execute(budget, ([],))
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)  # (that one only)
+        conn.execute("RESET synchronous_commit")
+
+
 def test_an_unlimited_queue_is_not_cut(store: Stores) -> None:
     enqueue(store, 10)
     result = store.work.trip([], Q, "w1", TTL, 10)
@@ -66,6 +120,19 @@ def test_lapsed_lease_frees_its_slot_and_a_live_one_does_not(
     )
     got = store.work.trip([], Q, "w2", TTL, 2, take_expired=False).leases
     assert len(got) == 1
+
+
+def test_a_lease_marked_stuck_frees_its_slot(store: Stores) -> None:
+    """Only Processing jobs hold a slot: one an operator quarantined (its lease_until kept)
+    does not."""
+    enqueue(store, 3)
+    limit(store, concurrency=1)
+    [held] = store.work.trip([], Q, "w1", TTL, 3).leases
+    result = store.ops.operator_mark_stuck(
+        store.ops.seen_now([held.job_id]), actor="t", reason="quarantine", force=True
+    )
+    assert result.changed == (held.job_id,)
+    assert len(store.work.trip([], Q, "w2", TTL, 3).leases) == 1
 
 
 def test_claim_expired_is_capped_too(store: Stores, sql_conn: psycopg.Connection) -> None:
@@ -95,11 +162,69 @@ def test_rate_spends_tokens_and_says_when_the_next_is_due(store: Stores) -> None
 
 def test_pause_wins_over_limits(store: Stores) -> None:
     enqueue(store, 5)
-    limit(store, concurrency=5)
+    limit(store, concurrency=1)
+    assert len(store.work.trip([], Q, "w1", TTL, 5).leases) == 1  # cut short: throttled once
     store.ops.pause(Q, actor="t", reason="incident")
     result = store.work.trip([], Q, "w1", TTL, 5)
     assert result.leases == [] and result.throttle_wait is None
-    assert store.ops.limits([Q])[0].throttled == 0  # a paused queue's claims are not throttled
+    assert store.ops.limits([Q])[0].throttled == 1  # a paused queue's claims are not throttled
+
+
+def test_the_cap_counts_only_its_queue(store: Stores) -> None:
+    enqueue(store, 3, queue="other")
+    assert len(store.work.trip([], "other", "w1", TTL, 3).leases) == 3
+    enqueue(store, 3)
+    limit(store, concurrency=2)
+    assert len(store.work.trip([], Q, "w1", TTL, 3).leases) == 2
+
+
+def test_a_lost_lease_being_completed_still_counts_for_its_new_owner(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Only the completions this statement makes free their slots: a lease w1 lost (taken over
+    by w2) and still tries to complete is w2's live lease."""
+    [lost] = enqueue(store, 1)
+    limit(store, concurrency=1)
+    [old] = store.work.trip([], Q, "w1", TTL, 1).leases
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
+        (lost,),
+    )
+    assert [lease.job_id for lease in store.work.trip([], Q, "w2", TTL, 1).leases] == [lost]
+    enqueue(store, 1)
+    result = store.work.trip([old], Q, "w1", TTL, 1, take_expired=False)
+    assert result.refused == {lost}
+    assert result.leases == []
+
+
+def test_a_claim_short_of_jobs_is_not_throttled(store: Stores) -> None:
+    """The cap leaves 3 of the 5 asked for, and only 2 jobs are due: the queue ran short, no
+    limit cut the claim."""
+    enqueue(store, 2)
+    limit(store, concurrency=3, rate=100.0)
+    result = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(result.leases) == 2 and result.throttle_wait is None
+    assert store.ops.limits([Q])[0].throttled == 0
+
+
+def test_the_bucket_refills_at_the_rate(store: Stores) -> None:
+    enqueue(store, 10)
+    limit(store, rate=5.0, burst=1)
+    first = store.work.trip([], Q, "w1", TTL, 5)
+    assert len(first.leases) == 1
+    assert first.throttle_wait is not None and 0 < first.throttle_wait <= 0.2
+    got = wait_until(lambda: store.work.trip([], Q, "w1", TTL, 5).leases, timeout=5)
+    assert len(got) == 1
+
+
+def test_the_bucket_holds_at_most_its_burst(store: Stores, sql_conn: psycopg.Connection) -> None:
+    enqueue(store, 20)
+    limit(store, rate=0.5, burst=3)
+    # An hour without a claim refills 1,800 tokens' worth: the bucket keeps 3.
+    sql_conn.execute(
+        "UPDATE leasectl.queue_limits SET tokens = 0, tokens_at = now() - interval '1 hour'"
+    )
+    assert len(store.work.trip([], Q, "w1", TTL, 10).leases) == 3
 
 
 def test_claim_by_id_honours_the_cap(store: Stores) -> None:

@@ -80,9 +80,11 @@ ORDER BY r.id;
 -- Flow control (migration 17): the walk takes at most the queue's budget (claim_budget: all of
 -- `limit` for a queue without limits, one probe), and what it took is settled (claim_settle,
 -- only for a limited queue); `throttle_wait` says when a limit cut the claim short (seconds to
--- the next token; 0: the cap), NULL otherwise.
+-- the next token; 0: the cap), NULL otherwise; `contended`, whether the claim waited for
+-- another claim of the limited queue (the worker then sends its completions apart for a while:
+-- WorkerStore.trip).
 WITH budget AS (
-    SELECT b.budget, b.settle
+    SELECT b.budget, b.settle, b.contended
     FROM {schema}.claim_budget(%(queue)s, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
 ), picked AS (
     -- The inner LIMIT is a constant (1000, the most a claim takes), so that a generic plan walks
@@ -154,7 +156,8 @@ WITH budget AS (
 )
 -- (No ORDER BY: the store puts the few rows of a batch in claim order itself, cheaper than a
 -- Sort node the executor would set up on every call.)
-SELECT c.*, d.ids AS completed_ids, (SELECT throttle_wait FROM settled) AS throttle_wait
+SELECT c.*, d.ids AS completed_ids, (SELECT throttle_wait FROM settled) AS throttle_wait,
+       (SELECT contended FROM budget) AS contended
 FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
 LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
