@@ -253,7 +253,7 @@ def limits_use_table(limits: Sequence[QueueLimit]) -> RenderableType:
     listing = table("limited queues (`leasectl limits`: who set them and why)")
     listing.add_column("queue", overflow="fold", min_width=8)
     listing.add_column("in force now", overflow="fold", ratio=1)
-    listing.add_column("holding back", no_wrap=True)
+    listing.add_column("reached", no_wrap=True)  # (what holds due jobs back, if any wait)
     listing.add_column("throttled", justify="right", no_wrap=True)
     for limit in limits:
         held = holding_back(limit)
