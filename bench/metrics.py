@@ -38,6 +38,7 @@ QUERIES = (
     "status_finished_estimate",
     "console_paused",
     "metrics_counters",
+    "status_limits",
 )
 
 
@@ -63,6 +64,7 @@ def query_p50(dsn: str, runs: int) -> dict[str, float]:
             "floor": reads.floor,
             "risk_window": reads.risk_window,
             "schema": "leasectl",
+            "queue": None,
         }
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -120,6 +122,18 @@ def measure(dsn: str, runs: int, label: str) -> dict[str, Any]:
     }
 
 
+def seed_limits(dsn: str) -> None:
+    """The 3 queues limited (flow control): a cap and a rate, a rate, a cap; their live leases
+    are what the scrape counts (the seed's Processing jobs)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.queue_limits (queue, concurrency, rate, burst, set_by, reason) "
+            "VALUES ('payments', 2000, 500, 1000, 'bench', 'bench'), "
+            "('emails', NULL, 50, NULL, 'bench', 'bench'), "
+            "('reports', 100, NULL, NULL, 'bench', 'bench')"
+        )
+
+
 def seed_counters(dsn: str) -> None:
     """Counters as a busy fleet leaves them: every counter and action of the 3 queues in the
     totals, and 5,000 deltas not folded yet (a second's counting statements at 5,000 a second:
@@ -168,6 +182,7 @@ def main() -> None:
             )
             seed(dsn, args.finished, 20_000, 2_000, 500)
             seed_counters(dsn)
+            seed_limits(dsn)
             figures["seed_s"] = round(time.perf_counter() - started, 1)
             figures["phases"].append(measure(dsn, args.runs, f"{args.finished:,} finished"))
             log(f"adding {args.pending:,} pending (3 queues x 3 priorities), ANALYZE only")

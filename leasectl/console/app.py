@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from leasectl.console import view
-from leasectl.console.keys import KeyedApp
+from leasectl.console.limiting import LimitActions
 from leasectl.console.messages import (
     ActionFailed,
     ActionFinished,
@@ -82,7 +82,7 @@ def run(
         raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
-class ConsoleApp(KeyedApp):
+class ConsoleApp(LimitActions):
     CSS_PATH = "app.tcss"
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True
@@ -192,6 +192,7 @@ class ConsoleApp(KeyedApp):
             owners=view.owners_by_id(self.snapshot),
             risk_window=self.snapshot.risk_window,
             paused=view.paused_queues(self.snapshot),
+            held=view.held_back(self.snapshot),
         )
 
     def status(self) -> Status:
@@ -369,6 +370,7 @@ class ConsoleApp(KeyedApp):
                 bulk=self.source,
                 read_only=lambda: self.read_only,
                 pause=self.request_pause,
+                limit=self.request_limit,
             ),
             callback=self._find_closed,
         )
@@ -422,6 +424,11 @@ class ConsoleApp(KeyedApp):
                 "Pause or resume queue",
                 "Pause the highlighted job's queue, or resume it if paused",
                 main.action_toggle_pause,
+            )
+            yield SystemCommand(
+                "Limit queue…",
+                "Set or lift the highlighted job's queue's concurrency and rate limits",
+                main.action_limit,
             )
 
     # -- actions ----------------------------------------------------------------------------

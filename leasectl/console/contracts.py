@@ -63,3 +63,6 @@ class MainHost(Protocol):
 
     def request_pause(self, queue: str | None) -> None:
         """Confirm, then pause (or resume, if paused) ``queue``; None: no job highlighted."""
+
+    def request_limit(self, queue: str | None) -> None:
+        """Set or lift ``queue``'s limits through a dialog; None: no job highlighted."""

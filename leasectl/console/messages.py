@@ -9,6 +9,7 @@ from textual.message import Message
 from leasectl.console.view import Action, ConsoleFilter
 from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
 from leasectl.core.filters import JobFilter, JobPage
+from leasectl.core.limits import QueueLimit
 from leasectl.core.models import ActionResult, JobDetail, PausedQueue, Snapshot
 
 
@@ -67,6 +68,22 @@ class QueueToggled(Message):
 class QueueToggleFailed(Message):
     queue: str
     resumed: bool
+    error: str
+
+
+@dataclass
+class QueueLimited(Message):
+    """A limit was set or lifted. ``limit``: the limits now set, or those lifted (``cleared``;
+    None: the queue had none, nothing changed)."""
+
+    queue: str
+    cleared: bool
+    limit: QueueLimit | None
+
+
+@dataclass
+class QueueLimitFailed(Message):
+    queue: str
     error: str
 
 

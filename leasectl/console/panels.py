@@ -123,6 +123,8 @@ class Panels:
             failed_scan=failed_scan,
             paused=rows.paused,
             paused_total=rows.paused_total,
+            limits=rows.limits,
+            limits_total=rows.limits_total,
             read_lag=rows.read_lag,
         )
 

@@ -32,6 +32,7 @@ from leasectl.core.bulk import (
 from leasectl.core.config import operator_actor
 from leasectl.core.errors import ConnectionFailed, JobNotFound
 from leasectl.core.filters import DEFAULT_TIMEOUT, JobFilter, JobPage, ListedJob
+from leasectl.core.limits import LimitSpec, QueueLimit
 from leasectl.core.models import (
     ActionResult,
     JobDetail,
@@ -104,6 +105,14 @@ class ConsoleSource(Protocol):
 
     def resume(self, queue: str, reason: str | None) -> PausedQueue | None:
         """Resume ``queue`` (audited): the pause it ended, or None if it was not paused."""
+        ...
+
+    def set_limit(self, queue: str, spec: LimitSpec, reason: str) -> QueueLimit:
+        """Set ``queue``'s limits (audited; its workers are told): the limits now set."""
+        ...
+
+    def clear_limit(self, queue: str, reason: str) -> QueueLimit | None:
+        """Lift ``queue``'s limits (audited): those lifted, or None if it had none."""
         ...
 
     def can_update(self) -> bool: ...
@@ -264,6 +273,18 @@ class DatabaseSource:
             ACTION_ROLE, db, lambda: ops.resume(queue, actor=self.actor, reason=reason)
         )
 
+    def set_limit(self, queue: str, spec: LimitSpec, reason: str) -> QueueLimit:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.set_limit(queue, spec, actor=self.actor, reason=reason)
+        )
+
+    def clear_limit(self, queue: str, reason: str) -> QueueLimit | None:
+        db, ops = self._operations()
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.clear_limit(queue, actor=self.actor, reason=reason)
+        )
+
     def can_update(self) -> bool:
         db, ops = self._operations()
         return self._call(ACTION_ROLE, db, ops.can_update_jobs)
@@ -365,6 +386,8 @@ class StaticSource:
     found: tuple[ListedJob, ...] = ()
     find_error: Exception | None = None
     calls: list[tuple[str, tuple[SeenState, ...], str]] = field(default_factory=list)
+    # The limits set (queue, spec) or lifted (queue, None), in order.
+    limit_calls: list[tuple[str, LimitSpec | None]] = field(default_factory=list)
     # A bulk run's batch; the batch before which it holds until ``release`` (-1: never).
     bulk_batch: int = 50
     hold_batch: int = -1
@@ -475,6 +498,20 @@ class StaticSource:
     def resume(self, queue: str, reason: str | None) -> PausedQueue | None:
         self.calls.append(("resume", (), reason or ""))
         return next((p for p in self.data.paused if p.queue == queue), None)
+
+    def set_limit(self, queue: str, spec: LimitSpec, reason: str) -> QueueLimit:
+        self.calls.append(("limit", (), reason))
+        self.limit_calls.append((queue, spec))
+        now = self.data.db_now
+        return QueueLimit(queue, spec.concurrency, spec.rate, spec.burst, None, None, now,
+                          "operator:test", reason, 0, spec.concurrency, spec.rate,
+                          None if spec.rate is None else float(spec.burst or max(1, spec.rate)),
+                          None, 0, now)  # fmt: skip
+
+    def clear_limit(self, queue: str, reason: str) -> QueueLimit | None:
+        self.calls.append(("unlimit", (), reason))
+        self.limit_calls.append((queue, None))
+        return next((lim for lim in self.data.limits if lim.queue == queue), None)
 
     def can_update(self) -> bool:
         return self.writable

@@ -21,6 +21,7 @@ from typing import Literal
 from leasectl.core import filters
 from leasectl.core.actions import ACTIONS, ActionInfo, OperatorAction
 from leasectl.core.filters import JobFilter, ListedJob
+from leasectl.core.limits import holding_back
 from leasectl.core.literal import echo, visible
 from leasectl.core.models import (
     ActionResult,
@@ -125,6 +126,13 @@ def diagnose(job: PanelJob, owners: dict[str, OwnerHealth]) -> Diagnosis:
 
 def owners_by_id(snapshot: Snapshot) -> dict[str, OwnerHealth]:
     return {o.owner: o for o in snapshot.owners}
+
+
+def held_back(snapshot: Snapshot) -> dict[str, str]:
+    """The limited queues whose due jobs wait at the refresh's instant, and why: ``at cap``
+    (their live leases fill the cap in force) or ``rate-limited`` (less than a token left)."""
+    found = ((lim.queue, holding_back(lim)) for lim in snapshot.limits)
+    return {queue: why for queue, why in found if why is not None}
 
 
 def paused_queues(snapshot: Snapshot) -> frozenset[str]:

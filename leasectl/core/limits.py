@@ -151,3 +151,17 @@ def rate_text(per_second: float) -> str:
     if per_second >= 1:
         return f"{per_second:g}/s"
     return f"{per_second * 60:.4g}/m"
+
+
+AT_CAP = "at cap"
+RATE_LIMITED = "rate-limited"
+
+
+def holding_back(limit: QueueLimit) -> str | None:
+    """Why the queue's due jobs wait at the time it was read: ``at cap`` (its live leases fill
+    the cap in force), ``rate-limited`` (less than a token in its bucket), else None."""
+    if limit.at_cap:
+        return AT_CAP
+    if limit.rate_now is not None and limit.tokens is not None and limit.tokens < 1:
+        return RATE_LIMITED
+    return None

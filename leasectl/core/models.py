@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from leasectl.core.limits import QueueLimit
 from leasectl.core.texts import TextCut
 
 
@@ -323,6 +324,8 @@ class StatusReport:
     # Read from a hot standby: how far behind its primary (db_now is its read clock); None: a
     # primary.
     read_lag: timedelta | None = None
+    limits: tuple[QueueLimit, ...] = ()  # the first limited queues, by name (bounded)
+    limits_total: int = 0  # how many queues are limited
 
     @property
     def expired(self) -> int:
@@ -437,6 +440,10 @@ class Snapshot:
     # are: no worker claims their jobs until they are resumed.
     paused: tuple[PausedQueue, ...] = ()
     paused_total: int = 0
+    # The limited queues, whatever the filter (by name, the first of them; their limits in
+    # force and use at db_now), and how many there are.
+    limits: tuple[QueueLimit, ...] = ()
+    limits_total: int = 0
     # Read from a hot standby: how far behind its primary (db_now is its read clock, the time
     # of the last transaction it replayed while behind); None: read from a primary.
     read_lag: timedelta | None = None

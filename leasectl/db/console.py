@@ -15,12 +15,13 @@ from psycopg.rows import dict_row
 
 from leasectl.core.counts import COUNT_BUDGET
 from leasectl.core.filters import prefix_end
+from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PanelJob, PausedQueue
 from leasectl.core.throughput import GRACE
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.operations import owner_health
-from leasectl.db.rows import panel_jobs, paused_from_row
+from leasectl.db.rows import limit_from_row, panel_jobs, paused_from_row
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class ConsoleRows:
     failed: tuple[PanelJob, ...] = ()  # console_failed: newest first
     paused: tuple[PausedQueue, ...] = ()  # console_paused: by name, at most ``paused_limit``
     paused_total: int = 0  # how many queues are paused (``paused`` may list fewer)
+    limits: tuple[QueueLimit, ...] = ()  # status_limits: by name, at most ``limits_limit``
+    limits_total: int = 0  # how many queues are limited
     # read_clock's lag: how far a hot standby is behind its primary (None: read from a primary).
     read_lag: timedelta | None = None
 
@@ -73,6 +76,7 @@ class ConsoleReads:
         queue_limit: int = 200,
         failed_scan: int = 5000,
         paused_limit: int = 100,
+        limits_limit: int = 100,
         count_budget: int = COUNT_BUDGET,
         group_limit: int = 1000,
     ) -> ConsoleRows:
@@ -83,7 +87,8 @@ class ConsoleReads:
         estimated. ``since``: where the throughput count starts (None: the whole window).
         ``queue_limit``: at most this many names of queues with live jobs. ``failed_scan``:
         the Failed panel looks for Failed jobs among this many of the last finished.
-        ``paused_limit``: at most this many of the paused queues (all are counted).
+        ``paused_limit``: at most this many of the paused queues (all are counted), and
+        ``limits_limit`` of the limited ones, with their limits in force and use.
         ``count_budget``: Pending, due and Stuck counts stop past this many (a row's "cap"),
         read through ``BoundedCount``; ``group_limit``: the (queue, priority) groups of Pending
         jobs the due count and the oldest due are read from (past it, the whole index)."""
@@ -123,6 +128,7 @@ class ConsoleReads:
             ("owners", "status_owners", owner_params),
             ("queues", "console_queues", {"queue_limit": queue_limit}),
             ("paused", "console_paused", {"paused_limit": paused_limit}),
+            ("limits", "status_limits", {"queue": None, "limits_limit": limits_limit}),
         ]
         if queue is not None:
             reads.append(("all_counts", "console_counts", {**params, "queue": None}))
@@ -139,7 +145,7 @@ class ConsoleReads:
                 panel_cursors = [conn.cursor() for _ in panels]
                 for name, cur in zip(panels, panel_cursors, strict=True):
                     cur.execute(queries.get(name).render(schema), params, binary=True)
-            clock, counts, per_minute, estimated, owner_rows, queue_rows, paused_rows = (
+            clock, counts, per_minute, estimated, owner_rows, queue_rows, paused_rows, limited = (
                 results[label].fetchall()
                 for label in (
                     "clock",
@@ -149,6 +155,7 @@ class ConsoleReads:
                     "owners",
                     "queues",
                     "paused",
+                    "limits",
                 )
             )
             extra = {
@@ -175,5 +182,7 @@ class ConsoleReads:
             failed=failed,
             paused=tuple(paused_from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
+            limits=tuple(limit_from_row(r) for r in limited),
+            limits_total=int(limited[0]["total"]) if limited else 0,
             read_lag=clock[0]["lag"],
         )

@@ -20,13 +20,14 @@ import psycopg
 from psycopg.rows import dict_row
 
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PausedQueue
 from leasectl.db import counters as counter_folds
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import owner_health
-from leasectl.db.rows import paused_from_row
+from leasectl.db.rows import limit_from_row, paused_from_row
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class MetricsRows:
     finished_estimate: dict[str, int]  # by status, from planner statistics
     paused: tuple[PausedQueue, ...]
     counters: tuple[CounterValue, ...]
+    limits: tuple[QueueLimit, ...]  # the limited queues, by name (at most ``limit_limit``)
     # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
     truncated: frozenset[str]
 
@@ -89,6 +91,7 @@ class MetricsReads:
         paused_limit: int = 1000,
         risk_window: timedelta = timedelta(seconds=10),
         counter_limit: int = 20000,  # series per counter
+        limit_limit: int = 1000,  # limited queues
         fold_limit: int = FOLD_LIMIT,
     ) -> None:
         self.db = db
@@ -100,6 +103,7 @@ class MetricsReads:
             "lease_limit": lease_limit,
             "paused_limit": paused_limit,
             "counter_limit": counter_limit,
+            "limits_limit": limit_limit,
             "fold_limit": fold_limit,
         }
         self.owner_limit = owner_limit
@@ -178,6 +182,7 @@ class MetricsReads:
             ("estimate", "status_finished_estimate", params),
             ("paused", "console_paused", params),
             ("counters", "metrics_counters", params),
+            ("limits", "status_limits", {**params, "queue": None}),
         ]
         with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
@@ -196,6 +201,8 @@ class MetricsReads:
             truncated.add("owners")
         if rows["paused"] and int(rows["paused"][0]["total"]) > len(rows["paused"]):
             truncated.add("paused")
+        if rows["limits"] and int(rows["limits"][0]["total"]) > len(rows["limits"]):
+            truncated.add("limits")
         counter_rows = _per_counter(rows["counters"], self.limits["counter_limit"])
         if len(counter_rows) < len(rows["counters"]):
             truncated.add("counters")
@@ -229,6 +236,7 @@ class MetricsReads:
                 CounterValue(r["counter"], r["action"], r["queue"], int(r["value"]))
                 for r in counter_rows
             ),
+            limits=tuple(limit_from_row(r) for r in rows["limits"]),
             truncated=frozenset(truncated),
         )
 

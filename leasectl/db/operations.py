@@ -41,18 +41,21 @@ from leasectl.db import counters, producer
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.held import apply_skipping_held
+from leasectl.db.keys import KeyOperations
 from leasectl.db.limits import LimitOperations
 from leasectl.db.rows import (
     attempt_from_row,
     event_from_row,
     expired_jobs,
     job_from_row,
+    limit_from_row,
     paused_from_row,
 )
 
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
 PAUSED_READ = 1000
+LIMITS_READ = 1000  # the limited queues `status` reads (as PAUSED_READ)
 
 
 def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
@@ -91,7 +94,7 @@ def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
     return result
 
 
-class Operations(LimitOperations):
+class Operations(LimitOperations, KeyOperations):
     """The statements run on behalf of people and the watcher, over a ``Database``."""
 
     def __init__(self, db: Database) -> None:
@@ -200,19 +203,6 @@ class Operations(LimitOperations):
             counts={STATUS_BY_VALUE[value]: n for value, n in counts.items()},
             jobs=expired_jobs(names, rows) if detail else (),
         )
-
-    def heal_keys(
-        self, *, max_keys: int, after: tuple[str, str] | None
-    ) -> tuple[list[int], tuple[str, str] | None]:
-        """A step of the watcher's healing pass (migration 18): the jobs it promoted and the
-        key to go on after (None: the walk reached the end)."""
-        queue, key = after or (None, None)
-        params = {"max_keys": max_keys, "after_queue": queue, "after_key": key}
-        rows = self.db.rows("jobs_keys_heal", params)
-        promoted = [r["promoted"] for r in rows if r["promoted"] is not None]
-        last = rows[-1] if rows else None
-        cursor = (last["queue"], last["concurrency_key"]) if last and last["queue"] else None
-        return promoted, cursor
 
     def list_expired(
         self, *, limit: int, queue: str | None, owner: str | None = None
@@ -452,6 +442,7 @@ class Operations(LimitOperations):
             ("status_finished_estimate", {"schema": self.db.schema}),
             ("status_owners", {"window": owner_window, "limit": owner_limit}),
             ("status_paused", {"queue": queue, "limit": PAUSED_READ}),
+            ("status_limits", {"queue": queue, "limits_limit": LIMITS_READ}),
         ]
         # One read-only REPEATABLE READ transaction with the console's settings (generic plans,
         # index paths only, no JIT, no parallel workers: each statement is a few index probes),
@@ -463,7 +454,7 @@ class Operations(LimitOperations):
                     cur = conn.cursor(row_factory=dict_row)
                     cur.execute(queries.get(name).render(self.db.schema), args)
                     cursors.append(cur)
-            clock, live, recent, estimated, owner_rows, paused_rows = (
+            clock, live, recent, estimated, owner_rows, paused_rows, limit_rows = (
                 cur.fetchall() for cur in (cursors[1], *cursors[3:])
             )
         db_now = clock[0]["clock"]
@@ -504,6 +495,8 @@ class Operations(LimitOperations):
             paused=tuple(paused_from_row(r) for r in paused_rows),
             paused_total=int(paused_rows[0]["total"]) if paused_rows else 0,
             truncated=truncated,
+            limits=tuple(limit_from_row(r) for r in limit_rows),
+            limits_total=int(limit_rows[0]["total"]) if limit_rows else 0,
         )
 
     def owners(

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from leasectl.core.checks import Thresholds, violations
+from leasectl.core.limits import QueueLimit, holding_back
 from leasectl.core.literal import visible
 from leasectl.core.models import (
     Attempt,
@@ -242,6 +243,37 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         # and whether that is more than a lease TTL (db_now is then its replay time).
         "read_lag_s": report.read_lag.total_seconds() if report.read_lag is not None else None,
         "countdowns_stale": countdowns_stale(report.read_lag, report.owners),
+        # The first limited queues by name (at most 1,000), as `limits --json` lists them, and
+        # how many there are.
+        "limits": [limit_json(lim) for lim in report.limits],
+        "limits_total": report.limits_total,
+    }
+
+
+def limit_json(limit: QueueLimit) -> dict[str, Any]:
+    return {
+        "queue": limit.queue,
+        "concurrency": limit.concurrency,
+        "rate_per_s": limit.rate,
+        "burst": limit.burst,
+        "effective_burst": limit.effective_burst,
+        "ramp_from": jsonable(limit.ramp_from),
+        "ramp_until": jsonable(limit.ramp_until),
+        "ramp_progress": limit.ramp_progress,
+        "now": {
+            "cap": limit.cap_now,
+            "rate_per_s": limit.rate_now,
+            "burst": limit.burst_now,
+            "live": limit.live,
+            "tokens": limit.tokens,
+            # Why its due jobs wait now: "at cap", "rate-limited", or null.
+            "held_back": holding_back(limit),
+        },
+        "throttled": limit.throttled,
+        "set_at": jsonable(limit.set_at),
+        "set_by": limit.set_by,
+        "reason": limit.reason,
+        "db_now": jsonable(limit.db_now),
     }
 
 

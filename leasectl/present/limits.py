@@ -4,13 +4,12 @@ result, and their JSON documents."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
 
 from leasectl.core.limits import QueueLimit, Ramped, rate_text
-from leasectl.present.jsonout import jsonable
+from leasectl.present.jsonout import limit_json as limit_json  # (with status --json's)
 from leasectl.present.text import lit, table
 from leasectl.present.times import countdown, timestamp
 
@@ -100,28 +99,3 @@ def limits_table(limits: Sequence[QueueLimit]) -> RenderableType:
             lit(limit.reason),
         )
     return grid
-
-
-def limit_json(limit: QueueLimit) -> dict[str, Any]:
-    return {
-        "queue": limit.queue,
-        "concurrency": limit.concurrency,
-        "rate_per_s": limit.rate,
-        "burst": limit.burst,
-        "effective_burst": limit.effective_burst,
-        "ramp_from": jsonable(limit.ramp_from),
-        "ramp_until": jsonable(limit.ramp_until),
-        "ramp_progress": limit.ramp_progress,
-        "now": {
-            "cap": limit.cap_now,
-            "rate_per_s": limit.rate_now,
-            "burst": limit.burst_now,
-            "live": limit.live,
-            "tokens": limit.tokens,
-        },
-        "throttled": limit.throttled,
-        "set_at": jsonable(limit.set_at),
-        "set_by": limit.set_by,
-        "reason": limit.reason,
-        "db_now": jsonable(limit.db_now),
-    }

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from leasectl.core.checks import Measure, Violation
 from leasectl.core.config import format_duration
+from leasectl.core.limits import QueueLimit, holding_back
 from leasectl.core.literal import echo
 from leasectl.core.models import (
     JobStatus,
@@ -21,7 +22,13 @@ from leasectl.core.models import (
 from leasectl.core.readlag import countdowns_stale
 from leasectl.core.statuses import ESTIMATED
 from leasectl.core.statuses import finished_estimate as estimate_of
-from leasectl.present.styles import EXPIRED_STYLE, FRESHNESS_STYLE, PAUSED_STYLE, STATUS_STYLE
+from leasectl.present.styles import (
+    EXPIRED_STYLE,
+    FRESHNESS_STYLE,
+    LIMITED_STYLE,
+    PAUSED_STYLE,
+    STATUS_STYLE,
+)
 from leasectl.present.text import count_text, lit, num, table
 from leasectl.present.times import (
     ago,
@@ -146,6 +153,11 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         if (more := max(report.paused_total, len(report.paused)) - PAUSED_SHOWN) > 0:
             parts.append(Text(f"…and {more:,} more paused queues (all: status --json)", "dim"))
         parts.append(Text())
+    if report.limits:
+        parts.append(limits_use_table(report.limits[:LIMITS_SHOWN]))
+        if (more := max(report.limits_total, len(report.limits)) - LIMITS_SHOWN) > 0:
+            parts.append(Text(f"…and {more:,} more limited queues (all: leasectl limits)", "dim"))
+        parts.append(Text())
     parts.append(owners_table(report.owners, now))
     if report.expired or report.stuck:
         parts.append(Text())
@@ -203,6 +215,60 @@ def paused_table(paused: Sequence[PausedQueue], db_now: datetime) -> RenderableT
             Text(format_duration(max(db_now - p.paused_at, timedelta(0)))),
             lit(p.paused_by),
             lit(p.reason),
+        )
+    return listing
+
+
+# The limited queues status shows (--json lists up to db/operations.py's LIMITS_READ).
+LIMITS_SHOWN = 20
+
+
+def limit_rate(per_second: float) -> str:
+    """A rate in force, short: ``20/s``, ``12.6/s`` (ramping), ``1,500/s``; per minute below one
+    a second (``30/m``)."""
+    if per_second >= 100:
+        return f"{per_second:,.0f}/s"
+    if per_second >= 1:
+        return f"{per_second:.3g}/s"
+    return f"{per_second * 60:.3g}/m"
+
+
+def limit_brief(limit: QueueLimit) -> Text:
+    """A limited queue's limits in force and their use, on one line (the queue not named):
+    ``10/10 running · 20/s (burst 40) · ramp 60%``; what holds its due jobs back now in
+    LIMITED_STYLE (the cap reached, the bucket empty)."""
+    text = Text()
+    held = holding_back(limit)
+    if limit.cap_now is not None:
+        style = LIMITED_STYLE if limit.at_cap else ""
+        text.append(f"{limit.live:,}/{limit.cap_now:,} running", style)
+    if limit.rate_now is not None:
+        if text:
+            text.append(" · ", "dim")
+        style = LIMITED_STYLE if held is not None and not limit.at_cap else ""
+        text.append(limit_rate(limit.rate_now), style)
+        if limit.burst_now is not None:
+            text.append(f" (burst {limit.burst_now:.0f})", "dim")
+    progress = limit.ramp_progress
+    if limit.ramping and progress is not None:
+        text.append(f" · ramp {min(progress, 0.99):.0%}", "cyan")
+    return text
+
+
+def limits_use_table(limits: Sequence[QueueLimit]) -> RenderableType:
+    """The limited queues: their limits in force now, their use, and the claims cut short."""
+    listing = table("limited queues (`leasectl limits`: who set them and why)")
+    listing.add_column("queue", overflow="fold", min_width=8)
+    listing.add_column("in force now", overflow="fold", ratio=1)
+    listing.add_column("reached", no_wrap=True)  # (what holds due jobs back, if any wait)
+    listing.add_column("throttled", justify="right", no_wrap=True)
+    for limit in limits:
+        held = holding_back(limit)
+        listing.add_row(
+            lit(limit.queue, "bold"),
+            limit_brief(limit),
+            Text(f"⏳ {held}", LIMITED_STYLE) if held else Text("-", "dim"),
+            num(limit.throttled),
         )
     return listing
 

@@ -15,6 +15,7 @@ from leasectl.core.statuses import STATUSES
 RISK_STYLE = "bold yellow"
 EXPIRED_STYLE = "bold red"
 PAUSED_STYLE = "bold magenta"  # a paused queue: no claims until resumed
+LIMITED_STYLE = "bold yellow"  # a limited queue at its cap or out of tokens: due jobs wait
 
 # The look of each status's style key (core/statuses.py): a status names its key there.
 STATUS_KEY_STYLE = {

@@ -91,15 +91,21 @@ def countdown(now: datetime, until: datetime | None) -> str:
 
 
 PAUSED_MARK = "⏸"
+HELD_MARK = "⏳"  # a due job a queue's limit holds back
 
 
-def due_text(now: datetime, run_at: datetime, *, paused: bool = False) -> str:
+def due_text(
+    now: datetime, run_at: datetime, *, paused: bool = False, held: str | None = None
+) -> str:
     """``ready`` for a claimable job, ``in 42s`` for a delayed retry; a job of a paused queue
-    is not claimable, due or not: ``⏸ paused``, or ``⏸ in 42s``."""
+    is not claimable, due or not: ``⏸ paused``, or ``⏸ in 42s``. ``held``: why a limit holds
+    a due job of its queue back (``⏳ at cap``, ``⏳ rate-limited``)."""
     if run_at > now:
         due = "in " + format_duration(run_at - now)
         return f"{PAUSED_MARK} {due}" if paused else due
-    return f"{PAUSED_MARK} paused" if paused else "ready"
+    if paused:
+        return f"{PAUSED_MARK} paused"
+    return f"{HELD_MARK} {held}" if held else "ready"
 
 
 def waiting_text(now: datetime, run_at: datetime) -> str:

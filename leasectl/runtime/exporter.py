@@ -99,6 +99,18 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Expired leases an owner holds, with its freshness.",
     ),
     "leasectl_queue_paused": ("gauge", ("queue",), "1 for each paused queue."),
+    # Flow control (migration 17): each limited queue's limits in force now (a ramp applied).
+    "leasectl_queue_concurrency_limit": (
+        "gauge",
+        ("queue",),
+        "The live leases a limited queue may hold now (its cap, ramped), for queues with a cap.",
+    ),
+    "leasectl_queue_rate_limit": (
+        "gauge",
+        ("queue",),
+        "The starts per second a limited queue may make now (its rate, ramped), for queues "
+        "with a rate.",
+    ),
     # Counters (migration 11): kept by the database's triggers, so every exporter of one
     # database reports the same values, and prune or delete never lowers them.
     "leasectl_jobs_completed_total": (
@@ -127,6 +139,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("queue", "action"),
         f"Operator actions per queue and action ({', '.join(AUDIT_ACTIONS)}: one per job; "
         "pause, resume: one per queue).",
+    ),
+    "leasectl_queue_throttled_claims_total": (
+        "counter",
+        ("queue",),
+        "Claims of a limited queue that its cap or rate cut short, since its limits were set "
+        "(kept in queue_limits: clearing the limits resets it).",
     ),
 }
 
@@ -212,7 +230,7 @@ class LeasectlCollector(Collector):
 def families(rows: MetricsRows) -> Iterator[Metric]:
     """The gauges of one scrape's rows."""
     truncated = _gauge("leasectl_scrape_truncated")
-    for part in ("pending", "stuck", "leases", "owners", "paused", "counters"):
+    for part in ("pending", "stuck", "leases", "owners", "paused", "counters", "limits"):
         truncated.add_metric([part], 1 if part in rows.truncated else 0)
     yield truncated
 
@@ -264,6 +282,18 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     for state in rows.paused:
         paused.add_metric([label(state.queue)], 1)
     yield paused
+
+    cap, rate = _gauge("leasectl_queue_concurrency_limit"), _gauge("leasectl_queue_rate_limit")
+    throttled = _counter("leasectl_queue_throttled_claims_total")
+    for lim in rows.limits:
+        if lim.cap_now is not None:
+            cap.add_metric([label(lim.queue)], lim.cap_now)
+        if lim.rate_now is not None:
+            rate.add_metric([label(lim.queue)], lim.rate_now)
+        throttled.add_metric([label(lim.queue)], lim.throttled)
+    yield cap
+    yield rate
+    yield throttled
 
     counters = {name: _counter(name) for name in COUNTERS.values()}
     for c in rows.counters:

@@ -26,6 +26,7 @@ from leasectl.console.screens.dialog import ReasonDialog
 from leasectl.console.screens.filter import FilterScreen
 from leasectl.console.screens.find import FindScreen
 from leasectl.console.screens.help import HelpScreen
+from leasectl.console.screens.limit import LimitScreen
 from leasectl.console.source import StaticSource
 from leasectl.console.view import Action
 from leasectl.console.widgets.tables import FindTable
@@ -197,6 +198,13 @@ async def open_pause(pilot: Pilot[None]) -> Screen[Any]:
     return await top(pilot, QueueConfirmScreen)
 
 
+async def open_limit(pilot: Pilot[None]) -> Screen[Any]:
+    app = pilot.app
+    assert isinstance(app, ConsoleApp)
+    app.request_limit("payments")
+    return await top(pilot, LimitScreen)
+
+
 async def open_bulk(pilot: Pilot[None]) -> Screen[Any]:
     await open_results(pilot)
     await pilot.press("R")
@@ -212,6 +220,7 @@ OPENERS: dict[str, Callable[[Pilot[None]], Awaitable[Screen[Any]]]] = {
     "help": open_help,
     "confirm": open_confirm,
     "pause": open_pause,
+    "limit": open_limit,
     "bulk": open_bulk,
 }
 
@@ -374,7 +383,7 @@ def test_a_notification_never_covers_a_dialogs_buttons_at_80x24() -> None:
         async with app.run_test(size=(80, 24), notifications=True) as pilot:
             await wait_until_pilot(pilot, lambda: app.polls >= 1, "the first refresh")
             app.notify("a long notification " * 12, timeout=30)
-            for opener in (open_confirm, open_pause, open_bulk):
+            for opener in (open_confirm, open_pause, open_limit, open_bulk):
                 screen = await opener(pilot)
                 await pilot.pause()
                 for button in screen.query(Button):

@@ -231,3 +231,22 @@ def test_an_owner_filter_finds_exactly_the_pending_jobs_whose_owner_has_the_pref
     counted = sql_conn.execute(queries.get("console_match_counts").render(SCHEMA), params)
     row = counted.fetchone()
     assert row is not None and row[0] == len(expected)
+
+
+def test_the_limits_read_counts_live_leases_through_the_processing_index(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """status_limits (status, the console, the scrape): each limited queue's live leases come
+    from jobs_processing_idx, its Processing rows only (600 of the seed's 68,600 rows); no
+    Pending, Stuck or finished row is read."""
+    seed(sql_conn)
+    sql_conn.execute(
+        "INSERT INTO leasectl.queue_limits (queue, concurrency, rate, set_by, reason) "
+        "VALUES ('q', 10, 20, 't', 'r'), ('other', NULL, 5, 't', 'r')"
+    )
+    plan = plan_of(sql_conn, "status_limits", {"queue": None, "limits_limit": 1000})
+    assert "jobs_processing_idx" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    assert "jobs_finished_idx" not in plan and "jobs_claimable_idx" not in plan, plan
+    per_loop = [int(rows) for rows, _ in ROWS.findall(plan)]
+    assert per_loop and max(per_loop) <= 600, plan

@@ -455,11 +455,12 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
     doc = json.loads(proc.stdout)
     assert list(doc) == [
         "db_now", "recent_window_s", "queues", "totals", "finished_estimate", "owners", "paused",
-        "paused_total", "check", "truncated", "read_lag_s", "countdowns_stale", "writable_schemas",
+        "paused_total", "check", "truncated", "read_lag_s", "countdowns_stale", "limits",
+        "limits_total", "writable_schemas",
     ]  # fmt: skip
     # Read from the primary: no lag, nothing stale.
     assert doc["read_lag_s"] is None and doc["countdowns_stale"] is False
-    assert doc["paused"] == []
+    assert doc["paused"] == [] and (doc["limits"], doc["limits_total"]) == ([], 0)
     assert doc["queues"] == [
         {
             "queue": "q",

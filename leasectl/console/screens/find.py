@@ -57,6 +57,7 @@ RESULT_KEYS = {
     **{a.key: f"act('{a.name}')" for a in ACTIONS.values()},
     **{a.bulk_key: f"bulk('{a.name}')" for a in ACTIONS.values() if a.bulk_key is not None},
     "P": "pause",
+    "L": "limit",
     "n": "next_page",
     "p": "previous_page",
 }
@@ -106,6 +107,7 @@ class FindScreen(Screen[str]):
             for a in ACTIONS.values()
         ),
         Binding("P", "pause", "Pause/resume", show=False),
+        Binding("L", "limit", "Limit", show=False),
         # The verb's last word ("Stuck all", not "Mark stuck all"): the footer fits 80 columns.
         *(
             Binding(a.bulk_key, f"bulk('{a.name}')", f"{a.verb.split()[-1].title()} all")
@@ -125,11 +127,13 @@ class FindScreen(Screen[str]):
         bulk: BulkSource | None = None,
         read_only: Callable[[], str | None] = lambda: None,
         pause: Callable[[str | None], None] | None = None,
+        limit: Callable[[str | None], None] | None = None,
     ) -> None:
         """``act`` confirms and runs a guarded action on a found job as its page shows it;
-        ``pause`` confirms and pauses (or resumes) a queue."""
+        ``pause`` confirms and pauses (or resumes) a queue; ``limit`` sets or lifts its limits."""
         super().__init__()
         self.pause = pause
+        self.set_limits = limit
         self.search = search
         self.bulk = bulk
         self.read_only = read_only
@@ -251,7 +255,10 @@ class FindScreen(Screen[str]):
     # -- keys -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("next_page", "previous_page", "act", "bulk", "pause") and self.in_box:
+        if (
+            action in ("next_page", "previous_page", "act", "bulk", "pause", "limit")
+            and self.in_box
+        ):
             return False  # the keys type into the filter
         if action in ("cursor", "results") and not self.in_box:
             return False  # the results have their own arrows; tab goes back to the filter
@@ -308,16 +315,29 @@ class FindScreen(Screen[str]):
         elif self.act is not None:
             self.act(action, [view.as_panel_job(job)])
 
+    def _queue(self) -> str | None:
+        """The filter's queue when it names one, else the highlighted job's."""
+        job = self.query_one(FindTable).highlighted()
+        queue = self.filter.queue if self.filter is not None else None
+        return queue or (job.queue if job is not None else None)
+
     def action_pause(self) -> None:
         """Pause (or resume) the filter's queue when it names one, else the highlighted
         job's."""
-        job = self.query_one(FindTable).highlighted()
-        queue = self.filter.queue if self.filter is not None else None
-        queue = queue or (job.queue if job is not None else None)
+        queue = self._queue()
         if queue is None:
             self.notify("Nothing to pause: give queue: in the filter, or find a job of it.")
         elif self.pause is not None:
             self.pause(queue)
+
+    def action_limit(self) -> None:
+        """Set or lift the limits of the filter's queue when it names one, else the highlighted
+        job's."""
+        queue = self._queue()
+        if queue is None:
+            self.notify("Nothing to limit: give queue: in the filter, or find a job of it.")
+        elif self.set_limits is not None:
+            self.set_limits(queue)
 
     def action_next_page(self) -> None:
         if self.running or self.page is None or self.page.next_after is None:

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from leasectl.core.models import JobStatus
-from leasectl.present.styles import EXPIRED_STYLE, RISK_STYLE, STATUS_STYLE
+from leasectl.present.styles import EXPIRED_STYLE, LIMITED_STYLE, RISK_STYLE, STATUS_STYLE
 
 KEYS = (
     ("enter", "job detail: fields, payload, attempts, audit events (on an owner: filter by it)"),
@@ -33,6 +33,13 @@ KEYS = (
         "or resume it if it is paused (shown under the counts: ⏸ paused); in find: the "
         "filter's queue when it names one",
     ),
+    (
+        "L",
+        "limit the highlighted job's queue: at most N leased at once (concurrency), R starts a "
+        "second or minute (rate, 20/s, 300/m) and its burst, a reason required; empty the "
+        "concurrency and the rate to lift the limits (shown under the counts: ⏳ limits); "
+        "in find: the filter's queue when it names one",
+    ),
     ("ctrl+y", "confirm an action's dialog (its reason box has the focus; Enter does not confirm)"),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
     ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),
@@ -40,7 +47,7 @@ KEYS = (
         "f",
         "find jobs with leasectl list's filter (state: queue: owner: error: payload: since: "
         "until:), newest first; typing stays in the filter box (↑ ↓ move through the results); "
-        "tab to the results: n / p pages, enter detail, r s c D P act; any other key types "
+        "tab to the results: n / p pages, enter detail, r s c D P L act; any other key types "
         "into the filter again; esc cancel / back",
     ),
     (
@@ -81,6 +88,12 @@ LEGEND = (
         "",
         "an all-time estimate from planner statistics (finished history is never counted; "
         "never shown below what finished recently); none before the first ANALYZE",
+    ),
+    (
+        "⏳ at cap / rate-limited",
+        LIMITED_STYLE,
+        "a due Pending job its queue's limit holds back: the queue's live leases fill its cap, "
+        "or its rate has no token left (L, `leasectl limits`)",
     ),
     ("N of M", "", "under a filter: what it matches, of all there is"),
 )

@@ -33,7 +33,7 @@ from leasectl.core.models import JobStatus, PanelJob, Snapshot
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
-ACTIONS = {"act", "requeue_expired", "toggle_pause"}
+ACTIONS = {"act", "requeue_expired", "toggle_pause", "limit"}
 # The operator actions (core/actions.py) the footer names; the others' keys are in help.
 IN_FOOTER = {OperatorAction.REQUEUE, OperatorAction.MARK_STUCK}
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
@@ -64,6 +64,7 @@ ACTION_KEYS = {
     **{a.key: a.verb.lower() for a in OPERATOR_ACTIONS.values()},
     "R": "requeue all expired",
     "P": "pause or resume",
+    "L": "limit",
 }
 
 
@@ -76,6 +77,7 @@ class MainScreen(Screen[None]):
         ),
         Binding("R", "requeue_expired", "Requeue expired"),
         Binding("P", "toggle_pause", "Pause/resume"),
+        Binding("L", "limit", "Limit", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -345,6 +347,12 @@ class MainScreen(Screen[None]):
         table = self._focused_job_table()
         job = table.highlighted() if table is not None else None
         self.host.request_pause(job.queue if job is not None else self.host.filter.queue)
+
+    def action_limit(self) -> None:
+        """Set or lift the limits of the highlighted job's queue; with none, the filter's."""
+        table = self._focused_job_table()
+        job = table.highlighted() if table is not None else None
+        self.host.request_limit(job.queue if job is not None else self.host.filter.queue)
 
     def action_filter(self) -> None:
         self.host.open_filter()

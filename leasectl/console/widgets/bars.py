@@ -11,12 +11,19 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from leasectl.console.view import ConsoleFilter, cut
+from leasectl.console.view import ConsoleFilter, cut, held_back
 from leasectl.console.widgets import show_text
 from leasectl.core.config import format_duration
 from leasectl.core.counts import BoundedCount
 from leasectl.core.models import JobStatus, Snapshot
-from leasectl.present.styles import EXPIRED_STYLE, PAUSED_STYLE, RISK_STYLE, STATUS_STYLE
+from leasectl.present.status import limit_brief
+from leasectl.present.styles import (
+    EXPIRED_STYLE,
+    LIMITED_STYLE,
+    PAUSED_STYLE,
+    RISK_STYLE,
+    STATUS_STYLE,
+)
 from leasectl.present.text import count_text, estimate_text, lit
 from leasectl.present.times import age, local_clock, oldest_due, read_lag_text, seconds_age
 
@@ -26,6 +33,8 @@ PAUSED_LISTED = 3
 PAUSED_QUEUE_CHARS = 40
 PAUSED_BY_CHARS = 30
 PAUSED_REASON_CHARS = 80
+# The summary's limits line: at most this many limited queues named.
+LIMITS_LISTED = 3
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,10 @@ class Summary(Horizontal):
         if paused is not None:
             text.append("\n")
             text.append_text(paused)
+        limited = limits_text(snap, flt, width)
+        if limited is not None:
+            text.append("\n")
+            text.append_text(limited)
         show_text(counts, text)
         show_text(label, throughput_text(snap))
         spark.data = [float(v) for v in snap.throughput]
@@ -262,6 +275,32 @@ def _paused_line(snap: Snapshot, now: datetime, reason_chars: int) -> Text:
     more = snap.paused_total - min(len(snap.paused), PAUSED_LISTED)
     if more > 0:
         text.append(f", and {count_text(more)} more", style="dim")
+    return text
+
+
+def limits_text(snap: Snapshot, flt: ConsoleFilter, width: int) -> Text | None:
+    """The limited queues, whatever the filter, on one line of at most ``width`` cells (cut
+    with "…"): each one's limits in force and their use (``payments 10/10 running · 20/s
+    (burst 40)``), the filter's queue first, then those whose due jobs wait (at their cap, out
+    of tokens), then by name; at most LIMITS_LISTED named. None when no queue is limited."""
+    if not snap.limits_total:
+        return None
+    held = held_back(snap)
+    ordered = sorted(
+        snap.limits, key=lambda lim: (lim.queue != flt.queue, lim.queue not in held, lim.queue)
+    )
+    text = Text("⏳ limits: ", style=LIMITED_STYLE if held else "bold")
+    for i, lim in enumerate(ordered[:LIMITS_LISTED]):
+        if i:
+            text.append(", ", style="dim")
+        text.append_text(lit(cut(lim.queue, PAUSED_QUEUE_CHARS), "bold"))
+        text.append(" ")
+        text.append_text(limit_brief(lim))
+    more = snap.limits_total - min(len(snap.limits), LIMITS_LISTED)
+    if more > 0:
+        text.append(f", and {count_text(more)} more", style="dim")
+    if text.cell_len > width:
+        text.truncate(max(1, width), overflow="ellipsis")
     return text
 
 

@@ -13,8 +13,8 @@ scrolling, keys and mouse: the lines look as DataTable draws them, with the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import ClassVar, Generic, Self, TypeVar
 
@@ -42,6 +42,8 @@ class RowContext:
     owners: dict[str, OwnerHealth]
     risk_window: timedelta
     paused: frozenset[str] = frozenset()  # the queues the snapshot saw paused
+    # The limited queues whose due jobs wait, and why ("at cap", "rate-limited": view.py).
+    held: Mapping[str, str] = field(default_factory=dict)
 
 
 class PanelTable(DataTable[Text], Generic[Row]):

@@ -17,6 +17,7 @@ from leasectl.present.styles import (
     FRESHNESS_MARK,
     FRESHNESS_STYLE,
     LEASE_STYLE,
+    LIMITED_STYLE,
     PAUSED_STYLE,
     RISK_STYLE,
     STATUS_STYLE,
@@ -58,31 +59,43 @@ class JobTable(PanelTable[PanelJob]):
 
 
 class PendingTable(JobTable):
-    FLEX: ClassVar[dict[str, int]] = {"queue": 8, "key": 8}
-    DROP = ("priority", "attempts", "run_at", "key")
+    # RUN AT holds "⏳ rate-limited" (15 cells: a limit holds the job back): the queue, the
+    # wait and the priority give up a little width for it first.
+    FLEX: ClassVar[dict[str, int]] = {
+        "queue": 8,
+        "waiting": 7,
+        "priority": 3,
+        "run_at": 10,
+        "key": 8,
+    }
+    DROP = ("priority", "attempts", "key", "run_at")
     COLUMNS = (
         ("id", "ID", 9),
         ("queue", "QUEUE", 12),
         ("priority", "PRI", 4),
         ("waiting", "WAITING", 8),
         ("attempts", "ATT", 5),
-        ("run_at", "RUN AT", 10),
+        ("run_at", "RUN AT", 15),
         ("key", "KEY", 16),
     )
 
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
         delayed = item.run_at > ctx.now
-        held = item.status == JobStatus.WAITING  # behind its concurrency key's head
-        dim = "dim" if delayed or held else ""
+        behind_key = item.status == JobStatus.WAITING  # behind its concurrency key's head
+        dim = "dim" if delayed or behind_key else ""
         paused = item.queue in ctx.paused
-        due_style = PAUSED_STYLE if paused else "cyan" if delayed else "dim"
+        # (A limit holds back a due Pending job; a Waiting one waits for its key first.)
+        held = None if paused or delayed or behind_key else ctx.held.get(item.queue)
+        due_style = (
+            PAUSED_STYLE if paused else LIMITED_STYLE if held else "cyan" if delayed else "dim"
+        )
         return (
             self.id_cell(item, ctx, dim),
             lit(item.queue, dim, no_wrap=True, overflow="ellipsis"),
             Text(str(item.priority), style=dim, justify="right"),
             Text(waiting_text(ctx.now, item.run_at), justify="right"),
             self.attempts_cell(item, dim),
-            Text(due_text(ctx.now, item.run_at, paused=paused), style=due_style),
+            Text(due_text(ctx.now, item.run_at, paused=paused, held=held), style=due_style),
             key_cell(item),
         )
 

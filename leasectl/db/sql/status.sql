@@ -219,3 +219,38 @@ FULL JOIN held AS h ON h.lease_owner = w.worker_id
 LEFT JOIN {schema}.workers AS o ON w.worker_id IS NULL AND o.worker_id = h.lease_owner
 ORDER BY coalesce(h.expired, 0) DESC, h.next_expiry_at NULLS LAST, owner
 LIMIT %(limit)s;
+
+-- name: status_limits
+-- The limited queues (all, or the one named `queue`) for status, the console and the scrape: at most %(limits_limit)s by name, each row with how many there are (total), their limits in force at {now} (ramped) and their use: live leases counted through jobs_processing_idx (the queue's Processing set, bounded by the fleet), tokens refilled to {now}, throttled claims. queue_limits_list's columns.
+-- The limits in force are queue_limit_now's (migration 17), written out here: a role that may
+-- read the tables but was not granted EXECUTE on that function (SELECT on every table, by hand)
+-- still reads status, the console and the metrics (test_limit_surfaces checks both agree).
+SELECT l.queue, l.concurrency, l.rate, l.burst, l.ramp_from, l.ramp_until, l.set_at, l.set_by,
+       l.reason, l.throttled, n.cap AS cap_now, n.rate AS rate_now, n.burst AS burst_now,
+       CASE WHEN n.rate IS NOT NULL THEN least(n.burst, l.tokens + n.rate * greatest(
+           extract(epoch FROM {now} - l.tokens_at)::double precision, 0.0)) END AS tokens,
+       (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.status = 'Processing' AND j.queue = l.queue
+          AND j.lease_until >= {now}) AS live,
+       {now} AS db_now, count(*) OVER () AS total
+FROM {schema}.queue_limits AS l
+CROSS JOIN LATERAL (
+    -- How far a ramp has come: 0 at ramp_from, 1 at ramp_until and after (or no ramp).
+    SELECT CASE WHEN l.ramp_until IS NULL OR {now} >= l.ramp_until THEN 1.0::double precision
+                WHEN {now} <= l.ramp_from THEN 0.0::double precision
+                ELSE extract(epoch FROM {now} - l.ramp_from)::double precision
+                     / extract(epoch FROM l.ramp_until - l.ramp_from)::double precision
+           END AS f
+) AS r
+CROSS JOIN LATERAL (
+    -- The floor a ramp rises from: 1 lease, min(rate, 1) a second, 1 token.
+    SELECT CASE WHEN l.concurrency IS NOT NULL
+                THEN greatest(1, ceil(l.concurrency * r.f))::integer END AS cap,
+           CASE WHEN l.rate IS NOT NULL
+                THEN least(l.rate, 1.0) + (l.rate - least(l.rate, 1.0)) * r.f END AS rate,
+           CASE WHEN l.rate IS NOT NULL
+                THEN greatest(1.0, coalesce(l.burst, greatest(1.0, l.rate)) * r.f) END AS burst
+) AS n
+WHERE %(queue)s::text IS NULL OR l.queue = %(queue)s::text
+ORDER BY l.queue
+LIMIT %(limits_limit)s;
