@@ -357,7 +357,12 @@ def test_a_search_that_runs_out_of_time_says_narrow_it(
             assert screen.running
             await pilot.press("backspace")
             error = screen.query_one("#find-error", Static)
-            await wait_until_pilot(pilot, lambda: error.has_class("-shown"), "the timeout")
+            # (Shown, then laid out: until the next layout it has no size, and no lines.)
+            await wait_until_pilot(
+                pilot,
+                lambda: error.has_class("-shown") and widget_text(error, "the timeout") != "",
+                "the timeout",
+            )
             text = widget_text(error, "the timeout")
             assert "the filter had to scan; narrow it (since:, queue:, state:)" in text
             assert not screen.running and shown_ids(screen) == []

@@ -216,6 +216,10 @@ def test_a_lease_that_lapses_while_heartbeats_are_stuck_wakes_the_handler(
         return {}
 
     monkeypatch.setattr(worker.store, "heartbeat", hang)
+    # Enqueued after the first trip, which looked for lapsed leases and found none: else the
+    # job could come with that trip, a full one, and the next trip (when the lease is lost)
+    # would look again and take the job over, its own (completed == 1; failed under load).
+    wait_until(lambda: worker.stats.trips >= 1, what="the worker's first trip")
     [job_id] = store.ops.enqueue([{}], queue="d")
     try:
         assert woke.wait(15)
