@@ -155,10 +155,12 @@ def requeue_stuck(
     pace: PaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """One watcher pass over expired leases (for cron)."""
+    """One watcher pass over expired leases, then the concurrency keys' healing pass (for cron)."""
+    import dataclasses
+
     from leasectl.present.actions import LISTED_JOBS, watcher_renderables
     from leasectl.present.jsonout import watcher_json
-    from leasectl.runtime.watcher import run_pass
+    from leasectl.runtime.watcher import heal_pass, run_pass
 
     watcher_config = _watcher_config(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace, owner=owner
@@ -166,6 +168,9 @@ def requeue_stuck(
     with _operations(ctx) as ops:
         listed = None if as_json else LISTED_JOBS
         result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
+        if not dry_run:
+            # As `watch` does after each pass: a key whose head left unseen gets its next job.
+            result = dataclasses.replace(result, promoted=heal_pass(ops))
         if as_json:
             _emit_json(watcher_json(result, owner=owner))
             return

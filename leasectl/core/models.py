@@ -243,7 +243,8 @@ class MovedBatch:
 class WatcherResult:
     """Counts of one watcher pass (all its batches). ``jobs``: the jobs moved, or the first
     of them when the pass was asked to list only some (``run_pass(listed=...)``); in a dry
-    run, the jobs that would move."""
+    run, the jobs that would move. ``promoted``: the Waiting jobs the concurrency keys' healing
+    pass promoted after it (``requeue-stuck``; not counted in ``total``)."""
 
     requeued: int = 0
     failed: int = 0
@@ -251,6 +252,7 @@ class WatcherResult:
     batches: int = 0
     dry_run: bool = False
     jobs: tuple[ExpiredJob, ...] = ()
+    promoted: int = 0
 
     @property
     def total(self) -> int:

@@ -510,3 +510,41 @@ def test_the_watchers_pass_heals_a_key_left_without_a_head(
     watcher._heal_keys()
     assert watcher.promoted == 1
     assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+
+
+def test_requeue_stuck_heals_a_key_left_without_a_head_and_says_so(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A deployment that runs requeue-stuck from cron instead of watch heals its keys too."""
+    a, b = two_of_one_key(store)
+    orphan(sql_conn, a)
+    dry = json.loads(cli("requeue-stuck", "--dry-run", "--json", dsn=db_dsn).stdout)
+    assert dry["promoted"] == 0 and states(sql_conn, "k") == [(a, "Completed"), (b, "Waiting")]
+    doc = json.loads(cli("requeue-stuck", "--json", dsn=db_dsn).stdout)
+    assert (doc["requeued"], doc["promoted"]) == (0, 1)
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+    # Whatever its --queue: the healing pass covers every queue.
+    c, d = two_of_one_key(store)
+    orphan(sql_conn, b)
+    out = cli("requeue-stuck", "--queue", "other", dsn=db_dsn).stdout
+    assert "promoted 1 waiting job(s) of concurrency keys left without a head" in out
+    assert states(sql_conn, "k")[-2:] == [(c, "Pending"), (d, "Waiting")]
+    assert "promoted 0 waiting job(s)" in cli("requeue-stuck", dsn=db_dsn).stdout
+
+
+def test_requeue_stuck_s_healing_pass_walks_every_key_in_steps(
+    store: Stores, sql_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leasectl.runtime import watcher
+
+    for key in ("k1", "k2", "k3"):
+        first, _ = store.ops.enqueue_jobs(
+            [NewJob(n, queue="pay", concurrency_key=key) for n in (1, 2)]
+        )
+        orphan(sql_conn, first.id)
+    monkeypatch.setattr(watcher, "HEAL_KEYS", 2)
+    assert watcher.heal_pass(store.ops, max_steps=1) == 2
+    assert watcher.heal_pass(store.ops) == 1
+    assert sql_conn.execute(
+        "SELECT count(*) FROM leasectl.jobs WHERE status = 'Waiting'"
+    ).fetchone() == (0,)

@@ -318,6 +318,7 @@ def test_watcher_json() -> None:
         "requeued": 1,
         "failed": 0,
         "marked_stuck": 0,
+        "promoted": 0,
         "jobs": [
             {
                 "id": 1,
