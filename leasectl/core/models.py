@@ -405,6 +405,9 @@ class ConsoleCounts:
     pending_capped: bool = False
     due_capped: bool = False
     stuck_capped: bool = False
+    # Behind their concurrency key (migration 18), counted up to the cap as Stuck is.
+    waiting: int = 0
+    waiting_capped: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,12 @@ import pytest
 
 import leasectl
 from leasectl.console.widgets.tables import key_cell
+from leasectl.core.counts import BoundedCount
 from leasectl.core.enqueue import NewJob
 from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus
+from leasectl.db.metrics import MetricsReads
+from leasectl.runtime.exporter import families
 from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.hostile import NAMES, literal_probe
 from tests.inproc import run_in_process
@@ -548,3 +551,36 @@ def test_requeue_stuck_s_healing_pass_walks_every_key_in_steps(
     assert sql_conn.execute(
         "SELECT count(*) FROM leasectl.jobs WHERE status = 'Waiting'"
     ).fetchone() == (0,)
+
+
+def waiting_series(rows: Any) -> dict[tuple[str, str], float]:
+    """The exporter's leasectl_jobs and leasectl_jobs_capped samples of status Waiting."""
+    return {
+        (s.name, s.labels["queue"]): s.value
+        for family in families(rows)
+        for s in family.samples
+        if s.labels.get("status") == "Waiting"
+    }
+
+
+def test_the_exporter_counts_waiting_jobs_per_queue_bounded_like_stuck(store: Stores) -> None:
+    store.ops.enqueue_jobs([NewJob(n, queue="pay", concurrency_key="k") for n in range(4)])
+    store.ops.enqueue_jobs([NewJob(n, queue="mail", concurrency_key="m") for n in range(2)])
+    store.ops.enqueue([{}] * 3, queue="free")  # Pending only: no Waiting series
+    rows = MetricsReads(store.db).read(timedelta(seconds=5))
+    assert waiting_series(rows) == {
+        ("leasectl_jobs", "mail"): 1,
+        ("leasectl_jobs", "pay"): 3,
+        ("leasectl_jobs_capped", "mail"): 0,
+        ("leasectl_jobs_capped", "pay"): 0,
+    }
+    assert "waiting" not in rows.truncated
+    # Bounded as Stuck is: the queues share the budget (at least the floor each), and the read
+    # stops at queue_limit queues and says so.
+    capped = MetricsReads(store.db, budget=4, floor=2).read(timedelta(seconds=5))
+    assert capped.waiting == {"mail": BoundedCount(1, False), "pay": BoundedCount(2, True)}
+    assert waiting_series(capped)[("leasectl_jobs_capped", "pay")] == 1
+    cut = MetricsReads(store.db, queue_limit=1).read(timedelta(seconds=5))
+    assert list(cut.waiting) == ["mail"] and "waiting" in cut.truncated
+    truncated = {s.labels["part"]: s.value for s in next(iter(families(cut))).samples}
+    assert truncated["waiting"] == 1
