@@ -301,6 +301,7 @@ def watcher_json(result: WatcherResult, *, owner: str | None = None) -> dict[str
         "requeued": result.requeued,
         "failed": result.failed,
         "marked_stuck": result.marked_stuck,
-        "promoted": result.promoted,
+        # (The keys' healing pass runs after a real pass only.)
+        "promoted": None if result.dry_run else result.promoted,
         "jobs": [expired_job_json(j) for j in result.jobs],
     }

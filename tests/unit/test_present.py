@@ -332,6 +332,9 @@ def test_watcher_json() -> None:
             }
         ],
     }
+    # The keys' healing pass runs after a real pass only: a dry run promoted nothing, unknown.
+    assert watcher_json(WatcherResult(promoted=2))["promoted"] == 2
+    assert watcher_json(WatcherResult(dry_run=True))["promoted"] is None
 
 
 # -- human output -----------------------------------------------------------------------------
