@@ -244,7 +244,8 @@ class WatcherResult:
     """Counts of one watcher pass (all its batches). ``jobs``: the jobs moved, or the first
     of them when the pass was asked to list only some (``run_pass(listed=...)``); in a dry
     run, the jobs that would move. ``promoted``: the Waiting jobs the concurrency keys' healing
-    pass promoted after it (``requeue-stuck``; not counted in ``total``)."""
+    pass promoted after it (``requeue-stuck``; not counted in ``total``); None: it did not run
+    (a dry run, `watch`'s pass, which heals on its own) or failed."""
 
     requeued: int = 0
     failed: int = 0
@@ -252,7 +253,7 @@ class WatcherResult:
     batches: int = 0
     dry_run: bool = False
     jobs: tuple[ExpiredJob, ...] = ()
-    promoted: int = 0
+    promoted: int | None = None
 
     @property
     def total(self) -> int:

@@ -535,6 +535,39 @@ def test_requeue_stuck_heals_a_key_left_without_a_head_and_says_so(
     assert "promoted 0 waiting job(s)" in cli("requeue-stuck", dsn=db_dsn).stdout
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_requeue_stuck_says_what_it_moved_before_a_healing_pass_that_failed(
+    db_dsn: str,
+    store: Stores,
+    sql_conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    as_json: bool,
+) -> None:
+    """A role without EXECUTE on jobs_keys_heal (granted by hand) still sees its pass's moves,
+    then the healing pass's error: one line, its exit code."""
+    from leasectl.core.errors import PermissionDenied
+    from leasectl.db.keys import KeyOperations
+
+    (job,) = store.ops.enqueue([{}], queue="pay")
+    (lease,) = store.work.claim("pay", "w-gone", TTL)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = %s", (job,)
+    )
+
+    def refused(self: KeyOperations, **_: Any) -> Any:
+        raise PermissionDenied("permission denied for function jobs_keys_heal")
+
+    monkeypatch.setattr(KeyOperations, "heal_keys", refused)
+    proc = cli("requeue-stuck", *(["--json"] if as_json else []), dsn=db_dsn)
+    assert_one_line_error(proc, PermissionDenied("").exit_code, "jobs_keys_heal")
+    if as_json:
+        doc = json.loads(proc.stdout)
+        assert (doc["requeued"], doc["promoted"]) == (1, None)
+    else:
+        assert "requeued 1" in proc.stdout and "promoted" not in proc.stdout
+    assert seen(store, lease.job_id).status == JobStatus.PENDING
+
+
 def test_requeue_stuck_s_healing_pass_walks_every_key_in_steps(
     store: Stores, sql_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -318,7 +318,7 @@ def test_watcher_json() -> None:
         "requeued": 1,
         "failed": 0,
         "marked_stuck": 0,
-        "promoted": 0,
+        "promoted": None,
         "jobs": [
             {
                 "id": 1,
@@ -332,9 +332,8 @@ def test_watcher_json() -> None:
             }
         ],
     }
-    # The keys' healing pass runs after a real pass only: a dry run promoted nothing, unknown.
+    # null: the keys' healing pass did not run (a dry run) or failed.
     assert watcher_json(WatcherResult(promoted=2))["promoted"] == 2
-    assert watcher_json(WatcherResult(dry_run=True))["promoted"] is None
 
 
 # -- human output -----------------------------------------------------------------------------
