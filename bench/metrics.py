@@ -33,6 +33,7 @@ from leasectl.db.metrics import MetricsReads
 QUERIES = (
     "metrics_pending",
     "metrics_stuck",
+    "metrics_waiting",
     "metrics_leases",
     "status_owners",
     "status_finished_estimate",

@@ -531,6 +531,10 @@ MUTANTS += (
 METRICS = "tests/integration/test_metrics.py::"
 METRICS_STATE = METRICS + "test_a_scrape_reports_the_known_state"
 METRICS_PLANS = "tests/integration/test_metrics_plans.py::"
+WAITING_METRICS = (
+    "tests/integration/test_concurrency_keys.py::"
+    "test_the_exporter_counts_waiting_jobs_per_queue_bounded_like_stuck"
+)
 
 
 def _metrics(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
@@ -551,6 +555,11 @@ MUTANTS += (
     _metrics("stuck-cap", "metrics_stuck", "LIMIT b.cap + 1) AS x", ") AS x",
              METRICS_PLANS + "test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows"
              "[metrics_stuck]"),
+    _metrics("waiting-status", "metrics_waiting", "WHERE status = 'Waiting' AND queue = q.queue",
+             "WHERE queue = q.queue", WAITING_METRICS),
+    _metrics("waiting-cap", "metrics_waiting", "LIMIT b.cap + 1) AS x", ") AS x",
+             METRICS_PLANS + "test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows"
+             "[metrics_waiting]"),
     _metrics("expired", "metrics_leases", "FILTER (WHERE j.lease_until < now()) AS expired",
              "FILTER (WHERE TRUE) AS expired"),
     _metrics("at-risk-unexpired", "metrics_leases", "WHERE j.lease_until >= now()\n",
@@ -652,6 +661,10 @@ BACKLOG_CONSOLE = (
 STATUS_BOUNDED = BACKLOG + "test_status_shows_a_big_queue_as_a_lower_bound_and_a_small_one_exactly"
 COUNTS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[console_counts]"
 STATUS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[status_live_counts]"
+CONSOLE_WAITING = (
+    "tests/console/test_waiting_counts.py::"
+    "test_the_refresh_counts_the_waiting_jobs_of_the_filtered_queue"
+)
 TRUNCATED = (
     BACKLOG_PLANS
     + "test_past_the_group_limit_the_due_count_and_the_oldest_come_from_the_whole_index"
@@ -670,6 +683,8 @@ MUTANTS += (
     mutant("console-counts-stuck-cap", "console.sql", "console_counts",
            "queue = %(queue)s::text)\n          LIMIT %(budget)s::bigint + 1) AS x\n) AS s",
            "queue = %(queue)s::text)\n          ) AS x\n) AS s", (COUNTS_PLAN,)),
+    mutant("console-counts-waiting-status", "console.sql", "console_counts",
+           "WHERE status = 'Waiting' AND (%(queue)s", "WHERE (%(queue)s", (CONSOLE_WAITING,)),
     mutant("console-counts-truncated", "console.sql", "console_counts",
            "coalesce((SELECT max(n) FROM grp) > %(group_limit)s, false) AS truncated",
            "false AS truncated", (TRUNCATED,)),

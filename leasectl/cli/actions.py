@@ -26,6 +26,7 @@ from leasectl.cli.root import (
 from leasectl.cli.stderr import LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.actions import OperatorAction
+from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
 
 # The watcher and the presentation are imported by the commands that run: `leasectl --help` and
@@ -155,10 +156,12 @@ def requeue_stuck(
     pace: PaceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """One watcher pass over expired leases (for cron)."""
+    """One watcher pass over expired leases, then the concurrency keys' healing pass (for cron)."""
+    import dataclasses
+
     from leasectl.present.actions import LISTED_JOBS, watcher_renderables
     from leasectl.present.jsonout import watcher_json
-    from leasectl.runtime.watcher import run_pass
+    from leasectl.runtime.watcher import heal_pass, run_pass
 
     watcher_config = _watcher_config(
         mode=mode, queue=queue, reason=reason, batch_size=batch_size, pace=pace, owner=owner
@@ -166,11 +169,21 @@ def requeue_stuck(
     with _operations(ctx) as ops:
         listed = None if as_json else LISTED_JOBS
         result = run_pass(ops, watcher_config, limit=limit, dry_run=dry_run, listed=listed)
+        healing: LeasectlError | None = None
+        if not dry_run:
+            # As `watch` does after each pass: a key whose head left unseen gets its next job.
+            # Its failure is said (and the exit code) after what the pass moved, not instead.
+            try:
+                result = dataclasses.replace(result, promoted=heal_pass(ops))
+            except LeasectlError as exc:
+                healing = exc
         if as_json:
             _emit_json(watcher_json(result, owner=owner))
-            return
-        db_now = ops.db.server_info()["db_now"]
-    _show(watcher_renderables(result, db_now, mode.value, owner=owner))
+        else:
+            db_now = ops.db.server_info()["db_now"]
+            _show(watcher_renderables(result, db_now, mode.value, owner=owner))
+    if healing is not None:
+        raise healing
 
 
 # On ids or on a filter: cli/bulk.py, each from its entry in core/actions.py (an action joins

@@ -130,11 +130,11 @@ class Panels:
 
 
 def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> ConsoleCounts:
-    """console_counts' row as counts (Pending, due and Stuck bounded by the row's cap);
+    """console_counts' row as counts (Pending, due, Stuck and Waiting bounded by the row's cap);
     finished history only as the planner's estimates."""
     cap = int(row["cap"])
-    pending, due, stuck = (
-        BoundedCount.read(int(row[key]), cap) for key in ("pending", "due", "stuck")
+    pending, due, stuck, waiting = (
+        BoundedCount.read(int(row[key]), cap) for key in ("pending", "due", "stuck", "waiting")
     )
     return ConsoleCounts(
         pending=pending.value,
@@ -147,6 +147,8 @@ def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> Co
         expired=row["expired"],
         stuck=stuck.value,
         stuck_capped=stuck.capped,
+        waiting=waiting.value,
+        waiting_capped=waiting.capped,
         completed_estimate=estimates[0],
         failed_estimate=estimates[1],
     )

@@ -243,7 +243,9 @@ class MovedBatch:
 class WatcherResult:
     """Counts of one watcher pass (all its batches). ``jobs``: the jobs moved, or the first
     of them when the pass was asked to list only some (``run_pass(listed=...)``); in a dry
-    run, the jobs that would move."""
+    run, the jobs that would move. ``promoted``: the Waiting jobs the concurrency keys' healing
+    pass promoted after it (``requeue-stuck``; not counted in ``total``); None: it did not run
+    (a dry run, `watch`'s pass, which heals on its own) or failed."""
 
     requeued: int = 0
     failed: int = 0
@@ -251,6 +253,7 @@ class WatcherResult:
     batches: int = 0
     dry_run: bool = False
     jobs: tuple[ExpiredJob, ...] = ()
+    promoted: int | None = None
 
     @property
     def total(self) -> int:
@@ -403,6 +406,9 @@ class ConsoleCounts:
     pending_capped: bool = False
     due_capped: bool = False
     stuck_capped: bool = False
+    # Behind their concurrency key (migration 18), counted up to the cap as Stuck is.
+    waiting: int = 0
+    waiting_capped: bool = False
 
 
 @dataclass(frozen=True)

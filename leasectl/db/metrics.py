@@ -64,6 +64,7 @@ class MetricsRows:
     db_now: datetime
     pending: tuple[PendingQueue, ...]
     stuck: dict[str, BoundedCount]  # by queue
+    waiting: dict[str, BoundedCount]  # by queue: behind their concurrency key (migration 18)
     leases: tuple[QueueOwnerLeases, ...]
     owners: tuple[OwnerHealth, ...]
     finished_estimate: dict[str, int]  # by status, from planner statistics
@@ -177,6 +178,7 @@ class MetricsReads:
             ("clock", "metrics_clock", params),
             ("pending", "metrics_pending", params),
             ("stuck", "metrics_stuck", params),
+            ("waiting", "metrics_waiting", params),
             ("leases", "metrics_leases", params),
             ("owners", "status_owners", self.owner_params),
             ("estimate", "status_finished_estimate", params),
@@ -193,7 +195,9 @@ class MetricsReads:
             rows = {label: cursors[label].fetchall() for label in cursors if label != "begin"}
         db_now: datetime = rows["clock"][0]["db_now"]
         truncated = {
-            name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]
+            name
+            for name in ("pending", "stuck", "waiting")
+            if rows[name] and rows[name][0]["truncated"]
         }
         if len(rows["leases"]) >= self.limits["lease_limit"]:
             truncated.add("leases")
@@ -218,6 +222,10 @@ class MetricsReads:
             ),
             stuck={
                 r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"])) for r in rows["stuck"]
+            },
+            waiting={
+                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                for r in rows["waiting"]
             },
             leases=tuple(
                 QueueOwnerLeases(

@@ -90,6 +90,9 @@ def watcher_renderables(
             f"marked stuck {result.marked_stuck}"
         )
     parts.append(Text(summary, style="bold"))
+    if result.promoted is not None:
+        healed = "waiting job(s) of concurrency keys left without a head"
+        parts.append(Text(f"promoted {result.promoted} {healed}"))
     return parts
 
 

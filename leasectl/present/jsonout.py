@@ -301,5 +301,6 @@ def watcher_json(result: WatcherResult, *, owner: str | None = None) -> dict[str
         "requeued": result.requeued,
         "failed": result.failed,
         "marked_stuck": result.marked_stuck,
+        "promoted": result.promoted,  # null: the keys' healing pass did not run (a dry run)
         "jobs": [expired_job_json(j) for j in result.jobs],
     }

@@ -11,7 +11,7 @@ from rich.text import Text
 from leasectl.core.limits import QueueLimit, Ramped, rate_text
 from leasectl.present.jsonout import limit_json as limit_json  # (with status --json's)
 from leasectl.present.text import lit, table
-from leasectl.present.times import countdown, timestamp
+from leasectl.present.times import ago, countdown, timestamp
 
 THROTTLED_STYLE = "bold yellow"  # a queue at its cap or out of tokens
 
@@ -81,21 +81,51 @@ def limit_renderables(
     return [*parts, since, reason]
 
 
+def limit_lines(limit: QueueLimit) -> Text:
+    """The configured limits, one to a line, shortly: ``10 at once`` / ``20/s`` / ``burst 40``."""
+    lines = []
+    if limit.concurrency is not None:
+        lines.append(f"{limit.concurrency:,} at once")
+    if limit.rate is not None:
+        lines += [rate_text(limit.rate), f"burst {limit.effective_burst:g}"]
+    return Text("\n".join(lines))
+
+
+def use_lines(limit: QueueLimit) -> Text:
+    """Their use now, one fact to a line (live leases, tokens, the rate in force, the ramp, the
+    claims they cut short), so that a narrow column breaks between facts, not inside one."""
+    lines: list[Text] = []
+    if limit.cap_now is not None:
+        style = THROTTLED_STYLE if limit.at_cap else ""
+        lines.append(Text(f"live {limit.live:,}/{limit.cap_now:,}", style))
+    if limit.rate_now is not None and limit.tokens is not None and limit.burst_now is not None:
+        style = THROTTLED_STYLE if limit.tokens < 1 else ""
+        lines.append(Text(f"tokens {limit.tokens:.1f}/{limit.burst_now:g}", style))
+        lines.append(Text(f"at {rate_text(limit.rate_now)}"))
+    progress = limit.ramp_progress
+    if limit.ramping and progress is not None:
+        lines.append(Text(f"ramp {progress:.0%}"))
+        lines.append(Text(f"{countdown(limit.db_now, limit.ramp_until)} to go", "dim"))
+    lines.append(Text(f"throttled {limit.throttled:,}", "dim" if not limit.throttled else ""))
+    return Text("\n").join(lines)
+
+
 def limits_table(limits: Sequence[QueueLimit]) -> RenderableType:
-    """`leasectl limits`: each limited queue, its limits, their use and who set them."""
+    """`leasectl limits`: each limited queue, its limits, their use, when and by whom they were
+    set, and why. Short cells of one fact a line and the time as an age (`5m03s ago`), so that
+    at 80 columns only the reason, last, wraps (JSON has the full timestamps)."""
     if not limits:
         return Text("no queue is limited", style="dim")
     grid = table("Limited queues")
-    for column in ("queue", "limits", "now", "throttled", "set", "by", "reason"):
-        grid.add_column(column, overflow="fold")
+    grid.add_column("queue", overflow="fold")
+    grid.add_column("limits", no_wrap=True)
+    grid.add_column("now", no_wrap=True)
+    grid.add_column("set, by", overflow="fold")
+    grid.add_column("reason", overflow="fold", ratio=1, min_width=16)
     for limit in limits:
+        when = Text(ago(limit.db_now, limit.set_at) + "\n")
+        when.append_text(lit(limit.set_by))
         grid.add_row(
-            lit(limit.queue, "bold"),
-            limit_terms(limit),
-            use_text(limit),
-            f"{limit.throttled:,}",
-            timestamp(limit.set_at),
-            lit(limit.set_by),
-            lit(limit.reason),
+            lit(limit.queue, "bold"), limit_lines(limit), use_lines(limit), when, lit(limit.reason)
         )
     return grid

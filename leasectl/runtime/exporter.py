@@ -51,9 +51,9 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "leasectl_jobs": (
         "gauge",
         ("queue", "status"),
-        "Live jobs per queue and status (Pending, Processing, Stuck). Processing is exact; "
-        "Pending and Stuck are exact up to a cap per queue, then the cap "
-        "(see leasectl_jobs_capped).",
+        "Live jobs per queue and status (Pending, Processing, Stuck, Waiting: behind their "
+        "concurrency key). Processing is exact; Pending, Stuck and Waiting are exact up to a cap "
+        "per queue, then the cap (see leasectl_jobs_capped).",
     ),
     "leasectl_jobs_capped": (
         "gauge",
@@ -230,7 +230,7 @@ class LeasectlCollector(Collector):
 def families(rows: MetricsRows) -> Iterator[Metric]:
     """The gauges of one scrape's rows."""
     truncated = _gauge("leasectl_scrape_truncated")
-    for part in ("pending", "stuck", "leases", "owners", "paused", "counters", "limits"):
+    for part in ("pending", "stuck", "waiting", "leases", "owners", "paused", "counters", "limits"):
         truncated.add_metric([part], 1 if part in rows.truncated else 0)
     yield truncated
 
@@ -248,6 +248,9 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     for queue, stuck in sorted(rows.stuck.items()):
         jobs.add_metric([label(queue), JobStatus.STUCK], stuck.value)
         capped.add_metric([label(queue), JobStatus.STUCK], int(stuck.capped))
+    for queue, waiting in sorted(rows.waiting.items()):
+        jobs.add_metric([label(queue), JobStatus.WAITING], waiting.value)
+        capped.add_metric([label(queue), JobStatus.WAITING], int(waiting.capped))
     yield jobs
     yield capped
     yield oldest

@@ -120,6 +120,29 @@ def run_pass(
     )
 
 
+# Steps of HEAL_KEYS keys one `requeue-stuck` heals at most (a million keys with Waiting jobs):
+# each step is one short statement; a cron run has no cursor to go on from the next time.
+HEAL_STEPS = 1000
+
+
+def heal_pass(
+    ops: Operations, *, stopping: threading.Event | None = None, max_steps: int = HEAL_STEPS
+) -> int:
+    """The concurrency keys' healing pass over every key with Waiting jobs, from the first, in
+    steps of HEAL_KEYS keys (one statement each) until the walk reaches the end (or
+    ``max_steps``, or ``stopping`` is set, between two steps): how many jobs it promoted. What
+    `requeue-stuck` runs after its pass, so that a deployment that runs it from cron instead of
+    `watch` leaves no key without a head."""
+    promoted = 0
+    after: tuple[str, str] | None = None
+    for _ in range(max_steps):
+        step, after = ops.heal_keys(max_keys=HEAL_KEYS, after=after)
+        promoted += len(step)
+        if after is None or (stopping is not None and stopping.is_set()):
+            break
+    return promoted
+
+
 class Watcher:
     """Runs passes every ``interval`` until stopped; survives the database going away."""
 

@@ -14,9 +14,12 @@ import pytest
 
 import leasectl
 from leasectl.console.widgets.tables import key_cell
+from leasectl.core.counts import BoundedCount
 from leasectl.core.enqueue import NewJob
 from leasectl.core.literal import visible
 from leasectl.core.models import JobStatus
+from leasectl.db.metrics import MetricsReads
+from leasectl.runtime.exporter import families
 from leasectl.runtime.watcher import Watcher, WatcherConfig
 from tests.hostile import NAMES, literal_probe
 from tests.inproc import run_in_process
@@ -510,3 +513,107 @@ def test_the_watchers_pass_heals_a_key_left_without_a_head(
     watcher._heal_keys()
     assert watcher.promoted == 1
     assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+
+
+def test_requeue_stuck_heals_a_key_left_without_a_head_and_says_so(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A deployment that runs requeue-stuck from cron instead of watch heals its keys too."""
+    a, b = two_of_one_key(store)
+    orphan(sql_conn, a)
+    dry = json.loads(cli("requeue-stuck", "--dry-run", "--json", dsn=db_dsn).stdout)
+    assert dry["promoted"] is None and states(sql_conn, "k") == [(a, "Completed"), (b, "Waiting")]
+    doc = json.loads(cli("requeue-stuck", "--json", dsn=db_dsn).stdout)
+    assert (doc["requeued"], doc["promoted"]) == (0, 1)
+    assert states(sql_conn, "k") == [(a, "Completed"), (b, "Pending")]
+    # Whatever its --queue: the healing pass covers every queue.
+    c, d = two_of_one_key(store)
+    orphan(sql_conn, b)
+    out = cli("requeue-stuck", "--queue", "other", dsn=db_dsn).stdout
+    assert "promoted 1 waiting job(s) of concurrency keys left without a head" in out
+    assert states(sql_conn, "k")[-2:] == [(c, "Pending"), (d, "Waiting")]
+    assert "promoted 0 waiting job(s)" in cli("requeue-stuck", dsn=db_dsn).stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_requeue_stuck_says_what_it_moved_before_a_healing_pass_that_failed(
+    db_dsn: str,
+    store: Stores,
+    sql_conn: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    as_json: bool,
+) -> None:
+    """A role without EXECUTE on jobs_keys_heal (granted by hand) still sees its pass's moves,
+    then the healing pass's error: one line, its exit code."""
+    from leasectl.core.errors import PermissionDenied
+    from leasectl.db.keys import KeyOperations
+
+    (job,) = store.ops.enqueue([{}], queue="pay")
+    (lease,) = store.work.claim("pay", "w-gone", TTL)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 minute' WHERE id = %s", (job,)
+    )
+
+    def refused(self: KeyOperations, **_: Any) -> Any:
+        raise PermissionDenied("permission denied for function jobs_keys_heal")
+
+    monkeypatch.setattr(KeyOperations, "heal_keys", refused)
+    proc = cli("requeue-stuck", *(["--json"] if as_json else []), dsn=db_dsn)
+    assert_one_line_error(proc, PermissionDenied("").exit_code, "jobs_keys_heal")
+    if as_json:
+        doc = json.loads(proc.stdout)
+        assert (doc["requeued"], doc["promoted"]) == (1, None)
+    else:
+        assert "requeued 1" in proc.stdout and "promoted" not in proc.stdout
+    assert seen(store, lease.job_id).status == JobStatus.PENDING
+
+
+def test_requeue_stuck_s_healing_pass_walks_every_key_in_steps(
+    store: Stores, sql_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from leasectl.runtime import watcher
+
+    for key in ("k1", "k2", "k3"):
+        first, _ = store.ops.enqueue_jobs(
+            [NewJob(n, queue="pay", concurrency_key=key) for n in (1, 2)]
+        )
+        orphan(sql_conn, first.id)
+    monkeypatch.setattr(watcher, "HEAL_KEYS", 2)
+    assert watcher.heal_pass(store.ops, max_steps=1) == 2
+    assert watcher.heal_pass(store.ops) == 1
+    assert sql_conn.execute(
+        "SELECT count(*) FROM leasectl.jobs WHERE status = 'Waiting'"
+    ).fetchone() == (0,)
+
+
+def waiting_series(rows: Any) -> dict[tuple[str, str], float]:
+    """The exporter's leasectl_jobs and leasectl_jobs_capped samples of status Waiting."""
+    return {
+        (s.name, s.labels["queue"]): s.value
+        for family in families(rows)
+        for s in family.samples
+        if s.labels.get("status") == "Waiting"
+    }
+
+
+def test_the_exporter_counts_waiting_jobs_per_queue_bounded_like_stuck(store: Stores) -> None:
+    store.ops.enqueue_jobs([NewJob(n, queue="pay", concurrency_key="k") for n in range(4)])
+    store.ops.enqueue_jobs([NewJob(n, queue="mail", concurrency_key="m") for n in range(2)])
+    store.ops.enqueue([{}] * 3, queue="free")  # Pending only: no Waiting series
+    rows = MetricsReads(store.db).read(timedelta(seconds=5))
+    assert waiting_series(rows) == {
+        ("leasectl_jobs", "mail"): 1,
+        ("leasectl_jobs", "pay"): 3,
+        ("leasectl_jobs_capped", "mail"): 0,
+        ("leasectl_jobs_capped", "pay"): 0,
+    }
+    assert "waiting" not in rows.truncated
+    # Bounded as Stuck is: the queues share the budget (at least the floor each), and the read
+    # stops at queue_limit queues and says so.
+    capped = MetricsReads(store.db, budget=4, floor=2).read(timedelta(seconds=5))
+    assert capped.waiting == {"mail": BoundedCount(1, False), "pay": BoundedCount(2, True)}
+    assert waiting_series(capped)[("leasectl_jobs_capped", "pay")] == 1
+    cut = MetricsReads(store.db, queue_limit=1).read(timedelta(seconds=5))
+    assert list(cut.waiting) == ["mail"] and "waiting" in cut.truncated
+    truncated = {s.labels["part"]: s.value for s in next(iter(families(cut))).samples}
+    assert truncated["waiting"] == 1

@@ -110,3 +110,38 @@ def test_limits_show_hostile_names_and_reasons_literally(db_dsn: str) -> None:
     assert "\x1b" not in proc.stdout and "\x9b" not in proc.stdout and "\x07" not in proc.stdout
     for name in names:
         assert literal_probe(name) in proc.stdout, name
+
+
+REASON = "the partner asked us to keep under one request every two seconds until Friday"
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_limits_reads_well_at_80_and_160_columns(db_dsn: str, columns: int) -> None:
+    """Short cells, one fact a line, the time as an age: only the reason wraps (at its words),
+    and no timestamp, actor or limit is split across lines."""
+    from leasectl.core.limits import LimitSpec
+    from tests.stores import Stores
+
+    with Stores.connect(db_dsn, "leasectl") as store:
+        store.ops.set_limit(
+            "default-queue",
+            LimitSpec(concurrency=10, rate=20.0, burst=40),
+            actor="operator:root@vm",
+            reason=REASON,
+        )
+        store.ops.set_limit("emails", LimitSpec(rate=0.5), actor="operator:alice", reason="r")
+    proc = run_in_process(["limits"], {**_env(db_dsn), "COLUMNS": str(columns)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= columns
+    cells = [cell for line in lines for cell in line.split("  ") if cell.strip()]
+    for whole in ("default-queue", "operator:root@vm", "10 at once", "20/s", "burst 40"):
+        assert any(cell.strip() == whole for cell in cells), (whole, proc.stdout)
+    assert "ago" in proc.stdout and "+00" not in proc.stdout  # an age, not a timestamp
+    # The reason column, last: its text read back whole, on one line at 160, wrapped at 80.
+    (header,) = [i for i, line in enumerate(lines) if line.startswith("queue ")]
+    at = lines[header].index("reason")
+    reason = [line[at:].strip() for line in lines[header + 2 :] if line[at:].strip()]
+    assert " ".join(reason).startswith(REASON + " r"), proc.stdout
+    wrapped = len([part for part in reason if part != "r"])
+    assert wrapped == 1 if columns == 160 else wrapped > 1

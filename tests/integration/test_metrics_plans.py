@@ -41,6 +41,14 @@ def seed(conn: psycopg.Connection[Any]) -> None:
         "now() + CASE WHEN i <= 50 THEN interval '-1 minute' ELSE interval '1 minute' END "
         "FROM generate_series(1, 600) AS i"
     )
+    # Waiting jobs behind one head per key, made directly (migration 18's triggers off).
+    with conn.transaction():
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(
+            "INSERT INTO leasectl.jobs (queue, status, concurrency_key) "
+            "SELECT (ARRAY['q', 'other'])[1 + i % 2], 'Waiting', 'k' || (i % 50) "
+            "FROM generate_series(1, 8000) AS i"
+        )
     conn.execute("VACUUM ANALYZE leasectl.jobs")
 
 
@@ -55,7 +63,9 @@ PARAMS: dict[str, Any] = {
 ROWS = re.compile(r"actual (?:time=\S+ )?rows=(\d+)(?:\.\d+)? loops=(\d+)")
 
 
-@pytest.mark.parametrize("name", ["metrics_pending", "metrics_stuck", "metrics_leases"])
+@pytest.mark.parametrize(
+    "name", ["metrics_pending", "metrics_stuck", "metrics_waiting", "metrics_leases"]
+)
 def test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows(
     sql_conn: psycopg.Connection[Any], name: str
 ) -> None:

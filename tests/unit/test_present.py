@@ -318,6 +318,7 @@ def test_watcher_json() -> None:
         "requeued": 1,
         "failed": 0,
         "marked_stuck": 0,
+        "promoted": None,
         "jobs": [
             {
                 "id": 1,
@@ -331,6 +332,8 @@ def test_watcher_json() -> None:
             }
         ],
     }
+    # null: the keys' healing pass did not run (a dry run) or failed.
+    assert watcher_json(WatcherResult(promoted=2))["promoted"] == 2
 
 
 # -- human output -----------------------------------------------------------------------------

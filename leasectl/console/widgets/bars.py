@@ -28,6 +28,7 @@ from leasectl.present.text import count_text, estimate_text, lit
 from leasectl.present.times import age, local_clock, oldest_due, read_lag_text, seconds_age
 
 STUCK_STYLE = STATUS_STYLE[JobStatus.STUCK]
+WAITING_STYLE = STATUS_STYLE[JobStatus.WAITING]
 # The summary's paused line: at most this many queues named, each name and reason cut.
 PAUSED_LISTED = 3
 PAUSED_QUEUE_CHARS = 40
@@ -236,7 +237,15 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         ("Stuck ", "dim"),
         (count_text(c.stuck, c.stuck_capped), STUCK_STYLE if c.stuck else "bold"),
     )
-    return [scope_text(flt), pending, processing, stuck, history_text(snap)]
+    groups = [scope_text(flt), pending, processing, stuck]
+    if c.waiting:
+        # Behind their concurrency key: shown only when there are any (most queues have no keys).
+        groups.append(
+            Text.assemble(
+                ("Waiting ", "dim"), (count_text(c.waiting, c.waiting_capped), WAITING_STYLE)
+            )
+        )
+    return [*groups, history_text(snap)]
 
 
 def paused_text(snap: Snapshot, now: datetime, width: int) -> Text | None:

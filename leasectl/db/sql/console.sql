@@ -22,7 +22,7 @@ FROM unnest(%(setting_names)s::text[], %(setting_values)s::text[]) AS s(name, va
 
 -- name: console_counts
 -- Live counts (each from its partial index), oldest due Pending, at-risk and expired leases,
--- and the server's clock and version. Pending, due and Stuck counts are bounded as the metrics
+-- and the server's clock and version. Pending, due, Stuck and Waiting counts are bounded as the metrics
 -- scrape's are (leasectl/core/counts.py): they stop at %(budget)s + 1 index entries, and the
 -- statement returns %(budget)s as "cap" (a count above it reads as "at least cap"). Processing,
 -- expired and at risk are exact: the fleet's concurrency bounds them, and the console acts on
@@ -101,7 +101,7 @@ SELECT {now} AS db_now, current_setting('server_version') AS server_version,
        current_database() AS database, p.pending, coalesce(p.due, 0) AS due,
        CASE WHEN p.oldest <= {now} THEN p.oldest END AS oldest_due_at,
        %(budget)s::bigint AS cap,
-       r.processing, r.expired, r.at_risk, s.stuck
+       r.processing, r.expired, r.at_risk, s.stuck, w.waiting
 FROM p
 CROSS JOIN (
     SELECT count(*) AS processing,
@@ -128,7 +128,15 @@ CROSS JOIN (
           FROM {schema}.jobs
           WHERE status = 'Stuck' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
           LIMIT %(budget)s::bigint + 1) AS x
-) AS s;
+) AS s
+CROSS JOIN (
+    -- Behind their concurrency key (migration 18), on jobs_waiting_idx, bounded as Stuck is.
+    SELECT count(*) AS waiting
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Waiting' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+          LIMIT %(budget)s::bigint + 1) AS x
+) AS w;
 
 -- name: console_throughput
 -- Completed and Failed jobs per clock minute that finished at or after %(since)s (NULL: the

@@ -100,6 +100,46 @@ CROSS JOIN LATERAL (
 WHERE q.n <= %(queue_limit)s
 ORDER BY q.queue;
 
+-- name: metrics_waiting
+-- Per queue with Waiting jobs (behind their concurrency key, migration 18): how many (at most
+-- cap + 1 counted, cap returned), as metrics_stuck counts Stuck ones. A loose index scan of
+-- jobs_waiting_idx (queue first) finds the queues, at most %(queue_limit)s of them (truncated:
+-- there were more, found by one step past the limit).
+WITH RECURSIVE q AS (
+    (SELECT 1 AS n, queue
+     FROM {schema}.jobs
+     WHERE status = 'Waiting'
+     ORDER BY queue
+     LIMIT 1)
+    UNION ALL
+    SELECT q.n + 1, nx.queue
+    FROM q
+    CROSS JOIN LATERAL (
+        SELECT queue
+        FROM {schema}.jobs
+        WHERE status = 'Waiting' AND queue > q.queue
+        ORDER BY queue
+        LIMIT 1
+    ) AS nx
+    WHERE q.n <= %(queue_limit)s
+), budget AS (
+    SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
+    FROM q
+    WHERE q.n <= %(queue_limit)s
+)
+SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
+FROM q
+CROSS JOIN budget AS b
+CROSS JOIN LATERAL (
+    SELECT count(*) AS jobs
+    FROM (SELECT 1
+          FROM {schema}.jobs
+          WHERE status = 'Waiting' AND queue = q.queue
+          LIMIT b.cap + 1) AS x
+) AS c
+WHERE q.n <= %(queue_limit)s
+ORDER BY q.queue;
+
 -- name: metrics_leases
 -- Per queue and lease owner: Processing jobs, expired leases (lease_until before now()) and leases
 -- at risk (ending within the owner's heartbeat interval, %(risk_window)s when it declared none),
