@@ -380,30 +380,35 @@ MUTANTS += (
 # applies to. Neither has a live-lease guard (cancel revokes the lease it is asked to; delete
 # never touches a Processing job, whatever its lease).
 CANCEL_DELETE = "migrations/010_cancel_and_delete.sql"
+# Cancel's function as migration 18 replaced it (Waiting among its statuses): migration 10's copy
+# no longer runs, so its mutants would survive.
+CANCEL = "migrations/018_concurrency_keys.sql"
 
 
 def _cancel_delete(
     action: str, statement: str, statuses: str, tests: dict[str, str]
 ) -> list[Mutant]:
+    file = CANCEL if action == "cancel" else CANCEL_DELETE
     return [
-        mutant(f"{action}-seen-status", CANCEL_DELETE, statement,
+        mutant(f"{action}-seen-status", file, statement,
                "WHERE j.status::text = s.status\n", "WHERE TRUE\n", fence(tests["status"])),
-        mutant(f"{action}-seen-attempts", CANCEL_DELETE, statement,
+        mutant(f"{action}-seen-attempts", file, statement,
                "AND j.attempts = s.attempts\n", "AND TRUE\n", fence(tests["attempts"])),
-        mutant(f"{action}-seen-owner", CANCEL_DELETE, statement,
+        mutant(f"{action}-seen-owner", file, statement,
                "AND j.lease_owner IS NOT DISTINCT FROM s.lease_owner", "AND TRUE",
                fence(tests["owner"])),
-        mutant(f"{action}-statuses", CANCEL_DELETE, statement,
+        mutant(f"{action}-statuses", file, statement,
                f"AND j.status IN ({statuses})", "AND TRUE", fence(tests["statuses"])),
-        mutant(f"{action}-seen-id", CANCEL_DELETE, statement,
+        mutant(f"{action}-seen-id", file, statement,
                "JOIN seen AS s ON s.id = j.id", "JOIN seen AS s ON TRUE", fence(tests["id"])),
-        mutant(f"{action}-{'update' if action == 'cancel' else 'delete'}-id", CANCEL_DELETE,
+        mutant(f"{action}-{'update' if action == 'cancel' else 'delete'}-id", file,
                statement, "WHERE j.id = t.id", "WHERE TRUE", fence(tests["id"])),
     ]  # fmt: skip
 
 
 MUTANTS += (
-    *_cancel_delete("cancel", "jobs_operator_cancel", "'Pending', 'Processing', 'Stuck'", {
+    *_cancel_delete("cancel", "jobs_operator_cancel",
+                    "'Pending', 'Processing', 'Stuck', 'Waiting'", {
         "status": "test_cancel_after_the_watcher_quarantined_the_job_is_skipped",
         "attempts": "test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped[cancel]",
         "owner": "test_an_action_on_another_owner_than_the_operator_saw_is_skipped[cancel]",
