@@ -23,7 +23,7 @@ from leasectl.cli.root import (
     _queue_name,
     _show,
 )
-from leasectl.cli.stderr import LogLevel, _setup_logging
+from leasectl.cli.stderr import LogFormat, LogLevel, _setup_logging
 from leasectl.core import config
 from leasectl.core.actions import OperatorAction
 from leasectl.core.errors import LeasectlError
@@ -91,6 +91,10 @@ def watch(
     pace: PaceOpt = None,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="Log lines as text, or json: one JSON object per line (docs/design.md)."),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Run the stuck watcher until SIGTERM/SIGINT."""
     from leasectl.runtime.watcher import Watcher, run_until_stopped
@@ -103,7 +107,7 @@ def watch(
         pace=pace,
         interval=_duration(interval, "--interval"),
     )
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
     with _operations(ctx) as ops:
         watcher = Watcher(ops, watcher_config)
         signalled = threading.Event()

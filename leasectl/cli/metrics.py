@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from types import FrameType
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from leasectl.cli.root import _duration, _emit_json, _globals, _say
-from leasectl.cli.stderr import LogLevel, _setup_logging, _warn
+from leasectl.cli.stderr import LogFormat, LogLevel, _setup_logging, _warn
 from leasectl.core import config
 from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import echo
@@ -39,6 +40,10 @@ def metrics(
     log_level: Annotated[
         LogLevel, typer.Option(help="Log level (a failed scrape logs a warning once).")
     ] = LogLevel.INFO,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="Log lines as text, or json: one JSON object per line (docs/design.md)."),
+    ] = LogFormat.TEXT,
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print where it serves as one JSON line (URL, host, port)."),
@@ -56,7 +61,7 @@ def metrics(
     host, port = config.parse_listen(listen)
     limit = _duration(timeout, "--timeout")
     dsn, schema = _globals(ctx).resolve()
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
 
     def connect() -> MetricsReads:
         return MetricsReads(
@@ -92,6 +97,10 @@ def metrics(
         try:
             if as_json:
                 _emit_json({"listen": url, "host": bound_host, "port": bound_port}, indent=None)
+            elif log_format is LogFormat.JSON:  # (every line it writes is JSON: on stderr)
+                logging.getLogger("leasectl.metrics").info(
+                    "serving metrics of schema %s at %s on %s", echo(schema), first.db.where, url
+                )
             else:
                 _say(f"serving metrics of schema {echo(schema)} at {first.db.where} on {url}")
             # The fold runs on the collector's database thread: this loop only waits for a

@@ -11,7 +11,7 @@ import typer
 
 from leasectl.cli.completion import complete_queue
 from leasectl.cli.root import _duration, _globals, _queue_name
-from leasectl.cli.stderr import LogLevel, _setup_logging
+from leasectl.cli.stderr import LogFormat, LogLevel, _setup_logging
 from leasectl.core.config import MAX_OWNER_CHARS
 from leasectl.core.errors import LeasectlError, UsageError
 from leasectl.core.literal import echo
@@ -107,6 +107,10 @@ def worker(
         ),
     ] = "auto",
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(help="Log lines as text, or json: one JSON object per line (docs/design.md)."),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Run a worker until SIGTERM/SIGINT, then hand back unfinished jobs."""
     from leasectl.runtime import parent
@@ -138,7 +142,7 @@ def worker(
         parent.die_with_parent(parent_pid)
     fn = load_handler(handler)
     dsn, schema = _globals(ctx).resolve()
-    _setup_logging(log_level)
+    _setup_logging(log_level, log_format)
     runtime = Worker(dsn, schema, worker_config, fn)
     if parent_pid is not None:
         parent.watch_parent(runtime, parent_pid)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import traceback
 from datetime import timedelta
+from typing import Any
 
 from leasectl.core.literal import echo, shorten
 from leasectl.core.models import JobStatus, Lease
@@ -16,6 +17,9 @@ from leasectl.core.tracebacks import no_nul
 
 ERROR_LIMIT = 4000
 LOG_ERROR_LIMIT = 200
+# The ``extra`` key of a log record about one job: its fields (``job_fields``), which
+# ``--log-format json`` writes as fields of their own (docs/design.md, "Log lines").
+JOB_FIELDS = "leasectl_job"
 
 
 def stops_worker(error: BaseException) -> bool:
@@ -67,3 +71,17 @@ def lost_line(worker_id: str, lease: Lease, why: str) -> str:
 
 def shown(error: BaseException) -> str:
     return echo(shorten(first_line(error_text(error)), LOG_ERROR_LIMIT))
+
+
+def job_fields(lease: Lease, outcome: str, error: str | None = None) -> dict[str, Any]:
+    """A log record's ``extra`` for a line about one job's attempt: its id, attempt, queue,
+    what became of it (``outcome``) and the error's first line (cut short), if any."""
+    fields: dict[str, Any] = {
+        "job": lease.job_id,
+        "attempt": lease.attempt,
+        "queue": lease.job.queue,
+        "outcome": outcome,
+    }
+    if error is not None:
+        fields["error"] = shorten(first_line(error), LOG_ERROR_LIMIT)
+    return {JOB_FIELDS: fields}

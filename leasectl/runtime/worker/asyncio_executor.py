@@ -16,7 +16,7 @@ from leasectl.core.errors import LeaseLost
 from leasectl.core.models import Lease
 from leasectl.db.handler_tx import AsyncHandlerTransactions
 from leasectl.db.work import WorkerStore
-from leasectl.runtime.handler_errors import fails_attempt
+from leasectl.runtime.handler_errors import fails_attempt, job_fields
 from leasectl.runtime.worker.config import WorkerConfig
 from leasectl.runtime.worker.context import AsyncHandler, AsyncJobContext, LeaseContext
 from leasectl.runtime.worker.ledger import Ledger
@@ -138,6 +138,7 @@ class AsyncioExecutor:
                     self.worker_id,
                     ctx.job.id,
                     self.config.grace.total_seconds(),
+                    extra=job_fields(ctx.lease, "cancelled"),
                 )
                 task.cancel()
 

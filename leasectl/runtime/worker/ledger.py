@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from leasectl.core.errors import ConnectionFailed
-from leasectl.runtime.handler_errors import lost_line
+from leasectl.runtime.handler_errors import job_fields, lost_line
 from leasectl.runtime.worker.context import LeaseContext
 
 log = logging.getLogger("leasectl.worker")
@@ -111,7 +111,9 @@ class Ledger:
         if not ctx.lost:
             ctx.lost = True
             self.stats.lost += 1
-            log.warning(lost_line(self.worker_id, ctx.lease, why))
+            log.warning(
+                lost_line(self.worker_id, ctx.lease, why), extra=job_fields(ctx.lease, "lost")
+            )
             if self.on_lost is not None:
                 self.on_lost(ctx)
         ctx._set_cancelled()

@@ -12,9 +12,16 @@ from collections.abc import Callable
 from leasectl.core.backoff import retry_delay
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo, shorten
+from leasectl.core.models import JobStatus
 from leasectl.core.tracebacks import bounded_traceback, no_nul
 from leasectl.db.work import WorkerStore
-from leasectl.runtime.handler_errors import error_text, failure_line, lost_line, shown
+from leasectl.runtime.handler_errors import (
+    error_text,
+    failure_line,
+    job_fields,
+    lost_line,
+    shown,
+)
 from leasectl.runtime.worker.config import WorkerConfig
 from leasectl.runtime.worker.context import LeaseContext, PermanentError, UnusableJob
 from leasectl.runtime.worker.ledger import Ledger
@@ -46,12 +53,17 @@ class Outcomes:
             self.worker_id,
             ctx.job.id,
             ctx.lease.unusable,
+            extra=job_fields(ctx.lease, "failed", ctx.lease.unusable),
         )
         return UnusableJob(ctx.lease.unusable)
 
     def interrupted(self, ctx: LeaseContext, error: BaseException) -> None:
         """A handler raised KeyboardInterrupt: stop, as Ctrl+C does; its job is handed back."""
-        log.warning("%s; stopping", lost_line(self.worker_id, ctx.lease, f"raised {shown(error)}"))
+        log.warning(
+            "%s; stopping",
+            lost_line(self.worker_id, ctx.lease, f"raised {shown(error)}"),
+            extra=job_fields(ctx.lease, "interrupted", error_text(error)),
+        )
         with self.ledger.lock:
             self.ledger.running -= 1
         self.stop()
@@ -94,6 +106,7 @@ class Outcomes:
                 ctx.job.id,
                 ctx.lease.attempt,
                 echo(shorten(recorded_error(error), 200)),
+                extra=job_fields(ctx.lease, "completed", recorded_error(error)),
             )
         ledger = self.ledger
         with ledger.lock:
@@ -130,7 +143,11 @@ class Outcomes:
             else:
                 self.ledger.stats.failed += 1
                 text = recorded_error(error)
-                log.warning(failure_line(self.worker_id, ctx.lease, text, status, delay))
+                outcome = "retrying" if status is JobStatus.PENDING else "failed"
+                log.warning(
+                    failure_line(self.worker_id, ctx.lease, text, status, delay),
+                    extra=job_fields(ctx.lease, outcome, text),
+                )
             return
 
 
