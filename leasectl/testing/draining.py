@@ -222,7 +222,9 @@ class _Drain:
             signals.stopping.set()
             # What shut_down hands back: held, not lost, its handler not ended.
             self.released = {id(c) for c in ledger.held_now() if not c.lost and not c.finishing}
-            shut_down(config, ledger, store, signals.closed, unwritten)
+            # Past the timeout, what still runs is handed back at once, not after --grace.
+            ending = dataclasses.replace(config, grace=timedelta(0)) if self.timed_out else config
+            shut_down(ending, ledger, store, signals.closed, unwritten)
             executor.close()
             signals.closed.set()
             for thread in threads:

@@ -21,6 +21,7 @@ from leasectl import AsyncJobContext, JobContext, PermanentError
 from leasectl.core.errors import UsageError
 from leasectl.runtime.worker import WorkerConfig
 from leasectl.testing import (
+    DrainTimeout,
     Outcome,
     assert_enqueued,
     assert_not_enqueued,
@@ -171,6 +172,21 @@ def test_drain_reports_a_lease_lost_while_the_handler_ran(
 
     assert [(r.id, r.outcome) for r in runs] == [(job, Outcome.LOST)]
     assert statuses(sql_conn)[job] == ("Processing", 1)  # not written by the drain
+
+
+def test_an_async_handler_past_the_timeout_is_handed_back(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    job = leasectl.enqueue(sql_conn, queue=Q, payload={}).id
+
+    async def hang(ctx: AsyncJobContext) -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(DrainTimeout, match="still ran 0.3s after") as caught:
+        drain(sql_conn, Q, hang, timeout=timedelta(milliseconds=300))
+
+    assert [(r.id, r.outcome) for r in caught.value.runs] == [(job, Outcome.RELEASED)]
+    assert statuses(sql_conn)[job] == ("Pending", 1)  # released: due again, the attempt kept
 
 
 def test_drain_refuses_a_connection_inside_a_transaction(db_dsn: str) -> None:
