@@ -17,7 +17,7 @@ import typer
 
 from leasectl.cli.redaction import redact, secrets_in
 from leasectl.cli.root import EXIT_INTERRUPTED, PROG, app
-from leasectl.cli.stderr import _error, _given_args, _SafeFormatter
+from leasectl.cli.stderr import _error, _given_args, _json_lines, _SafeFormatter
 from leasectl.core.errors import LeasectlError
 from leasectl.core.literal import ECHO_LIMIT, shorten, visible
 
@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (never raises for user errors)."""
     args = list(sys.argv[1:] if argv is None else argv)
     _given_args[:] = args
+    _json_lines[0] = False  # (a command's --log-format json turns it on)
     debug = os.environ.get("LEASECTL_DEBUG") == "1"
     if debug:
         logging.basicConfig(level=logging.DEBUG)

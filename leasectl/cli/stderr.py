@@ -132,9 +132,9 @@ def _setup_logging(level: LogLevel, log_format: LogFormat = LogFormat.TEXT) -> N
     JSON object per line)."""
     handler = logging.StreamHandler(sys.stderr)
     secrets = secrets_in(_given_args)
+    _json_lines[0] = log_format is LogFormat.JSON
     if log_format is LogFormat.JSON:
         handler.setFormatter(_JsonFormatter(secrets))
-        _json_lines[0] = True
     else:
         handler.setFormatter(
             _SafeFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", secrets)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from leasectl.testing import JobRun, Outcome
+from tests.integration.test_testing_helpers import LIGHT
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 
@@ -24,7 +25,7 @@ def test_the_worked_example_passes(pytester: pytest.Pytester, db_dsn: str) -> No
     blocks = re.findall(r"```python\n(.*?)```", _section("A worked example"), re.DOTALL)
     assert len(blocks) == 1
     pytester.makepyfile(test_signup=blocks[0])
-    result = pytester.runpytest_subprocess("--leasectl-dsn", db_dsn, "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--leasectl-dsn", db_dsn, *LIGHT)
     result.assert_outcomes(passed=1)
 
 
