@@ -314,6 +314,9 @@ class _Drain:
                     exception=exc,
                 )
             )
+        for exc in self.errors.values():
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl+C in a handler: the job handed back
+                raise exc
         if self.timed_out:
             raise DrainTimeout(
                 f"drain: a handler still ran {self.timeout_s:g}s after its job was handed over",

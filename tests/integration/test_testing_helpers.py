@@ -190,6 +190,21 @@ def test_an_async_handler_past_the_timeout_is_handed_back(
     assert statuses(sql_conn)[job] == ("Pending", 1)  # released: due again, the attempt kept
 
 
+def test_ctrl_c_in_a_handler_stops_the_drain_and_hands_the_job_back(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    job = leasectl.enqueue(sql_conn, queue=Q, payload={}).id
+    after = leasectl.enqueue(sql_conn, queue=Q, payload={}).id
+
+    def interrupted(ctx: JobContext) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        drain(sql_conn, Q, interrupted)
+    assert statuses(sql_conn)[job] == ("Pending", 1)  # released, as `leasectl worker` does
+    assert statuses(sql_conn)[after] == ("Pending", 0)  # the next one was not claimed
+
+
 def test_drain_refuses_a_connection_inside_a_transaction(db_dsn: str) -> None:
     with psycopg.connect(db_dsn) as conn:
         leasectl.enqueue(conn, queue=Q, payload={})  # (not committed)
