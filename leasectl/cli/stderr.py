@@ -73,9 +73,9 @@ class LogFormat(enum.StrEnum):
     JSON = "json"
 
 
-# A log record's fields about a job (runtime/handler_errors.py's JOB_FIELDS, not imported: the
+# A log record's fields about a job (runtime/handler_errors.py's LOG_FIELDS, not imported: the
 # runtime is not loaded for --help), written in this order after ts, level, logger and msg.
-JOB_FIELDS = "leasectl_job"
+LOG_FIELDS = "leasectl_fields"
 JOB_KEYS = ("job", "attempt", "queue", "outcome", "error")
 
 
@@ -117,7 +117,7 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": self._clean(record.getMessage()),
         }
-        job = getattr(record, JOB_FIELDS, None)
+        job = getattr(record, LOG_FIELDS, None)
         if isinstance(job, dict):
             for key in JOB_KEYS:
                 if job.get(key) is not None:

@@ -17,9 +17,9 @@ from leasectl.core.tracebacks import no_nul
 
 ERROR_LIMIT = 4000
 LOG_ERROR_LIMIT = 200
-# The ``extra`` key of a log record about one job: its fields (``job_fields``), which
+# The ``extra`` key of a log record about one job or queue: its fields (``job_fields``), which
 # ``--log-format json`` writes as fields of their own (docs/design.md, "Log lines").
-JOB_FIELDS = "leasectl_job"
+LOG_FIELDS = "leasectl_fields"
 
 
 def stops_worker(error: BaseException) -> bool:
@@ -73,7 +73,7 @@ def shown(error: BaseException) -> str:
     return echo(shorten(first_line(error_text(error)), LOG_ERROR_LIMIT))
 
 
-def job_fields(lease: Lease, outcome: str, error: str | None = None) -> dict[str, Any]:
+def job_fields(lease: Lease, outcome: str | None, error: str | None = None) -> dict[str, Any]:
     """A log record's ``extra`` for a line about one job's attempt: its id, attempt, queue,
     what became of it (``outcome``) and the error's first line (cut short), if any."""
     fields: dict[str, Any] = {
@@ -84,4 +84,9 @@ def job_fields(lease: Lease, outcome: str, error: str | None = None) -> dict[str
     }
     if error is not None:
         fields["error"] = shorten(first_line(error), LOG_ERROR_LIMIT)
-    return {JOB_FIELDS: fields}
+    return {LOG_FIELDS: fields}
+
+
+def queue_fields(queue: str) -> dict[str, Any]:
+    """A log record's ``extra`` for a line about one queue (paused, resumed)."""
+    return {LOG_FIELDS: {"queue": queue}}

@@ -21,6 +21,7 @@ from psycopg import conninfo
 
 import leasectl
 from tests.integration.test_cli import _env
+from tests.stores import Stores
 from tests.util import SUPERUSER_PASSWORD, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,15 +71,16 @@ def json_lines(raw: bytes) -> list[dict[str, Any]]:
 
 
 def test_worker_lines_about_jobs_carry_their_fields(
-    db_dsn: str, sql_conn: psycopg.Connection[Any], tmp_path: Path
+    db_dsn: str, sql_conn: psycopg.Connection[Any], store: Stores, tmp_path: Path
 ) -> None:
     message = f"{HOSTILE_ERROR} {SUPERUSER_PASSWORD}"
     failed = leasectl.enqueue(
         sql_conn, queue=HOSTILE_QUEUE, payload={"message": message}, max_attempts=2
     ).id
+    store.ops.pause("held", actor="test", reason="a line about a queue")
     dsn = with_password(db_dsn)
     with command(
-        dsn, tmp_path, "worker", "-q", HOSTILE_QUEUE,
+        dsn, tmp_path, "worker", "-q", HOSTILE_QUEUE, "-q", "held",
         "--handler", "tests.handlers:raise_message", "--retry-base", "0s",
         "--log-format", "json",
     ) as (proc, err):  # fmt: skip
@@ -107,7 +109,9 @@ def test_worker_lines_about_jobs_carry_their_fields(
         ("warning", 1, HOSTILE_QUEUE, "retrying", shown_error),
         ("warning", 2, HOSTILE_QUEUE, "failed", shown_error),
     ]
-    # A line about no job has no job fields.
+    # A line about a queue has its queue; a line about no job has no job fields.
+    (paused,) = [line for line in lines if "is paused" in line["msg"]]
+    assert paused["queue"] == "held" and "job" not in paused and "outcome" not in paused
     assert all("job" not in line for line in lines if "stopped" in line["msg"])
 
 

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from leasectl.cli.stderr import JOB_FIELDS, _JsonFormatter
+from leasectl.cli.stderr import LOG_FIELDS, _JsonFormatter
 from leasectl.core.models import Job, JobStatus, Lease
-from leasectl.runtime.handler_errors import JOB_FIELDS as RUNTIME_JOB_FIELDS
 from leasectl.runtime.handler_errors import LOG_ERROR_LIMIT, job_fields
+from leasectl.runtime.handler_errors import LOG_FIELDS as RUNTIME_LOG_FIELDS
 from tests.hostile import CORPUS, NAMES
 
 SECRET = "s3cr3t-Pa55"
@@ -30,13 +30,13 @@ def printable(line: str) -> bool:
 
 
 def test_the_runtime_and_the_cli_agree_on_the_records_key() -> None:
-    assert JOB_FIELDS == RUNTIME_JOB_FIELDS
+    assert LOG_FIELDS == RUNTIME_LOG_FIELDS
 
 
 @pytest.mark.parametrize("text", CORPUS, ids=range(len(CORPUS)))
 def test_hostile_text_is_data(text: str) -> None:
     fields = {"job": 1, "attempt": 2, "queue": text[:200], "outcome": "failed", "error": text}
-    line = _JsonFormatter([]).format(record("job %s: %s", text, text, **{JOB_FIELDS: fields}))
+    line = _JsonFormatter([]).format(record("job %s: %s", text, text, **{LOG_FIELDS: fields}))
     assert printable(line), repr(line)
     parsed = json.loads(line)
     assert parsed["msg"] == f"job {text}: {text}"
@@ -61,7 +61,7 @@ def test_a_jobs_fields_come_from_its_lease_in_order() -> None:
     assert (parsed["job"], parsed["attempt"], parsed["queue"]) == (7, 3, NAMES[0])
     assert parsed["level"] == "warning" and parsed["outcome"] == "retrying"
     assert parsed["error"] == "ValueError: first line"
-    long = job_fields(held, "failed", "E: " + "y" * 5000)[JOB_FIELDS]["error"]
+    long = job_fields(held, "failed", "E: " + "y" * 5000)[LOG_FIELDS]["error"]
     assert len(long) <= LOG_ERROR_LIMIT
 
 
@@ -71,7 +71,7 @@ def test_no_field_shows_the_password() -> None:
         raise RuntimeError(f"cannot connect password={SECRET}")
     except RuntimeError:
         exc_info = sys.exc_info()
-    rec = record("dsn password=%s", SECRET, **{JOB_FIELDS: fields})
+    rec = record("dsn password=%s", SECRET, **{LOG_FIELDS: fields})
     rec.exc_info = exc_info
     line = _JsonFormatter([SECRET]).format(rec)
     assert SECRET not in line

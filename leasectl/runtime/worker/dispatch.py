@@ -14,6 +14,7 @@ from leasectl.core.limits import ANNOUNCED_RECHECK_S, CAP_RECHECK_S
 from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey
 from leasectl.db.work import WorkerStore
+from leasectl.runtime.handler_errors import queue_fields
 from leasectl.runtime.worker.config import WorkerConfig
 from leasectl.runtime.worker.context import LeaseContext
 from leasectl.runtime.worker.executors import Executor
@@ -155,7 +156,12 @@ class Dispatcher:
                 throttled.pop(name, None)
             if leases and name in self.paused:
                 self.paused.discard(name)
-                log.info("worker %s: queue %s was resumed", self.worker_id, echo(name))
+                log.info(
+                    "worker %s: queue %s was resumed",
+                    self.worker_id,
+                    echo(name),
+                    extra=queue_fields(name),
+                )
             if (
                 look_for_pauses
                 and not leases
@@ -197,9 +203,15 @@ class Dispatcher:
                     pause.paused_at.isoformat(timespec="seconds"),
                     echo(pause.paused_by),
                     echo(pause.reason),
+                    extra=queue_fields(pause.queue),
                 )
         names = {pause.queue for pause in now_paused}
         for name in sorted(self.paused - names):
-            log.info("worker %s: queue %s was resumed", self.worker_id, echo(name))
+            log.info(
+                "worker %s: queue %s was resumed",
+                self.worker_id,
+                echo(name),
+                extra=queue_fields(name),
+            )
         self.paused = names
         return True

@@ -89,7 +89,12 @@ class Outcomes:
         try:
             self.finish_failed(ctx, error)
         except Exception:
-            log.exception("worker %s: job %d: unexpected error", self.worker_id, ctx.job.id)
+            log.exception(
+                "worker %s: job %d: unexpected error",
+                self.worker_id,
+                ctx.job.id,
+                extra=job_fields(ctx.lease, None),
+            )
         finally:
             with ledger.lock:
                 ledger.let_go(ctx)
