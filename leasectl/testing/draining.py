@@ -202,15 +202,19 @@ class _Drain:
 
     def run(self) -> Drained:
         config, ledger, signals, store = self.config, self.ledger, self.signals, self.store
-        store.worker_register(
-            config.worker_id,
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            queues=config.queues,
-            lease_ttl=config.lease_ttl,
-            heartbeat_every=config.heartbeat,
-        )
         executor = self._executor()
+        try:
+            store.worker_register(
+                config.worker_id,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                queues=config.queues,
+                lease_ttl=config.lease_ttl,
+                heartbeat_every=config.heartbeat,
+            )
+        except BaseException:
+            executor.close()  # (an async handler's loop, never started, is closed)
+            raise
         heartbeat, _listen, deadline = Keepers(config, ledger, self._store, signals).threads()
         threads = [heartbeat, deadline, *executor.threads()]
         for thread in threads:

@@ -18,7 +18,7 @@ import pytest
 
 import leasectl
 from leasectl import AsyncJobContext, JobContext, PermanentError
-from leasectl.core.errors import UsageError
+from leasectl.core.errors import LeasectlError, UsageError
 from leasectl.core.literal import visible
 from leasectl.runtime.worker import WorkerConfig
 from leasectl.testing import (
@@ -210,6 +210,14 @@ def test_drain_refuses_a_connection_inside_a_transaction(db_dsn: str) -> None:
         leasectl.enqueue(conn, queue=Q, payload={})  # (not committed)
         with pytest.raises(UsageError, match="inside a transaction: commit it first"):
             drain(conn, Q, welcome)
+
+
+def test_drain_on_a_schema_not_made_says_so(db_dsn: str) -> None:
+    async def never(ctx: AsyncJobContext) -> None:
+        raise AssertionError("not called")
+
+    with pytest.raises(LeasectlError, match="nowhere"):
+        drain(db_dsn, Q, never, schema="nowhere")
 
 
 def test_drain_takes_a_dsn(db_dsn: str, sql_conn: psycopg.Connection[Any]) -> None:
