@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,8 @@ def due(store: Stores, name: str = "s") -> Any:
 def test_add_list_pause_resume_run_remove_are_audited(db_dsn: str, sql_conn: Any) -> None:
     proc = run(db_dsn, "schedule", "add", "nightly", "--cron", "30 2 * * *", "--timezone",
                "Europe/Berlin", "--queue", "reports", "--payload", '{"kind": "nightly"}',
-               "--catch-up", "all", "--catch-up-limit", "3", "--reason", "reports", "--json")  # fmt: skip
+               "--catch-up", "all", "--catch-up-limit", "3", "--reason", "reports",
+               "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["action"] == "add" and shown["changed"] is True
@@ -140,8 +141,9 @@ def test_hostile_names_and_payloads_are_shown_literally(db_dsn: str) -> None:
     added = {}
     for i, text in enumerate(NAMES):
         name = f"{i:02d}{text}"[:200]
-        proc = run(db_dsn, "schedule", "add", name, "--cron", "@daily", "--queue", f"q{text}"[:200],
-                   "--payload", json.dumps({"v": text}), "--reason", text[:1000] or "r")  # fmt: skip
+        proc = run(db_dsn, "schedule", "add", name, "--cron", "@daily",
+                   "--queue", f"q{text}"[:200], "--payload", json.dumps({"v": text}),
+                   "--reason", text[:1000] or "r")  # fmt: skip
         assert proc.returncode == 0, (text, proc.stderr)
         assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
         added[name] = text
