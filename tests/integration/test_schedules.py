@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +196,12 @@ def test_a_paused_schedule_is_not_due_and_resumes_from_now(store: Stores, sql_co
     assert resumed[0].next_slot > resumed[0].db_now  # the pause's slots are skipped
 
 
+def test_a_schedule_not_yet_due_is_not_read(store: Stores, sql_conn: Any) -> None:
+    add(store, cron="@daily")  # its next slot: the next midnight (UTC), after now
+    assert store.ops.due_schedules(100) == []
+    assert schedule_pass(store.ops).schedules == 0 and jobs(sql_conn) == 0
+
+
 # -- schedule_enqueue's guard, one predicate each (tests/mutation.py mutates them) ----------
 
 
@@ -226,12 +232,17 @@ def test_a_slot_before_the_next_slot_is_not_enqueued(store: Stores, sql_conn: An
 def test_a_schedule_changed_since_its_pass_read_it_enqueues_nothing(
     store: Stores, sql_conn: Any
 ) -> None:
-    add(store)
-    set_next(sql_conn, "s", utc(2026, 1, 1, 12, 0))
+    """A pass planned from the old expression: neither its slots nor its next slot (a daily
+    expression's, far ahead) apply to the new one, which would skip the new slots till then."""
+    add(store, cron="0 0 * * *")
+    set_next(sql_conn, "s", utc(2026, 1, 1, 0, 0))
     stale = due(store)
-    add(store, cron="0 * * * *")  # changed: a new version
-    plan = SlotPlan((utc(2026, 1, 1, 12, 0),), 0, utc(2026, 1, 1, 12, 1))
+    add(store, cron="0 * * * *")  # changed: a new version, its next slot the next hour
+    [changed] = store.ops.schedules()
+    far = changed.db_now + timedelta(days=30)
+    plan = SlotPlan((utc(2026, 1, 1, 0, 0),), 0, far)
     assert store.ops.enqueue_slots(stale, plan) == [] and jobs(sql_conn) == 0
+    assert store.ops.schedules()[0].next_slot == changed.next_slot
 
 
 def test_a_schedule_paused_since_its_pass_read_it_enqueues_nothing(
