@@ -8,7 +8,6 @@ them become jobs, once each, PostgreSQL decides (``schedule_enqueue``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -108,10 +107,10 @@ class ScheduleOperations:
         """Resume ``name`` from its first slot after now (the slots of the pause are skipped;
         audited): it and whether this call resumed it; None: no such schedule."""
         check_name(name)
-        found = self.schedules([name])
-        if not found:
+        found = self.schedule(name)
+        if found is None:
             return None
-        first = next_slot_after(found[0].cron, found[0].timezone, now or found[0].db_now)
+        first = next_slot_after(found.cron, found.timezone, now or found.db_now)
         params = {"name": name, "first_slot": first, "actor": actor, "reason": reason}
         rows = self.db.rows_waiting_at_most("schedule_resume", params)
         return (schedule_from_row(rows[0]), bool(rows[0]["changed"])) if rows else None
@@ -124,10 +123,15 @@ class ScheduleOperations:
         job_id = rows[0]["job_id"] if rows else None
         return int(job_id) if job_id is not None else None
 
-    def schedules(self, names: Sequence[str] | None = None) -> list[Schedule]:
-        """The schedules (all, or those of ``names``), by name, with their last job's status."""
-        params = {"names": list(names) if names else None, "limit": MAX_LISTED}
-        return [schedule_from_row(r) for r in self.db.rows("schedules_list", params)]
+    def schedules(self) -> list[Schedule]:
+        """The schedules (at most MAX_LISTED), by name, with their last job's status."""
+        rows = self.db.rows("schedules_list", {"limit": MAX_LISTED})
+        return [schedule_from_row(r) for r in rows]
+
+    def schedule(self, name: str) -> Schedule | None:
+        """The schedule ``name``, or None."""
+        row = self.db.one("schedule_get", {"name": check_name(name)})
+        return schedule_from_row(row) if row is not None else None
 
     def late_schedules(self, grace: timedelta, limit: int = 100) -> list[Schedule]:
         """The schedules not paused whose next slot is more than ``grace`` behind now."""

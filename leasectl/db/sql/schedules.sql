@@ -51,13 +51,19 @@ ORDER BY s.next_slot
 LIMIT %(limit)s;
 
 -- name: schedules_list
--- The schedules (all, or those named in `names`), by name, with their last job's status (NULL: none yet, or pruned) at {now}.
+-- The schedules, by name (at most `limit`), with their last job's status (NULL: none yet, or pruned) at {now}.
 SELECT s.*, j.status::text AS last_status, {now} AS db_now
 FROM {schema}.schedules AS s
 LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
-WHERE %(names)s::text[] IS NULL OR s.name = ANY(%(names)s::text[])
 ORDER BY s.name
 LIMIT %(limit)s;
+
+-- name: schedule_get
+-- One schedule by name (its primary key), with its last job's status at {now}.
+SELECT s.*, j.status::text AS last_status, {now} AS db_now
+FROM {schema}.schedules AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+WHERE s.name = %(name)s;
 
 -- name: schedules_late
 -- The schedules not paused whose next slot is more than `grace` before {now} (schedules_due_idx): late, the watcher has not enqueued it; at most `limit`, latest first.
