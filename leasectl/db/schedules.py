@@ -12,7 +12,9 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from leasectl.core.errors import PermissionDenied
 from leasectl.core.schedules import (
+    LATE_AFTER,
     Schedule,
     ScheduleSpec,
     SlotPlan,
@@ -25,6 +27,8 @@ from leasectl.db.connection import Database
 _FIELDS = tuple(f.name for f in fields(Schedule))
 # The most schedules `schedule list` and the console read at once.
 MAX_LISTED = 10_000
+# The late schedules `status` reads (the earliest first).
+LATE_READ = 100
 
 
 def schedule_from_row(row: dict[str, Any]) -> Schedule:
@@ -137,6 +141,14 @@ class ScheduleOperations:
         """The schedules not paused whose next slot is more than ``grace`` behind now."""
         params = {"grace": grace, "limit": limit}
         return [schedule_from_row(r) for r in self.db.rows("schedules_late", params)]
+
+    def late_schedules_if_readable(self, limit: int = LATE_READ) -> list[Schedule] | None:
+        """The late schedules (LATE_AFTER) for `status`; None when this role may not read the
+        schedules (a worker's: `status` is its too, and tells it nothing of them)."""
+        try:
+            return self.late_schedules(LATE_AFTER, limit)
+        except PermissionDenied:
+            return None
 
     def due_schedules(self, limit: int) -> list[DueSchedule]:
         """At most ``limit`` schedules whose next slot has come (the watcher's pass)."""

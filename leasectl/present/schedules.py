@@ -94,3 +94,23 @@ def change_line(verb: str, s: Schedule) -> Text:
     else:
         text.append(f", next {slot_text(s.db_now, s.next_slot)}")
     return text
+
+
+def late_table(schedules: Sequence[Schedule]) -> RenderableType:
+    """`status`: the schedules whose next slot is overdue (no `leasectl watch` enqueues them)."""
+    grid = table("late schedules (is `leasectl watch` running?)")
+    grid.add_column("schedule", overflow="fold")
+    grid.add_column("cron, tz", overflow="fold")
+    grid.add_column("due since", no_wrap=True)
+    grid.add_column("last job", no_wrap=True)
+    for s in schedules:
+        expr = lit(s.cron)
+        expr.append(" ")
+        expr.append_text(lit(s.timezone, "dim"))
+        grid.add_row(
+            lit(s.name, "bold"),
+            expr,
+            Text(slot_text(s.db_now, s.next_slot), LATE_STYLE),
+            outcome_text(s),
+        )
+    return grid

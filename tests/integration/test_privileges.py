@@ -1263,6 +1263,12 @@ def test_operators_manage_schedules_only_through_the_audited_functions(
     operator = granted.names["operator"]
     assert events == [(a, operator) for a in ("add", "pause", "resume", "run", "remove")]
     assert public == (0,)
+    # `status` as a worker: no schedules to read, and no error for it.
+    status = cli("status", "--json", dsn=granted.dsn("worker"))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["late_schedules"] is None
+    viewed = cli("status", "--json", dsn=granted.dsn("viewer"))
+    assert json.loads(viewed.stdout)["late_schedules"] == []
 
 
 def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(

@@ -155,6 +155,24 @@ def test_hostile_names_and_payloads_are_shown_literally(db_dsn: str) -> None:
     assert {s["name"]: s["payload"]["v"] for s in listed} == added
 
 
+def test_status_lists_late_schedules(db_dsn: str, store: Stores, sql_conn: Any) -> None:
+    add(store, "late")
+    add(store, "paused")
+    add(store, "fine", cron="@daily")
+    store.ops.pause_schedule("paused", actor=ACTOR, reason="r")
+    sql_conn.execute(
+        "UPDATE leasectl.schedules SET next_slot = now() - interval '10 minutes' "
+        "WHERE name IN ('late', 'paused')"
+    )
+    shown = json.loads(run(db_dsn, "status", "--json").stdout)
+    assert [s["name"] for s in shown["late_schedules"]] == ["late"]
+    assert shown["late_schedules"][0]["lateness_seconds"] >= 600
+    text = run(db_dsn, "status").stdout
+    assert "late schedules" in text and "10m" in text
+    listed = json.loads(run(db_dsn, "schedule", "list", "--json").stdout)["schedules"]
+    assert {s["name"]: s["late"] for s in listed} == {"late": True, "paused": False, "fine": False}
+
+
 # -- the watcher's step ---------------------------------------------------------------------
 
 

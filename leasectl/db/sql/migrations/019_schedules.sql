@@ -339,9 +339,9 @@ REVOKE ALL ON FUNCTION {schema}.schedule_resume FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.schedule_run FROM PUBLIC;
 REVOKE ALL ON FUNCTION {schema}.schedule_enqueue FROM PUBLIC;
 
--- Roles granted by an older leasectl: readers of jobs read the schedules and their slots;
--- readers of job_events read schedule_events; whoever may pause a queue may manage schedules
--- (and `watch`, which enqueues their slots).
+-- Roles granted by an older leasectl: readers of job_events (viewers, operators) read the
+-- schedules, their slots and their events; whoever may pause a queue may manage schedules (and
+-- `watch`, which enqueues their slots).
 CREATE FUNCTION pg_temp.leasectl_carry_grants() RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, {schema}, pg_temp AS $$
 DECLARE
@@ -350,18 +350,11 @@ BEGIN
     FOR role_name IN
         SELECT DISTINCT a.grantee::regrole::text
         FROM pg_class c, aclexplode(c.relacl) a
-        WHERE c.oid = 'jobs'::regclass AND a.privilege_type = 'SELECT'
-          AND a.grantee NOT IN (0, c.relowner)
-    LOOP
-        EXECUTE format('GRANT SELECT ON schedules, schedule_slots TO %s', role_name);
-    END LOOP;
-    FOR role_name IN
-        SELECT DISTINCT a.grantee::regrole::text
-        FROM pg_class c, aclexplode(c.relacl) a
         WHERE c.oid = 'job_events'::regclass AND a.privilege_type = 'SELECT'
           AND a.grantee NOT IN (0, c.relowner)
     LOOP
-        EXECUTE format('GRANT SELECT ON schedule_events TO %s', role_name);
+        EXECUTE format('GRANT SELECT ON schedules, schedule_slots, schedule_events TO %s',
+                       role_name);
     END LOOP;
     FOR role_name IN
         SELECT DISTINCT a.grantee::regrole::text
