@@ -173,6 +173,29 @@ def test_status_lists_late_schedules(db_dsn: str, store: Stores, sql_conn: Any) 
     assert {s["name"]: s["late"] for s in listed} == {"late": True, "paused": False, "fine": False}
 
 
+@pytest.mark.full
+def test_the_exporter_exports_last_enqueue_and_lateness(
+    db_dsn: str, store: Stores, sql_conn: Any
+) -> None:
+    from tests.exporter import exporter, scrape
+
+    add(store, "late")
+    add(store, "new", cron="@daily")
+    job = store.ops.run_schedule("late", actor=ACTOR, reason=None)
+    sql_conn.execute("UPDATE leasectl.schedules SET next_slot = now() - interval '10 minutes' "
+                     "WHERE name = 'late'")  # fmt: skip
+    ran = sql_conn.execute("SELECT created_at FROM leasectl.jobs WHERE id = %s", (job,)).fetchone()
+    with exporter(db_dsn) as (_, url):
+        s = scrape(url)
+    last = s.series("leasectl_schedule_last_enqueue_timestamp_seconds")
+    assert set(last) == {frozenset({("schedule", "late")})}  # no series before the first
+    assert abs(next(iter(last.values())) - ran[0].timestamp()) < 1
+    late = {
+        dict(k)["schedule"]: v for k, v in s.series("leasectl_schedule_lateness_seconds").items()
+    }
+    assert late["new"] == 0 and 600 <= late["late"] < 3600
+
+
 # -- the watcher's step ---------------------------------------------------------------------
 
 
