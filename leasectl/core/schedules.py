@@ -218,8 +218,9 @@ def _utc(moment: datetime) -> datetime:
 
 def slots_after(cron: str, timezone: str, after: datetime) -> CronSim:
     """The slots of ``cron`` in ``timezone`` strictly after ``after`` (an aware datetime), as
-    aware datetimes of that zone (cronsim's iterator)."""
-    return CronSim(cron, after.astimezone(zone(timezone)))
+    aware datetimes of that zone (cronsim's iterator). An expression or a zone leasectl would
+    not have stored (a row written by hand) is a UsageError, as on the command line."""
+    return CronSim(normalise_cron(cron), after.astimezone(zone(timezone)))
 
 
 def next_slot_after(cron: str, timezone: str, after: datetime) -> datetime:

@@ -243,6 +243,26 @@ def test_a_schedule_not_yet_due_is_not_read(store: Stores, sql_conn: Any) -> Non
     assert schedule_pass(store.ops).schedules == 0 and jobs(sql_conn) == 0
 
 
+def test_a_schedule_written_wrong_by_hand_does_not_stop_the_others(
+    store: Stores, sql_conn: Any
+) -> None:
+    """A row no command would write (an owner's SQL: a bad expression, an unknown zone) fails
+    its own step, logged; the due schedules after it are still enqueued."""
+    add(store, "good")
+    for name, cron, tz in (("bad-cron", "61 * * * *", "UTC"), ("bad-tz", "* * * * *", "Mars/X")):
+        sql_conn.execute(
+            "INSERT INTO leasectl.schedules (name, cron, timezone, queue, next_slot, created_by, "
+            "updated_by) VALUES (%s, %s, %s, 'q', now() - interval '1 hour', 'x', 'x')",
+            (name, cron, tz),
+        )
+    set_next(sql_conn, "good", utc(2026, 1, 1, 12, 0))
+    for name in ("bad-cron", "bad-tz"):  # read first: the earliest next slots
+        set_next(sql_conn, name, utc(2025, 6, 1))
+    done = schedule_pass(store.ops)
+    assert (done.schedules, done.failed, done.enqueued) == (3, 2, 1)
+    assert slots(sql_conn, "good") != [] and slots(sql_conn, "bad-cron") == []
+
+
 # -- schedule_enqueue's guard, one predicate each (tests/mutation.py mutates them) ----------
 
 
