@@ -864,6 +864,36 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Schedules (migration 19): each slot enqueued once (schedule_enqueue's guard), and the
+# watcher's due query.
+SCHEDULES_SQL = "migrations/019_schedules.sql"
+SCHEDULES = "tests/integration/test_schedules.py::"
+
+MUTANTS += (
+    mutant("schedule-slot-key", SCHEDULES_SQL, "schedule_enqueue",
+           "CONTINUE WHEN NOT FOUND;", "",
+           (SCHEDULES + "test_a_slot_with_a_row_is_never_enqueued_again",)),
+    mutant("schedule-next-slot", SCHEDULES_SQL, "schedule_enqueue",
+           "CONTINUE WHEN v_slot < s.next_slot;", "",
+           (SCHEDULES + "test_a_slot_before_the_next_slot_is_not_enqueued",)),
+    mutant("schedule-next-slot-forward", SCHEDULES_SQL, "schedule_enqueue",
+           "next_slot = greatest(q.next_slot, new_next)", "next_slot = new_next",
+           (SCHEDULES + "test_a_slot_before_the_next_slot_is_not_enqueued",)),
+    mutant("schedule-version", SCHEDULES_SQL, "schedule_enqueue",
+           " OR s.updated_at <> version", "",
+           (SCHEDULES + "test_a_schedule_changed_since_its_pass_read_it_enqueues_nothing",)),
+    mutant("schedule-paused", SCHEDULES_SQL, "schedule_enqueue",
+           " OR s.paused_at IS NOT NULL", "",
+           (SCHEDULES + "test_a_schedule_paused_since_its_pass_read_it_enqueues_nothing",)),
+    mutant("schedule-due-paused", "schedules.sql", "schedules_due",
+           "WHERE s.paused_at IS NULL AND ", "WHERE ",
+           (SCHEDULES + "test_a_paused_schedule_is_not_due_and_resumes_from_now",)),
+    mutant("schedule-due-now", "schedules.sql", "schedules_due",
+           " AND s.next_slot <= now()", "",
+           (SCHEDULES + "test_a_schedule_not_yet_due_is_not_read",)),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+import typer
 import typer.core
 import typer.main
 from typer import _click  # Typer's vendored Click: a group holds its Commands
@@ -32,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("queues", "resume"),
     "limit": ("limits", "limit"),
     "limits": ("limits", "limits"),
+    "schedule": ("schedules", "app"),
     "inspect": ("jobs", "inspect"),
     "list": ("history", "list_jobs"),
     "status": ("jobs", "status"),
@@ -62,7 +64,13 @@ class _Commands(MutableMapping[str, _click.Command]):
         if name not in self._built:
             if name not in COMMANDS:
                 raise KeyError(name)
-            info = CommandInfo(name=name, callback=callback(name))
+            found = callback(name)
+            if isinstance(found, typer.Typer):  # a group of commands (`schedule add`, ...)
+                group = typer.main.get_group(found)
+                group.name = name
+                self._built[name] = group
+                return group
+            info = CommandInfo(name=name, callback=found)
             self._built[name] = typer.main.get_command_from_info(
                 info, pretty_exceptions_short=True, rich_markup_mode=self._group.rich_markup_mode
             )

@@ -71,6 +71,9 @@ def render() -> str:
     for name, command in group.commands.items():
         ctx = command.context_class(command, info_name=name, parent=root)
         lines += _section(name, command, ctx)
+        for sub, subcommand in getattr(command, "commands", {}).items():  # a group's own
+            subctx = subcommand.context_class(subcommand, info_name=sub, parent=ctx)
+            lines += _section(f"{name} {sub}", subcommand, subctx)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -276,14 +276,23 @@ def status(
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
+        late = ops.late_schedules_if_readable()
     if as_json:
+        from leasectl.core.schedules import schedule_json
         from leasectl.present.jsonout import status_json
 
         _emit_json(
-            {**status_json(report, limits), "writable_schemas": [w.as_json() for w in writable]}
+            {
+                **status_json(report, limits),
+                "writable_schemas": [w.as_json() for w in writable],
+                # Schedules whose next slot is overdue (null: this role may not read them).
+                "late_schedules": None if late is None else [schedule_json(s) for s in late],
+            }
         )
     else:
-        _show(status_renderables(report))
+        from leasectl.present.schedules import late_table
+
+        _show([*status_renderables(report), *([late_table(late)] if late else [])])
     for exposed in writable:
         _warn(exposed.warning())
     if limits is not None:

@@ -35,6 +35,7 @@ from leasectl.console.messages import (
     SnapshotLoaded,
 )
 from leasectl.console.poller import PollSchedule
+from leasectl.console.scheduling import ScheduleView
 from leasectl.console.screens.confirm import ConfirmScreen, QueueConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.filter import FilterScreen
@@ -82,7 +83,7 @@ def run(
         raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
-class ConsoleApp(LimitActions):
+class ConsoleApp(LimitActions, ScheduleView):
     CSS_PATH = "app.tcss"
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True

@@ -41,6 +41,7 @@ from leasectl.core.models import (
     Skipped,
     Snapshot,
 )
+from leasectl.core.schedules import Schedule
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
@@ -113,6 +114,22 @@ class ConsoleSource(Protocol):
 
     def clear_limit(self, queue: str, reason: str) -> QueueLimit | None:
         """Lift ``queue``'s limits (audited): those lifted, or None if it had none."""
+        ...
+
+    def schedules(self) -> list[Schedule]:
+        """The schedules, by name, with their last job's status (the Schedules view)."""
+        ...
+
+    def run_schedule(self, name: str, reason: str) -> int | None:
+        """Enqueue ``name``'s job now (audited): its id, None when there is no such schedule."""
+        ...
+
+    def pause_schedule(self, name: str, reason: str) -> bool | None:
+        """Pause ``name`` (audited): whether this call paused it; None: no such schedule."""
+        ...
+
+    def resume_schedule(self, name: str, reason: str) -> bool | None:
+        """Resume ``name`` (audited): whether this call resumed it; None: no such schedule."""
         ...
 
     def can_update(self) -> bool: ...
@@ -285,6 +302,32 @@ class DatabaseSource:
             ACTION_ROLE, db, lambda: ops.clear_limit(queue, actor=self.actor, reason=reason)
         )
 
+    def schedules(self) -> list[Schedule]:
+        db, ops = self._operations()
+        return self._call(ACTION_ROLE, db, ops.schedules)
+
+    def run_schedule(self, name: str, reason: str) -> int | None:
+        db, ops = self._operations()
+        why = reason or None
+        return self._call(
+            ACTION_ROLE, db, lambda: ops.run_schedule(name, actor=self.actor, reason=why)
+        )
+
+    def pause_schedule(self, name: str, reason: str) -> bool | None:
+        db, ops = self._operations()
+        done = self._call(
+            ACTION_ROLE, db, lambda: ops.pause_schedule(name, actor=self.actor, reason=reason)
+        )
+        return None if done is None else done[1]
+
+    def resume_schedule(self, name: str, reason: str) -> bool | None:
+        db, ops = self._operations()
+        why = reason or None
+        done = self._call(
+            ACTION_ROLE, db, lambda: ops.resume_schedule(name, actor=self.actor, reason=why)
+        )
+        return None if done is None else done[1]
+
     def can_update(self) -> bool:
         db, ops = self._operations()
         return self._call(ACTION_ROLE, db, ops.can_update_jobs)
@@ -388,6 +431,8 @@ class StaticSource:
     calls: list[tuple[str, tuple[SeenState, ...], str]] = field(default_factory=list)
     # The limits set (queue, spec) or lifted (queue, None), in order.
     limit_calls: list[tuple[str, LimitSpec | None]] = field(default_factory=list)
+    # The Schedules view's rows.
+    schedule_rows: tuple[Schedule, ...] = ()
     # A bulk run's batch; the batch before which it holds until ``release`` (-1: never).
     bulk_batch: int = 50
     hold_batch: int = -1
@@ -512,6 +557,23 @@ class StaticSource:
         self.calls.append(("unlimit", (), reason))
         self.limit_calls.append((queue, None))
         return next((lim for lim in self.data.limits if lim.queue == queue), None)
+
+    def schedules(self) -> list[Schedule]:
+        return list(self.schedule_rows)
+
+    def run_schedule(self, name: str, reason: str) -> int | None:
+        self.calls.append(("schedule-run", (), reason))
+        return 1 if any(s.name == name for s in self.schedule_rows) else None
+
+    def pause_schedule(self, name: str, reason: str) -> bool | None:
+        self.calls.append(("schedule-pause", (), reason))
+        found = next((s for s in self.schedule_rows if s.name == name), None)
+        return None if found is None else not found.paused
+
+    def resume_schedule(self, name: str, reason: str) -> bool | None:
+        self.calls.append(("schedule-resume", (), reason))
+        found = next((s for s in self.schedule_rows if s.name == name), None)
+        return None if found is None else found.paused
 
     def can_update(self) -> bool:
         return self.writable

@@ -58,6 +58,13 @@ class CounterValue:
 
 
 @dataclass(frozen=True)
+class ScheduleGauge:
+    name: str
+    last_enqueued_at: datetime | None
+    lateness: float  # seconds its next slot is overdue (0: paused, or not due)
+
+
+@dataclass(frozen=True)
 class MetricsRows:
     """One scrape as read, at one instant (``db_now``)."""
 
@@ -73,6 +80,7 @@ class MetricsRows:
     limits: tuple[QueueLimit, ...]  # the limited queues, by name (at most ``limit_limit``)
     # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
     truncated: frozenset[str]
+    schedules: tuple[ScheduleGauge, ...] = ()  # by name (at most ``schedule_limit``)
 
 
 class MetricsReads:
@@ -93,6 +101,7 @@ class MetricsReads:
         risk_window: timedelta = timedelta(seconds=10),
         counter_limit: int = 20000,  # series per counter
         limit_limit: int = 1000,  # limited queues
+        schedule_limit: int = 1000,  # schedules
         fold_limit: int = FOLD_LIMIT,
     ) -> None:
         self.db = db
@@ -105,6 +114,7 @@ class MetricsReads:
             "paused_limit": paused_limit,
             "counter_limit": counter_limit,
             "limits_limit": limit_limit,
+            "schedules_limit": schedule_limit,
             "fold_limit": fold_limit,
         }
         self.owner_limit = owner_limit
@@ -185,6 +195,7 @@ class MetricsReads:
             ("paused", "console_paused", params),
             ("counters", "metrics_counters", params),
             ("limits", "status_limits", {**params, "queue": None}),
+            ("schedules", "metrics_schedules", params),
         ]
         with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
@@ -207,6 +218,8 @@ class MetricsReads:
             truncated.add("paused")
         if rows["limits"] and int(rows["limits"][0]["total"]) > len(rows["limits"]):
             truncated.add("limits")
+        if rows["schedules"] and int(rows["schedules"][0]["total"]) > len(rows["schedules"]):
+            truncated.add("schedules")
         counter_rows = _per_counter(rows["counters"], self.limits["counter_limit"])
         if len(counter_rows) < len(rows["counters"]):
             truncated.add("counters")
@@ -246,6 +259,10 @@ class MetricsReads:
             ),
             limits=tuple(limit_from_row(r) for r in rows["limits"]),
             truncated=frozenset(truncated),
+            schedules=tuple(
+                ScheduleGauge(r["name"], r["last_enqueued_at"], float(r["lateness"]))
+                for r in rows["schedules"]
+            ),
         )
 
 

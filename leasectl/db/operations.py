@@ -51,6 +51,7 @@ from leasectl.db.rows import (
     limit_from_row,
     paused_from_row,
 )
+from leasectl.db.schedules import ScheduleOperations
 
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
@@ -94,7 +95,7 @@ def owner_health(rows: list[dict[str, Any]], db_now: Any) -> list[OwnerHealth]:
     return result
 
 
-class Operations(LimitOperations, KeyOperations):
+class Operations(LimitOperations, KeyOperations, ScheduleOperations):
     """The statements run on behalf of people and the watcher, over a ``Database``."""
 
     def __init__(self, db: Database) -> None:

@@ -111,6 +111,19 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "The starts per second a limited queue may make now (its rate, ramped), for queues "
         "with a rate.",
     ),
+    # Schedules (migration 19).
+    "leasectl_schedule_last_enqueue_timestamp_seconds": (
+        "gauge",
+        ("schedule",),
+        "When a schedule last enqueued a job (a slot or `schedule run`), in seconds since the "
+        "epoch; no series before its first.",
+    ),
+    "leasectl_schedule_lateness_seconds": (
+        "gauge",
+        ("schedule",),
+        "How far a schedule's next slot is behind the database's clock: 0 on time (or paused); "
+        "growing while no `leasectl watch` enqueues it.",
+    ),
     # Counters (migration 11): kept by the database's triggers, so every exporter of one
     # database reports the same values, and prune or delete never lowers them.
     "leasectl_jobs_completed_total": (
@@ -230,7 +243,9 @@ class LeasectlCollector(Collector):
 def families(rows: MetricsRows) -> Iterator[Metric]:
     """The gauges of one scrape's rows."""
     truncated = _gauge("leasectl_scrape_truncated")
-    for part in ("pending", "stuck", "waiting", "leases", "owners", "paused", "counters", "limits"):
+    parts = ("pending", "stuck", "waiting", "leases", "owners", "paused", "counters", "limits",
+             "schedules")  # fmt: skip
+    for part in parts:
         truncated.add_metric([part], 1 if part in rows.truncated else 0)
     yield truncated
 
@@ -297,6 +312,17 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     yield cap
     yield rate
     yield throttled
+
+    last, late = (
+        _gauge("leasectl_schedule_last_enqueue_timestamp_seconds"),
+        _gauge("leasectl_schedule_lateness_seconds"),
+    )
+    for sched in rows.schedules:
+        if sched.last_enqueued_at is not None:
+            last.add_metric([label(sched.name)], sched.last_enqueued_at.timestamp())
+        late.add_metric([label(sched.name)], sched.lateness)
+    yield last
+    yield late
 
     counters = {name: _counter(name) for name in COUNTERS.values()}
     for c in rows.counters:

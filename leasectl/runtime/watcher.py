@@ -18,6 +18,7 @@ from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import Operations
+from leasectl.runtime.schedules import schedule_pass
 
 log = logging.getLogger("leasectl.watcher")
 
@@ -154,6 +155,8 @@ class Watcher:
         self.moved = 0
         self._fold_failed = False
         self._heal_failed = False
+        self._schedules_failed = False
+        self.scheduled = 0
         self._heal_after: tuple[str, str] | None = None
         self.promoted = 0
 
@@ -182,6 +185,7 @@ class Watcher:
                     result.marked_stuck,
                 )
             self._heal_keys()
+            self._run_schedules()
             self._fold_counters()
             self.stopping.wait(self.config.interval.total_seconds())
 
@@ -203,6 +207,26 @@ class Watcher:
         if promoted:
             log.info(
                 "watcher: promoted %d job(s) of concurrency keys left without a head", len(promoted)
+            )
+
+    def _run_schedules(self) -> None:
+        """Enqueue the due slots of the schedules (migration 19), each once whatever the other
+        watchers do. A failure (the database gone, a role granted before schedules) is logged
+        once, as folds: the next pass tries again, and a late slot is caught up by its policy."""
+        try:
+            done = schedule_pass(self.ops, stopping=self.stopping)
+        except Exception as exc:
+            if not self._schedules_failed:
+                log.warning("watcher: the schedules' pass failed: %s", exc)
+            self._schedules_failed = True
+            return
+        self._schedules_failed = False
+        self.scheduled += done.enqueued
+        if done.enqueued or done.passed_over:
+            log.info(
+                "watcher: enqueued %d scheduled job(s), passed over %d slot(s)",
+                done.enqueued,
+                done.passed_over,
             )
 
     def _fold_counters(self) -> None:

@@ -40,6 +40,11 @@ def exported(db_dsn: str, store: Stores, sql_conn: psycopg.Connection) -> tuple[
     """A scrape of a busy database (every gauge has series) and one of a failing scrape."""
     seed_console(store, sql_conn)
     store.ops.pause("emails", actor="test", reason="r")
+    from leasectl.core.schedules import ScheduleSpec
+
+    store.ops.put_schedule(ScheduleSpec("nightly", "@daily", "reports"), actor="t", reason=None)
+    store.ops.run_schedule("nightly", actor="t", reason=None)  # (its last enqueue)
+    sql_conn.execute("UPDATE leasectl.schedules SET next_slot = now() - interval '10 minutes'")
     with exporter(db_dsn) as (_, url):
         up = scrape(url)
         sql_conn.execute("DROP SCHEMA leasectl CASCADE")

@@ -700,3 +700,39 @@ def test_cancel_and_delete_show_hostile_actors_and_reasons_as_text(db_dsn: str) 
         *(("cancel", value) for value in fresh),
         *(("delete", value) for value in fresh),
     ]
+
+
+def test_schedules_show_hostile_names_queues_and_pauses_as_text(db_dsn: str) -> None:
+    """Schedules as an owner's SQL could write them (name, expression, time zone, queue,
+    pause's actor and reason, payload), late: `schedule list`, its JSON, and `status`'s late
+    schedules show each as text; the JSON gives each back exactly."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        for i, value in enumerate(NAMES):
+            conn.execute(
+                "INSERT INTO leasectl.schedules (name, cron, timezone, queue, payload, next_slot, "
+                "created_by, updated_by, paused_at, paused_by, paused_reason) VALUES "
+                "(%s, %s, %s, %s, %s, now() - interval '1 hour', %s, %s, "
+                "CASE WHEN %s THEN now() END, CASE WHEN %s THEN %s END, CASE WHEN %s THEN %s END)",
+                [f"{i:02d}{value}"[:200], value, value[:100], value, Jsonb({"v": value}), value,
+                 value, i % 2 == 1, i % 2 == 1, value, i % 2 == 1, value],
+            )  # fmt: skip
+    listed, as_json, status, status_json = run_all(
+        [["schedule", "list"], ["schedule", "list", "--json"], ["status"], ["status", "--json"]],
+        db_dsn,
+    )
+    for proc, what in ((listed, "schedule list"), (status, "status")):
+        checked(proc, 0, what)
+    for i, value in enumerate(NAMES):
+        shown(listed.stdout, f"{i:02d}{value}"[:200], "schedule name")
+        shown(listed.stdout, value, "schedule cron/queue")
+        if i % 2 == 0:  # late (the paused ones are not)
+            shown(status.stdout, f"{i:02d}{value}"[:200], "late schedule")
+    checked(as_json, 0, "schedule list --json")
+    got = {s["name"]: s for s in json.loads(as_json.stdout)["schedules"]}
+    for i, value in enumerate(NAMES):
+        s = got[f"{i:02d}{value}"[:200]]
+        assert (s["cron"], s["queue"], s["payload"]) == (value, value, {"v": value})
+        assert s["paused_reason"] == (value if i % 2 == 1 else None)
+    checked(status_json, 0, "status --json")
+    late = [s["name"] for s in json.loads(status_json.stdout)["late_schedules"]]
+    assert sorted(late) == sorted(f"{i:02d}{v}"[:200] for i, v in enumerate(NAMES) if i % 2 == 0)

@@ -47,6 +47,9 @@ def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
         "queue_events",
         "queue_limits",
         "queue_state",
+        "schedule_events",
+        "schedule_slots",
+        "schedules",
         "schema_migrations",
         "workers",
     ]

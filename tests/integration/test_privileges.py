@@ -692,8 +692,14 @@ ADDED_BY_11 = (
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
 ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
-# (Removed first: it restores the text these pieces were added to.)
+# (Removed first: they restore the text these pieces were added to.)
+ADDED_BY_19 = (
+    ",\n    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events",
+    ",\n    {schema}.schedule_put, {schema}.schedule_remove, {schema}.schedule_pause,"
+    "\n    {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue",
+)
 ADDED_BY_17 = (
+    *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
     "\nGRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role}",
     "\nGRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}",
@@ -1178,7 +1184,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [17, 18]
+            assert store.db.migrate() == [17, 18, 19]
             store.ops.enqueue([{}, {}, {}], queue="q")
         proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
@@ -1190,3 +1196,106 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
         with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_limits")
+
+
+def test_operators_manage_schedules_only_through_the_audited_functions(
+    granted: Roles, db_dsn: str
+) -> None:
+    """An operator adds, pauses, runs and removes schedules (audited with its role) and its
+    `watch` enqueues their slots; a viewer lists them; a viewer, a worker and a producer change
+    none; no role writes or locks the schedules' tables itself (a role that could hold a
+    schedule's row would stall every watcher's step for it: only schedule_enqueue locks it,
+    under its lock_timeout)."""
+    for kind in ("viewer", "worker", "producer"):
+        refused(granted, kind, db_dsn, "schedule", "add", "s", "--cron", "@daily", "--queue", "q")
+    proc = cli("schedule", "add", "s", "--cron", "* * * * *", "--queue", "q", "--reason", "r",
+               dsn=granted.dsn("operator"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for kind in ("viewer", "worker", "producer"):
+        refused(granted, kind, db_dsn, "schedule", "pause", "s", "--reason", "no")
+        refused(granted, kind, db_dsn, "schedule", "run", "s")
+    for kind in KINDS:
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            for statement in (
+                "UPDATE leasectl.schedules SET next_slot = now()",
+                "SELECT * FROM leasectl.schedules FOR UPDATE",
+                "SELECT * FROM leasectl.schedules FOR KEY SHARE",
+                "DELETE FROM leasectl.schedules",
+                "DELETE FROM leasectl.schedule_slots",
+                "INSERT INTO leasectl.schedule_slots (schedule, slot) VALUES ('s', now())",
+                "INSERT INTO leasectl.schedule_events (schedule, actor, action) "
+                "VALUES ('s', 'x', 'add')",
+                *(
+                    ()
+                    if kind == "operator"  # (`watch` runs it: an operator's watcher)
+                    else (
+                        "SELECT * FROM leasectl.schedule_enqueue('s', now(), '{}', now(), 0, 'c')",
+                    )
+                ),
+            ):
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(statement)
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE leasectl.schedules SET next_slot = date_trunc('minute', now()) - "
+            "interval '2 minutes'"
+        )
+    from leasectl.runtime.schedules import schedule_pass
+
+    with Stores.connect(granted.dsn("operator"), "leasectl") as store:
+        assert schedule_pass(store.ops).enqueued == 1
+    shown = cli("schedule", "list", "--json", dsn=granted.dsn("viewer"))
+    assert shown.returncode == 0, shown.stderr
+    [listed] = json.loads(shown.stdout)["schedules"]
+    assert listed["last_status"] == "Pending" and listed["last_slot"] is not None
+    for args in (("pause", "s", "--reason", "p"), ("resume", "s"), ("run", "s"), ("remove", "s")):
+        proc = cli("schedule", *args, dsn=granted.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        events = conn.execute(
+            "SELECT action, db_role FROM leasectl.schedule_events ORDER BY id"
+        ).fetchall()
+        public = conn.execute(
+            "SELECT count(*) FROM pg_proc AS p WHERE p.pronamespace = 'leasectl'::regnamespace "
+            "AND p.proname LIKE 'schedule\\_%%' AND has_function_privilege('public', p.oid, "
+            "'EXECUTE')"
+        ).fetchone()
+    operator = granted.names["operator"]
+    assert events == [(a, operator) for a in ("add", "pause", "resume", "run", "remove")]
+    assert public == (0,)
+    # `status` as a worker: no schedules to read, and no error for it.
+    status = cli("status", "--json", dsn=granted.dsn("worker"))
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["late_schedules"] is None
+    viewed = cli("status", "--json", dsn=granted.dsn("viewer"))
+    assert json.loads(viewed.stdout)["late_schedules"] == []
+
+
+def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 19 gives what `leasectl grant` now gives to the roles granted before it: an
+    operator adds a schedule, a viewer lists it; a worker and a producer get nothing new."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v18_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:18])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_19)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [19]
+        proc = cli("schedule", "add", "s", "--cron", "@daily", "--queue", "q",
+                   dsn=roles.dsn("operator"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        shown = cli("schedule", "list", "--json", dsn=roles.dsn("viewer"))
+        assert shown.returncode == 0, shown.stderr
+        assert [s["name"] for s in json.loads(shown.stdout)["schedules"]] == ["s"]
+        for kind in ("worker", "producer"):
+            with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute("SELECT * FROM leasectl.schedule_events")

@@ -40,6 +40,11 @@ KEYS = (
         "concurrency and the rate to lift the limits (shown under the counts: ⏳ limits); "
         "in find: the filter's queue when it names one",
     ),
+    (
+        "S",
+        "schedules: expression, time zone, next and last slot, last job's outcome, late or "
+        "paused; r runs the highlighted one now, p pauses or resumes it (confirmed, a reason)",
+    ),
     ("ctrl+y", "confirm an action's dialog (its reason box has the focus; Enter does not confirm)"),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
     ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),

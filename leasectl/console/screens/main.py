@@ -78,6 +78,7 @@ class MainScreen(Screen[None]):
         Binding("R", "requeue_expired", "Requeue expired"),
         Binding("P", "toggle_pause", "Pause/resume"),
         Binding("L", "limit", "Limit", show=False),
+        Binding("S", "schedules", "Schedules", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -353,6 +354,9 @@ class MainScreen(Screen[None]):
         table = self._focused_job_table()
         job = table.highlighted() if table is not None else None
         self.host.request_limit(job.queue if job is not None else self.host.filter.queue)
+
+    def action_schedules(self) -> None:
+        self.host.open_schedules()
 
     def action_filter(self) -> None:
         self.host.open_filter()

@@ -11,19 +11,21 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
+    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
--- limit, cancel, delete) and the counters' fold (`watch` folds after each pass).
+-- limit, cancel, delete, schedule: migration 19's functions, `watch` enqueues their slots) and the counters' fold (`watch` folds after each pass).
 -- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
 -- functions that run with the owner's rights and write the audit row of every change; an
 -- operator changes no table itself.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
+    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
@@ -35,7 +37,9 @@ GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
     {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold,
     {schema}.jobs_keys_heal,
-    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp TO {role};
+    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp,
+    {schema}.schedule_put, {schema}.schedule_remove, {schema}.schedule_pause,
+    {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.

@@ -202,3 +202,14 @@ FROM (
 ) AS r
 WHERE r.n <= %(counter_limit)s + 1
 ORDER BY r.counter, r.action, r.queue;
+
+-- name: metrics_schedules
+-- The schedules for the scrape, by name (at most `schedules_limit`, each row with how many there are): when each last enqueued a job, and how far its next slot is behind {now} (0 while paused or not due).
+SELECT s.name, s.last_enqueued_at,
+       CASE WHEN s.paused_at IS NULL
+            THEN greatest(extract(epoch FROM {now} - s.next_slot)::double precision, 0.0)
+            ELSE 0.0::double precision END AS lateness,
+       count(*) OVER () AS total
+FROM {schema}.schedules AS s
+ORDER BY s.name
+LIMIT %(schedules_limit)s;
