@@ -1,7 +1,7 @@
 """The counters' fold (migrations 11 and 16), bounded in time: the one call `watch` and the
-exporter make. The per-minute history's fold (migration 20) runs in the same transaction. The fold itself skips what others hold; the transaction's statement_timeout and
-lock_timeout bound what is left (a table lock, a sick server), so no caller waits on another
-role's transaction."""
+exporter make; the per-minute history's fold (migration 20) runs in the same transaction. The
+fold itself skips what others hold; the transaction's statement_timeout and lock_timeout bound
+what is left (a table lock, a sick server), so no caller waits on another role's transaction."""
 
 from __future__ import annotations
 

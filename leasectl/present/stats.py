@@ -114,7 +114,8 @@ def stats_renderables(report: QueueStats, width: int = 80) -> list[RenderableTyp
     per = len(parts[0]) if parts else 1
     whole = _hist(minutes)
     title = Text("Stats: ", style="bold")
-    title.append_text(lit(report.queue, "bold") if report.queue is not None else Text("every queue"))
+    who = lit(report.queue, "bold") if report.queue is not None else Text("every queue")
+    title.append_text(who)
     title.append(
         f", {report.since:%Y-%m-%d %H:%M} to {report.until:%H:%M} UTC"
         f" ({len(minutes)} minutes{'' if per == 1 else f', {per} a character'})"
