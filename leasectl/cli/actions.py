@@ -64,6 +64,7 @@ def _watcher_config(
     pace: float | None = None,
     interval: timedelta = timedelta(seconds=30),
     owner: str | None = None,
+    history_keep: timedelta | None = None,
 ) -> WatcherConfig:
     from leasectl.runtime.watcher import DEFAULT_REASON, WatcherConfig
 
@@ -75,6 +76,7 @@ def _watcher_config(
         queue=_queue_name(queue) if queue is not None else None,
         owner=owner,
         reason=reason or DEFAULT_REASON,
+        **({"history_keep": history_keep} if history_keep is not None else {}),
     )
 
 
@@ -91,6 +93,13 @@ def watch(
     pace: PaceOpt = None,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
+    history_keep: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Prune the per-minute history (`stats`) older than this, once a minute.",
+        ),
+    ] = "7d",
 ) -> None:
     """Run the stuck watcher until SIGTERM/SIGINT."""
     from leasectl.runtime.watcher import Watcher, run_until_stopped
@@ -102,6 +111,7 @@ def watch(
         batch_size=batch_size,
         pace=pace,
         interval=_duration(interval, "--interval"),
+        history_keep=_duration(history_keep, "--history-keep"),
     )
     _setup_logging(log_level)
     with _operations(ctx) as ops:

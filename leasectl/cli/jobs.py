@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -255,6 +256,8 @@ def status(
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     from leasectl.core.checks import Thresholds, violations
     from leasectl.db.dsn import resolve_read_dsn
+    from leasectl.db.stats import pickup_recent
+    from leasectl.present.stats import pickup_json, pickup_renderables
     from leasectl.present.status import status_renderables, violation_line
     from leasectl.present.text import count_text
 
@@ -276,14 +279,19 @@ def status(
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
+        pickup = [p for p in pickup_recent(ops.db) if queue is None or p.queue == queue]
     if as_json:
         from leasectl.present.jsonout import status_json
 
         _emit_json(
-            {**status_json(report, limits), "writable_schemas": [w.as_json() for w in writable]}
+            {
+                **status_json(report, limits),
+                "writable_schemas": [w.as_json() for w in writable],
+                "pickup": pickup_json(pickup),
+            }
         )
     else:
-        _show(status_renderables(report))
+        _show([*status_renderables(report), *pickup_renderables(pickup)])
     for exposed in writable:
         _warn(exposed.warning())
     if limits is not None:
@@ -319,12 +327,22 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
     ] = False,
+    history_keep: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Also delete the per-minute history (`stats`) older than this.",
+        ),
+    ] = "7d",
     as_json: JsonOpt = False,
 ) -> None:
     """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
     from leasectl.runtime import retention
 
     cutoff = _duration(older_than, "--older-than")
+    keep = _duration(history_keep, "--history-keep")
+    if keep < timedelta(minutes=1):
+        raise UsageError("invalid --history-keep: keep the history a minute at least")
     if queue is not None:
         queue = _queue_name(queue)
     with _operations(ctx) as ops:
@@ -335,6 +353,7 @@ def prune(
             queue=queue,
             keep_events=not drop_events,
             dry_run=dry_run,
+            history_keep=keep,
         )
     if as_json:
         _emit_json(
@@ -344,6 +363,7 @@ def prune(
                 "events": result.events,
                 "batches": result.batches,
                 "older_than_s": cutoff.total_seconds(),
+                "history_rows": result.history,
             }
         )
         return
@@ -353,3 +373,8 @@ def prune(
         f"{verb} {result.jobs} finished job(s) older than {config.format_duration(cutoff)}"
         f"{events}" + ("" if result.dry_run else f" in {result.batches} batch(es)")
     )
+    if result.history:
+        typer.echo(
+            f"deleted {result.history} row(s) of per-minute history older than "
+            f"{config.format_duration(keep)}"
+        )

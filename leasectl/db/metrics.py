@@ -22,12 +22,14 @@ from psycopg.rows import dict_row
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PausedQueue
+from leasectl.core.stats import PickupLatency
 from leasectl.db import counters as counter_folds
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import owner_health
 from leasectl.db.rows import limit_from_row, paused_from_row
+from leasectl.db.stats import PICKUP_ROW_LIMIT, pickup_from_rows
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class MetricsRows:
     paused: tuple[PausedQueue, ...]
     counters: tuple[CounterValue, ...]
     limits: tuple[QueueLimit, ...]  # the limited queues, by name (at most ``limit_limit``)
+    # Each queue's pickup latency over the current and the previous minute (migration 20).
+    pickup: tuple[PickupLatency, ...]
     # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
     truncated: frozenset[str]
 
@@ -106,6 +110,7 @@ class MetricsReads:
             "counter_limit": counter_limit,
             "limits_limit": limit_limit,
             "fold_limit": fold_limit,
+            "row_limit": PICKUP_ROW_LIMIT,
         }
         self.owner_limit = owner_limit
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
@@ -185,6 +190,7 @@ class MetricsReads:
             ("paused", "console_paused", params),
             ("counters", "metrics_counters", params),
             ("limits", "status_limits", {**params, "queue": None}),
+            ("pickup", "history_pickup_recent", params),
         ]
         with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
@@ -207,6 +213,8 @@ class MetricsReads:
             truncated.add("paused")
         if rows["limits"] and int(rows["limits"][0]["total"]) > len(rows["limits"]):
             truncated.add("limits")
+        if len(rows["pickup"]) >= self.limits["row_limit"]:
+            truncated.add("pickup")
         counter_rows = _per_counter(rows["counters"], self.limits["counter_limit"])
         if len(counter_rows) < len(rows["counters"]):
             truncated.add("counters")
@@ -245,6 +253,7 @@ class MetricsReads:
                 for r in counter_rows
             ),
             limits=tuple(limit_from_row(r) for r in rows["limits"]),
+            pickup=pickup_from_rows(rows["pickup"]),
             truncated=frozenset(truncated),
         )
 

@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from leasectl.core.stats import MinuteStats, QueueStats, add, percentile
+from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, percentile
 from leasectl.present.jsonout import jsonable
 from leasectl.present.text import count_text, lit, table
 
@@ -179,3 +179,33 @@ def _last_table(minutes: Sequence[MinuteStats]) -> Table:
             _pending_cell(m),
         )
     return t
+
+
+def pickup_json(latencies: Sequence[PickupLatency]) -> list[dict[str, Any]]:
+    """`status --json`'s ``pickup``: each queue that started attempts in the current or the
+    previous minute, its pickup latency's p50 and p95 (ms) and how many it started."""
+    return [
+        {
+            "queue": p.queue,
+            "started": p.started,
+            "p50_ms": _ms(p.p50_ms),
+            "p95_ms": _ms(p.p95_ms),
+        }
+        for p in latencies
+    ]
+
+
+def pickup_renderables(latencies: Sequence[PickupLatency]) -> list[RenderableType]:
+    """`status`'s pickup latency table (nothing when no queue started an attempt lately)."""
+    if not latencies:
+        return []
+    t = table("Pickup latency, last 1-2 min")
+    t.add_column("queue", overflow="fold")
+    t.add_column("started", justify="right", no_wrap=True)
+    t.add_column("p50", justify="right", no_wrap=True)
+    t.add_column("p95", justify="right", no_wrap=True)
+    for p in latencies:
+        t.add_row(
+            lit(p.queue), count_text(p.started), latency_text(p.p50_ms), latency_text(p.p95_ms)
+        )
+    return [t]
