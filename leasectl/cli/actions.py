@@ -66,6 +66,7 @@ def _watcher_config(
     owner: str | None = None,
     history_keep: timedelta | None = None,
 ) -> WatcherConfig:
+    from leasectl.core.stats import DEFAULT_KEEP
     from leasectl.runtime.watcher import DEFAULT_REASON, WatcherConfig
 
     return WatcherConfig(
@@ -76,7 +77,7 @@ def _watcher_config(
         queue=_queue_name(queue) if queue is not None else None,
         owner=owner,
         reason=reason or DEFAULT_REASON,
-        **({"history_keep": history_keep} if history_keep is not None else {}),
+        history_keep=history_keep if history_keep is not None else DEFAULT_KEEP,
     )
 
 

@@ -17,8 +17,8 @@ from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
 from leasectl.core.stats import DEFAULT_KEEP
-from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db import stats as history
+from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import Operations
 
 log = logging.getLogger("leasectl.watcher")
@@ -229,7 +229,6 @@ class Watcher:
             self._fold_failed = True
         else:
             self._fold_failed = False
-
 
     def _prune_history(self) -> None:
         """Delete the per-minute history older than ``history_keep``, at most once every
