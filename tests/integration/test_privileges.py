@@ -692,6 +692,11 @@ ADDED_BY_11 = (
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
 ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
+ADDED_BY_20 = (
+    ",\n    {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,"
+    "\n    {schema}.queue_backlog_minutes",
+    ", {schema}.history_fold, {schema}.history_prune",
+)
 # (Removed first: it restores the text these pieces were added to.)
 ADDED_BY_17 = (
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -742,7 +747,7 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17
+                    ADDED_BY_20 + ADDED_BY_17
                     + ADDED_BY_7
                     + ADDED_BY_8
                     + ADDED_BY_10
@@ -789,7 +794,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
                 conn,
                 "worker",
                 name,
-                ADDED_BY_17 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
             )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
@@ -821,7 +826,7 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17
+                    ADDED_BY_20 + ADDED_BY_17
                     + ADDED_BY_8
                     + ADDED_BY_10
                     + ADDED_BY_11
@@ -909,7 +914,7 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # (A job of version 9, written as that version's enqueue wrote it.)
@@ -962,7 +967,7 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                 )
                 for kind, name in names.items():
                     grant_as_before(
-                        conn, kind, name, ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                        conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
                     )
             # (A job of version 10, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
@@ -1014,7 +1019,7 @@ def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep
                         {"version": migration.version, "name": migration.name},
                     )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
+                    grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
                 # What grant_viewer granted before migration 16.
                 conn.execute(
                     sql.SQL("GRANT EXECUTE ON FUNCTION leasectl.counters_fold TO {}").format(
@@ -1059,7 +1064,7 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
@@ -1176,7 +1181,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
+                grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [17, 18]
             store.ops.enqueue([{}, {}, {}], queue="q")

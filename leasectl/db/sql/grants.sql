@@ -39,7 +39,7 @@ REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
     {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold,
-    {schema}.history_fold, {schema}.history_prune, {schema}.jobs_keys_heal,
+    {schema}.jobs_keys_heal, {schema}.history_fold, {schema}.history_prune,
     {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp TO {role};
 
 -- name: grant_worker
