@@ -61,7 +61,7 @@ def flaky(ctx: Any) -> None:
 def test_buckets_add_up_to_what_a_real_worker_did(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection, run_worker: Any
 ) -> None:
-    payloads = (
+    payloads: list[dict[str, Any]] = (
         [{}] * 30
         + [{"fail": 1}] * 8  # retried once, then completed
         + [{"fail": 9}] * 4  # fails both of its attempts: one retry, one final failure
@@ -90,7 +90,7 @@ def test_buckets_add_up_to_what_a_real_worker_did(
     # The pickup histogram counts every start; the counters agree with the history.
     report = history.read_stats(store.db, "h", HOUR)
     assert sum(sum(m.pickup) for m in report.minutes) == expected["started"]
-    totals = dict(
+    totals: dict[str, int] = dict(
         sql_conn.execute(
             "SELECT counter, value FROM leasectl.counter_totals WHERE queue = 'h'"
         ).fetchall()

@@ -747,7 +747,8 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_20 + ADDED_BY_17
+                    ADDED_BY_20
+                    + ADDED_BY_17
                     + ADDED_BY_7
                     + ADDED_BY_8
                     + ADDED_BY_10
@@ -794,7 +795,13 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
                 conn,
                 "worker",
                 name,
-                ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                ADDED_BY_20
+                + ADDED_BY_17
+                + ADDED_BY_8
+                + ADDED_BY_10
+                + ADDED_BY_11
+                + ADDED_BY_12
+                + ADDED_BY_18,
             )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
@@ -826,7 +833,8 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_20 + ADDED_BY_17
+                    ADDED_BY_20
+                    + ADDED_BY_17
                     + ADDED_BY_8
                     + ADDED_BY_10
                     + ADDED_BY_11
@@ -914,7 +922,12 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20
+                    + ADDED_BY_17
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # (A job of version 9, written as that version's enqueue wrote it.)
@@ -967,7 +980,10 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                 )
                 for kind, name in names.items():
                     grant_as_before(
-                        conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                        conn,
+                        kind,
+                        name,
+                        ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                     )
             # (A job of version 10, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
@@ -1064,7 +1080,12 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
                     conn,
                     kind,
                     name,
-                    ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20
+                    + ADDED_BY_17
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]

@@ -169,6 +169,8 @@ CREATE FUNCTION {schema}.history_fold(max_rows integer, queue_limit integer, bud
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 SET lock_timeout = '100ms'
+SET enable_seqscan = off
+SET jit = off
 AS $$
 DECLARE
     k record;
