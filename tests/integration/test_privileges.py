@@ -1204,7 +1204,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [17, 18]
+            assert store.db.migrate() == [m.version for m in every][16:]
             store.ops.enqueue([{}, {}, {}], queue="q")
         proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
@@ -1216,3 +1216,76 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
         with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_limits")
+
+
+def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
+    granted: Roles, db_dsn: str
+) -> None:
+    """Migration 20's history: a producer's enqueue and a worker's claim and completion are
+    counted although neither may write it; a viewer reads it (`stats`, `status`); only an
+    operator folds and prunes it; producers and workers cannot read it."""
+    with psycopg.connect(granted.dsn("producer"), autocommit=True) as conn:
+        conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('hq'), ('hq')")
+    with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+        leases = store.work.claim("hq", "w-role", timedelta(seconds=30), 2)
+        assert store.work.complete(leases) == {lease.job_id for lease in leases}
+    proc = cli("stats", "--queue", "hq", "--json", dsn=granted.dsn("viewer"))
+    assert proc.returncode == 0, proc.stderr
+    buckets = json.loads(proc.stdout)["buckets"]
+    assert sum(b["enqueued"] for b in buckets) == 2
+    assert sum(b["completed"] for b in buckets) == 2
+    status = cli("status", "--json", dsn=granted.dsn("viewer"))
+    assert status.returncode == 0, status.stderr
+    assert [p["queue"] for p in json.loads(status.stdout)["pickup"]] == ["hq"]
+    calls = (
+        "SELECT leasectl.history_fold(10, 10, 100, 10)",
+        "SELECT leasectl.history_prune(interval '7 days', 10)",
+        "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, delta) "
+        "VALUES ('hq', now(), 'completed', 1000)",
+        "UPDATE leasectl.queue_history SET completed = 1000",
+    )
+    for kind in ("viewer", "worker", "producer"):
+        for call in calls:
+            with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(call)
+    for kind in ("worker", "producer"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.queue_history")
+    with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
+        # Delta rows: one per statement and counter (enqueued, pickup, completed).
+        assert conn.execute(calls[0]).fetchone() == (3,)
+        assert conn.execute(calls[1]).fetchone() == (0,)
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(calls[2])
+
+
+def test_roles_granted_at_version_19_read_and_fold_the_history_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 20 carries the history's grants to the roles granted before it: viewers and
+    operators read it, operators fold it; no `leasectl grant` is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v19_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:19])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_20)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][19:]
+            store.ops.enqueue([{}], queue="q")
+        with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+            assert conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)").fetchone() == (1,)
+        for kind in ("viewer", "operator"):
+            proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn(kind))
+            assert proc.returncode == 0, proc.stderr
+            assert sum(b["enqueued"] for b in json.loads(proc.stdout)["buckets"]) == 1
+        with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)")
