@@ -304,3 +304,27 @@ def test_stats_and_status_show_the_history_at_80_columns(db_dsn: str, store: Sto
     assert pickup["p50_ms"] is not None and pickup["p95_ms"] >= pickup["p50_ms"]
     human = cli("status", dsn=db_dsn)
     assert "Pickup latency" in human.stdout
+
+
+def test_the_exporter_reports_each_queues_pickup_latency(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    from leasectl.db.metrics import MetricsReads
+    from leasectl.runtime.exporter import LeasectlCollector
+
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, created_at, run_at) "
+        "SELECT 'x', now() - interval '2.5 s', now() - interval '2.5 s' FROM generate_series(1, 4)"
+    )
+    assert len(store.work.claim("x", "w1", TTL, limit=4)) == 4
+    reads = MetricsReads(store.db)
+    collector = LeasectlCollector(reads, timedelta(seconds=10), lambda: reads)
+    got = {
+        tuple(sorted(s.labels.items())): s.value
+        for family in collector.collect()
+        if family.name == "leasectl_pickup_latency_seconds"
+        for s in family.samples
+    }
+    low, high = (b / 1000 for b in bucket_bounds(bucket_of(2500)))
+    assert set(got) == {(("quantile", q), ("queue", "x")) for q in ("0.5", "0.95")}
+    assert all(low <= v <= high for v in got.values()), got
