@@ -678,7 +678,7 @@ MUTANTS += (
              "ORDER BY h.queue, h.minute\n        FOR UPDATE SKIP LOCKED",
              "ORDER BY h.queue, h.minute\n        FOR UPDATE", HISTORY_HELD),
     _history("fold-adds-pickup", "history_fold", "pickup = history_add(h.pickup, p.pickup)",
-             "pickup = p.pickup", REAL_WORKER),
+             "pickup = p.pickup", HISTORY_HELD),
     _history("backlog-due", "history_fold",
              "count(*) FILTER (WHERE x.run_at <= statement_timestamp()) AS due",
              "count(*) AS due", BACKLOG),

@@ -192,12 +192,23 @@ def test_the_backlog_is_sampled_once_a_minute_capped_by_its_budget(
 def test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
-    store.ops.enqueue([{}] * 3, queue="f")
-    before = sums(store, "f")
+    def step(jobs: int) -> None:
+        """Enqueue ``jobs`` jobs and claim them (enqueued, started, a pickup bucket)."""
+        store.ops.enqueue([{}] * jobs, queue="f")
+        assert len(store.work.claim("f", "w1", TTL, limit=jobs)) == jobs
+
+    def read() -> tuple[dict[str, int], int]:
+        minutes = history.read_stats(store.db, "f", HOUR).minutes
+        return sums(store, "f"), sum(sum(m.pickup) for m in minutes)
+
+    step(3)
+    counters.fold(store.db)  # the minute's row, committed
+    step(2)
     held = psycopg.connect(db_dsn)
     try:
-        held.execute("SELECT leasectl.history_fold(1000, 10, 100, 10)")  # its transaction open
-        store.ops.enqueue([{}] * 2, queue="f")
+        # A fold left open: it holds the minute's row (and the deltas it took).
+        held.execute("SELECT leasectl.history_fold(1000, 10, 100, 10)")
+        step(2)
         done = threading.Event()
 
         def other() -> None:
@@ -206,12 +217,16 @@ def test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value(
 
         threading.Thread(target=other, daemon=True).start()
         wait_until(done.is_set, timeout=10, what="a fold beside one left open")
-        assert sums(store, "f") == {**before, "enqueued": 5}
+        counts, started = read()
+        assert counts["enqueued"] == counts["started"] == started == 7
     finally:
         held.rollback()
         held.close()
-    counters.fold(store.db)
-    assert sums(store, "f") == {**before, "enqueued": 5}
+    step(1)
+    for _ in range(2):
+        counters.fold(store.db)
+        counts, started = read()
+        assert counts["enqueued"] == counts["started"] == started == 8
 
 
 def _old_history(conn: psycopg.Connection, days: int, queues: int) -> None:
