@@ -24,7 +24,7 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
-from leasectl.core.errors import UsageError
+from leasectl.core.errors import PermissionDenied, UsageError
 from leasectl.core.literal import echo
 
 # The data layer, the presentation and the runtime are imported by each command as it needs
@@ -279,7 +279,11 @@ def status(
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
-        pickup = [p for p in pickup_recent(ops.db) if queue is None or p.queue == queue]
+        try:
+            recent = pickup_recent(ops.db)
+        except PermissionDenied:  # a role granted no history (a worker's): status all the same
+            recent = None
+        pickup = [p for p in recent or () if queue is None or p.queue == queue]
     if as_json:
         from leasectl.present.jsonout import status_json
 
@@ -287,7 +291,7 @@ def status(
             {
                 **status_json(report, limits),
                 "writable_schemas": [w.as_json() for w in writable],
-                "pickup": pickup_json(pickup),
+                "pickup": pickup_json(pickup) if recent is not None else None,
             }
         )
     else:

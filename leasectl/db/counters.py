@@ -40,7 +40,8 @@ TIMED_OUT = "folding the counters took longer than its limit"
 def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: timedelta) -> int:
     """``fold`` on a connection the caller holds (its errors mapped by the caller): the
     counters' deltas, then the history's (``db/stats.py``), in one transaction and one round
-    trip; the more of the two that moved (at ``limit``: fold again)."""
+    trip. Returns how many counter deltas moved, or ``limit`` when the history's filled the
+    fold (either way, at ``limit``: fold again)."""
     settings: dict[str, Any] = {
         "setting_names": ["statement_timeout", "lock_timeout"],
         "setting_values": [_ms(timeout), _ms(timeout)],
@@ -51,7 +52,8 @@ def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: tim
         cur.execute(queries.get("metrics_counters_fold").render(schema), {"fold_limit": limit})
         history = conn.cursor(row_factory=dict_row)
         history.execute(queries.get("history_fold").render(schema), fold_params(limit))
-    return max(_folded(cur), _folded(history))
+    counted, kept = _folded(cur), _folded(history)
+    return limit if kept >= limit else counted
 
 
 def _folded(cur: psycopg.Cursor[dict[str, Any]]) -> int:

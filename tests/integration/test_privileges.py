@@ -1253,6 +1253,10 @@ def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
         with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_history")
+    # A worker may run status: its pickup latency is not readable, null, and nothing fails.
+    worker_status = cli("status", "--json", dsn=granted.dsn("worker"))
+    assert worker_status.returncode == 0, worker_status.stderr
+    assert json.loads(worker_status.stdout)["pickup"] is None
     with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
         # Delta rows: one per statement and counter (enqueued, pickup, completed).
         assert conn.execute(calls[0]).fetchone() == (3,)
