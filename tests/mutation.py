@@ -597,28 +597,36 @@ def _counted(name: str, statement: str, text: str, replacement: str, *tests: str
                   tests or (COUNTED,))  # fmt: skip
 
 
+# counters_from_attempts as migration 20 replaced it (it writes the history's counts too).
+ATTEMPTS_SQL = "migrations/020_queue_history.sql"
+
+
+def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"counters-{name}", ATTEMPTS_SQL, "counters_from_attempts", text, replacement,
+                  tests or (COUNTED,))  # fmt: skip
+
+
 MUTANTS += (
-    _counted("old-rows", "counters_from_attempts",
-             "        UNION ALL\n        SELECT job_id, outcome, -1 FROM old_attempts\n"
-             "        WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
-    _counted("net-increase", "counters_from_attempts", "HAVING sum(c.sign) > 0", "",
-             NOT_COUNTED),
-    _counted("attempt-job", "counters_from_attempts", "FROM jobs WHERE id = c.job_id OFFSET 0",
-             "FROM jobs OFFSET 0"),
-    _counted("completed", "counters_from_attempts", "('completed', c.outcome = 'completed')",
-             "('completed', TRUE)"),
-    _counted("failed", "counters_from_attempts", "('failed', c.outcome = 'failed')",
-             "('failed', TRUE)"),
-    _counted("retried-pending", "counters_from_attempts",
-             "c.outcome = 'failed' AND j.status = 'Pending'", "c.outcome = 'failed'"),
+    _attempts("old-rows",
+              "            UNION ALL\n            SELECT job_id, outcome, -1 FROM old_attempts\n"
+              "            WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
+    _attempts("net-increase", "HAVING sum(c.sign) > 0", "", NOT_COUNTED),
+    _attempts("attempt-job", "FROM jobs WHERE id = c.job_id OFFSET 0", "FROM jobs OFFSET 0"),
+    _attempts("completed", "('completed', c.outcome = 'completed')", "('completed', TRUE)"),
+    _attempts("failed", "('failed', c.outcome = 'failed')", "('failed', TRUE)"),
+    _attempts("retried-pending", "c.outcome = 'failed' AND j.status = 'Pending'",
+              "c.outcome = 'failed'"),
     # A retry is a failed attempt whose job is Pending: the rows are already only completed and
     # failed attempts (and a completed attempt's job is never Pending), so the outcome is
     # dropped from both places at once; a release (Pending, `released`) then counts.
-    mutant("counters-retried-failed", COUNTERS_SQL, "counters_from_attempts",
+    mutant("counters-retried-failed", ATTEMPTS_SQL, "counters_from_attempts",
            "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
-           also=(("FROM new_attempts\n        WHERE outcome IN ('completed', 'failed')",
+           also=(("FROM new_attempts\n            WHERE outcome IN ('completed', 'failed')",
                   "FROM new_attempts"),)),
-    _counted("hit", "counters_from_attempts", "WHERE k.hit\n", "WHERE TRUE\n"),
+    _attempts("hit", "WHERE k.hit\n", "WHERE TRUE\n"),
+)  # fmt: skip
+
+MUTANTS += (
     _counted("watcher-lease-until", "counters_from_job_events", "AND e.after ? 'lease_until' ", ""),
     _counted("watcher-run-at", "counters_from_job_events", "AND e.after ? 'run_at' THEN",
              "THEN"),
@@ -639,6 +647,50 @@ MUTANTS += (
     mutant("counters-fold-skips-held-totals", FOLD_SQL, "counters_fold",
            "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE SKIP LOCKED",
            "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE", (FOLD_HELD,)),
+)  # fmt: skip
+
+
+# The per-minute history (migration 20): its triggers, fold, backlog sample and prune, against
+# tests/integration/test_history.py.
+HISTORY = "tests/integration/test_history.py::"
+REAL_WORKER = HISTORY + "test_buckets_add_up_to_what_a_real_worker_did"
+PICKUP = HISTORY + "test_pickup_latency_is_the_start_minus_when_the_job_became_due"
+BACKLOG = HISTORY + "test_the_backlog_is_sampled_once_a_minute_capped_by_its_budget"
+HISTORY_HELD = HISTORY + "test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value"
+PRUNED = HISTORY + "test_prune_deletes_minutes_past_the_keep_in_batches"
+
+
+def _history(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
+    return mutant(f"history-{name}", ATTEMPTS_SQL, statement, text, replacement, tests)
+
+
+MUTANTS += (
+    _history("due-is-the-later", "history_from_attempts_opened",
+             "greatest(j.created_at, j.run_at)", "j.created_at", PICKUP),
+    _history("opened-job", "history_from_attempts_opened",
+             "FROM jobs WHERE id = s.job_id OFFSET 0", "FROM jobs OFFSET 0", REAL_WORKER),
+    _history("bucket-scale", "history_bucket", "1 + floor(2 * ln(ms) / ln(2))",
+             "floor(2 * ln(ms) / ln(2))",
+             HISTORY + "test_the_sql_buckets_are_the_ones_python_reads"),
+    _history("fold-adds", "history_fold", "enqueued = h.enqueued + s.enqueued",
+             "enqueued = s.enqueued", HISTORY_HELD),
+    _history("fold-skips-held", "history_fold",
+             "ORDER BY h.queue, h.minute\n        FOR UPDATE SKIP LOCKED",
+             "ORDER BY h.queue, h.minute\n        FOR UPDATE", HISTORY_HELD),
+    _history("fold-adds-pickup", "history_fold", "pickup = history_add(h.pickup, p.pickup)",
+             "pickup = p.pickup", HISTORY_HELD),
+    _history("backlog-due", "history_fold",
+             "count(*) FILTER (WHERE x.run_at <= statement_timestamp()) AS due",
+             "count(*) AS due", BACKLOG),
+    _history("backlog-capped", "history_fold", "c.seen > cap.cap", "false", BACKLOG),
+    _history("backlog-once-a-minute", "history_fold", "    IF sampled > 0 THEN",
+             "    IF true THEN", BACKLOG),
+    _history("prune-cutoff", "history_prune",
+             "SELECT ctid FROM queue_history WHERE minute < cutoff",
+             "SELECT ctid FROM queue_history WHERE true", PRUNED),
+    _history("prune-backlog-cutoff", "history_prune",
+             "SELECT ctid FROM queue_backlog WHERE minute < cutoff",
+             "SELECT ctid FROM queue_backlog WHERE true", PRUNED),
 )  # fmt: skip
 
 

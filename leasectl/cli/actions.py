@@ -64,7 +64,9 @@ def _watcher_config(
     pace: float | None = None,
     interval: timedelta = timedelta(seconds=30),
     owner: str | None = None,
+    history_keep: timedelta | None = None,
 ) -> WatcherConfig:
+    from leasectl.core.stats import DEFAULT_KEEP
     from leasectl.runtime.watcher import DEFAULT_REASON, WatcherConfig
 
     return WatcherConfig(
@@ -75,6 +77,7 @@ def _watcher_config(
         queue=_queue_name(queue) if queue is not None else None,
         owner=owner,
         reason=reason or DEFAULT_REASON,
+        history_keep=history_keep if history_keep is not None else DEFAULT_KEEP,
     )
 
 
@@ -95,6 +98,13 @@ def watch(
         LogFormat,
         typer.Option(help="Log lines as text, or json: one JSON object per line (docs/design.md)."),
     ] = LogFormat.TEXT,
+    history_keep: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Prune the per-minute history (`stats`) older than this, once a minute.",
+        ),
+    ] = "7d",
 ) -> None:
     """Run the stuck watcher until SIGTERM/SIGINT."""
     from leasectl.runtime.watcher import Watcher, run_until_stopped
@@ -106,6 +116,7 @@ def watch(
         batch_size=batch_size,
         pace=pace,
         interval=_duration(interval, "--interval"),
+        history_keep=_duration(history_keep, "--history-keep"),
     )
     _setup_logging(log_level, log_format)
     with _operations(ctx) as ops:

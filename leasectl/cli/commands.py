@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs", "inspect"),
     "list": ("history", "list_jobs"),
     "status": ("jobs", "status"),
+    "stats": ("stats", "stats"),
     "metrics": ("metrics", "metrics"),
     "prune": ("jobs", "prune"),
     "grant": ("admin", "grant"),

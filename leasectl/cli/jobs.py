@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from typing import Annotated
 
 import typer
@@ -23,7 +24,7 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
-from leasectl.core.errors import UsageError
+from leasectl.core.errors import PermissionDenied, UsageError
 from leasectl.core.literal import echo
 
 # The data layer, the presentation and the runtime are imported by each command as it needs
@@ -255,6 +256,8 @@ def status(
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     from leasectl.core.checks import Thresholds, violations
     from leasectl.db.dsn import resolve_read_dsn
+    from leasectl.db.stats import pickup_recent
+    from leasectl.present.stats import pickup_json, pickup_renderables
     from leasectl.present.status import status_renderables, violation_line
     from leasectl.present.text import count_text
 
@@ -277,6 +280,11 @@ def status(
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
         late = ops.late_schedules_if_readable()
+        try:
+            recent = pickup_recent(ops.db)
+        except PermissionDenied:  # a role granted no history (a worker's): status all the same
+            recent = None
+        pickup = [p for p in recent or () if queue is None or p.queue == queue]
     if as_json:
         from leasectl.core.schedules import schedule_json
         from leasectl.present.jsonout import status_json
@@ -287,12 +295,19 @@ def status(
                 "writable_schemas": [w.as_json() for w in writable],
                 # Schedules whose next slot is overdue (null: this role may not read them).
                 "late_schedules": None if late is None else [schedule_json(s) for s in late],
+                "pickup": pickup_json(pickup) if recent is not None else None,
             }
         )
     else:
         from leasectl.present.schedules import late_table
 
-        _show([*status_renderables(report), *([late_table(late)] if late else [])])
+        _show(
+            [
+                *status_renderables(report),
+                *pickup_renderables(pickup),
+                *([late_table(late)] if late else []),
+            ]
+        )
     for exposed in writable:
         _warn(exposed.warning())
     if limits is not None:
@@ -328,12 +343,22 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")
     ] = False,
+    history_keep: Annotated[
+        str,
+        typer.Option(
+            metavar="DURATION",
+            help="Also delete the per-minute history (`stats`) older than this.",
+        ),
+    ] = "7d",
     as_json: JsonOpt = False,
 ) -> None:
     """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
     from leasectl.runtime import retention
 
     cutoff = _duration(older_than, "--older-than")
+    keep = _duration(history_keep, "--history-keep")
+    if keep < timedelta(minutes=1):
+        raise UsageError("invalid --history-keep: keep the history a minute at least")
     if queue is not None:
         queue = _queue_name(queue)
     with _operations(ctx) as ops:
@@ -344,6 +369,7 @@ def prune(
             queue=queue,
             keep_events=not drop_events,
             dry_run=dry_run,
+            history_keep=keep,
         )
     if as_json:
         _emit_json(
@@ -353,6 +379,7 @@ def prune(
                 "events": result.events,
                 "batches": result.batches,
                 "older_than_s": cutoff.total_seconds(),
+                "history_rows": result.history,
             }
         )
         return
@@ -362,3 +389,8 @@ def prune(
         f"{verb} {result.jobs} finished job(s) older than {config.format_duration(cutoff)}"
         f"{events}" + ("" if result.dry_run else f" in {result.batches} batch(es)")
     )
+    if result.history:
+        typer.echo(
+            f"deleted {result.history} row(s) of per-minute history older than "
+            f"{config.format_duration(keep)}"
+        )

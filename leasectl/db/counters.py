@@ -1,7 +1,7 @@
 """The counters' fold (migrations 11 and 16), bounded in time: the one call `watch` and the
-exporter make. The fold itself skips what others hold; the transaction's statement_timeout and
-lock_timeout bound what is left (a table lock, a sick server), so no caller waits on another
-role's transaction."""
+exporter make; the per-minute history's fold (migration 20) runs in the same transaction. The
+fold itself skips what others hold; the transaction's statement_timeout and lock_timeout bound
+what is left (a table lock, a sick server), so no caller waits on another role's transaction."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from psycopg.rows import dict_row
 
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
+from leasectl.db.stats import fold_params
 
 # The most counter deltas one fold moves: a fold of that many takes a few hundred milliseconds
 # (BENCHMARKS.md, "counters").
@@ -37,7 +38,10 @@ TIMED_OUT = "folding the counters took longer than its limit"
 
 
 def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: timedelta) -> int:
-    """``fold`` on a connection the caller holds (its errors mapped by the caller)."""
+    """``fold`` on a connection the caller holds (its errors mapped by the caller): the
+    counters' deltas, then the history's (``db/stats.py``), in one transaction and one round
+    trip. Returns how many counter deltas moved, or ``limit`` when the history's filled the
+    fold (either way, at ``limit``: fold again)."""
     settings: dict[str, Any] = {
         "setting_names": ["statement_timeout", "lock_timeout"],
         "setting_values": [_ms(timeout), _ms(timeout)],
@@ -46,6 +50,13 @@ def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: tim
         conn.execute(queries.get("console_settings").render(schema), settings)
         cur = conn.cursor(row_factory=dict_row)
         cur.execute(queries.get("metrics_counters_fold").render(schema), {"fold_limit": limit})
+        history = conn.cursor(row_factory=dict_row)
+        history.execute(queries.get("history_fold").render(schema), fold_params(limit))
+    counted, kept = _folded(cur), _folded(history)
+    return limit if kept >= limit else counted
+
+
+def _folded(cur: psycopg.Cursor[dict[str, Any]]) -> int:
     row = cur.fetchone()
     return int(row["folded"]) if row else 0
 

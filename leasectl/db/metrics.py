@@ -22,12 +22,14 @@ from psycopg.rows import dict_row
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PausedQueue
+from leasectl.core.stats import PickupLatency
 from leasectl.db import counters as counter_folds
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import owner_health
 from leasectl.db.rows import limit_from_row, paused_from_row
+from leasectl.db.stats import PICKUP_ROW_LIMIT, pickup_from_rows
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class MetricsRows:
     paused: tuple[PausedQueue, ...]
     counters: tuple[CounterValue, ...]
     limits: tuple[QueueLimit, ...]  # the limited queues, by name (at most ``limit_limit``)
+    # Each queue's pickup latency over the current and the previous minute (migration 20).
+    pickup: tuple[PickupLatency, ...]
     # Which reads stopped at their limit of queues, groups or rows (their gauges miss some).
     truncated: frozenset[str]
     schedules: tuple[ScheduleGauge, ...] = ()  # by name (at most ``schedule_limit``)
@@ -116,6 +120,7 @@ class MetricsReads:
             "limits_limit": limit_limit,
             "schedules_limit": schedule_limit,
             "fold_limit": fold_limit,
+            "row_limit": PICKUP_ROW_LIMIT,
         }
         self.owner_limit = owner_limit
         self.owner_params: dict[str, Any] = {"window": owner_window, "limit": owner_limit}
@@ -196,6 +201,7 @@ class MetricsReads:
             ("counters", "metrics_counters", params),
             ("limits", "status_limits", {**params, "queue": None}),
             ("schedules", "metrics_schedules", params),
+            ("pickup", "history_pickup_recent", params),
         ]
         with self._tracked(timeout="the scrape's reads took longer than --timeout") as conn:
             with conn.pipeline(), conn.transaction():
@@ -220,6 +226,8 @@ class MetricsReads:
             truncated.add("limits")
         if rows["schedules"] and int(rows["schedules"][0]["total"]) > len(rows["schedules"]):
             truncated.add("schedules")
+        if len(rows["pickup"]) >= self.limits["row_limit"]:
+            truncated.add("pickup")
         counter_rows = _per_counter(rows["counters"], self.limits["counter_limit"])
         if len(counter_rows) < len(rows["counters"]):
             truncated.add("counters")
@@ -258,6 +266,7 @@ class MetricsReads:
                 for r in counter_rows
             ),
             limits=tuple(limit_from_row(r) for r in rows["limits"]),
+            pickup=pickup_from_rows(rows["pickup"]),
             truncated=frozenset(truncated),
             schedules=tuple(
                 ScheduleGauge(r["name"], r["last_enqueued_at"], float(r["lateness"]))

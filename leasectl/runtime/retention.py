@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from leasectl.core.errors import UsageError
+from leasectl.db import stats as history
 from leasectl.db.operations import Operations
 
 
@@ -15,6 +16,7 @@ class PruneResult:
     events: int
     batches: int
     dry_run: bool = False
+    history: int = 0  # rows of the per-minute history deleted (migration 20)
 
 
 def prune(
@@ -25,12 +27,14 @@ def prune(
     queue: str | None = None,
     keep_events: bool = True,
     dry_run: bool = False,
+    history_keep: timedelta | None = None,
 ) -> PruneResult:
     """Delete Completed/Failed/Cancelled jobs finished before ``older_than`` ago, one batch per
     statement.
 
     Each batch is its own short transaction, so row locks and WAL bursts stay small and
     workers keep running meanwhile. Audit events are kept unless ``keep_events`` is false.
+    ``history_keep``: also delete the per-minute history older than that (not in a dry run).
     """
     if not 1 <= batch <= 100_000:
         raise UsageError("--batch must be between 1 and 100000")
@@ -43,4 +47,6 @@ def prune(
         jobs += deleted
         events += deleted_events
         if deleted < batch:
-            return PruneResult(jobs, events, batches)
+            break
+    pruned = history.prune(ops.db, history_keep) if history_keep is not None else 0
+    return PruneResult(jobs, events, batches, history=pruned)

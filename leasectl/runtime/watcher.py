@@ -16,6 +16,8 @@ from leasectl.core.config import watcher_actor
 from leasectl.core.errors import ConnectionFailed, UsageError
 from leasectl.core.models import ExpiredJob, JobStatus, WatcherResult
 from leasectl.core.pace import AdaptivePace, FixedPace
+from leasectl.core.stats import DEFAULT_KEEP
+from leasectl.db import stats as history
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import Operations
 from leasectl.runtime.schedules import schedule_pass
@@ -44,6 +46,9 @@ class WatcherConfig:
     owner: str | None = None
     reason: str = DEFAULT_REASON
     actor: str = field(default_factory=watcher_actor)
+    # The per-minute history (migration 20) older than this is pruned, in batches, once every
+    # HISTORY_PRUNE_EVERY.
+    history_keep: timedelta = DEFAULT_KEEP
 
     def __post_init__(self) -> None:
         if self.mode not in ("requeue", "mark"):
@@ -52,6 +57,8 @@ class WatcherConfig:
             raise UsageError("the watcher interval must be greater than zero")
         if not 1 <= self.batch_size <= 100_000:
             raise UsageError("the batch size must be between 1 and 100000")
+        if self.history_keep < timedelta(minutes=1):
+            raise UsageError("the history must be kept for a minute at least")
         if self.pace is not None and not 0 <= self.pace <= 100:
             raise UsageError("the pace must be between 0 and 100")
         if self.owner == "":
@@ -154,6 +161,8 @@ class Watcher:
         self.passes = 0
         self.moved = 0
         self._fold_failed = False
+        self._prune_failed = False
+        self._pruned_at: float | None = None  # time.monotonic() of the last history prune
         self._heal_failed = False
         self._schedules_failed = False
         self.scheduled = 0
@@ -187,6 +196,7 @@ class Watcher:
             self._heal_keys()
             self._run_schedules()
             self._fold_counters()
+            self._prune_history()
             self.stopping.wait(self.config.interval.total_seconds())
 
     def _heal_keys(self) -> None:
@@ -244,6 +254,28 @@ class Watcher:
         else:
             self._fold_failed = False
 
+    def _prune_history(self) -> None:
+        """Delete the per-minute history older than ``history_keep``, at most once every
+        HISTORY_PRUNE_EVERY (its minutes age by one a minute). Failures are logged once, as
+        folds."""
+        now = time.monotonic()
+        if self._pruned_at is not None and now - self._pruned_at < HISTORY_PRUNE_EVERY:
+            return
+        try:
+            deleted = history.prune(self.ops.db, self.config.history_keep)
+        except Exception as exc:
+            if not self._prune_failed:
+                log.warning("watcher: pruning the history failed: %s", exc)
+            self._prune_failed = True
+            return
+        self._prune_failed = False
+        self._pruned_at = now
+        if deleted:
+            log.info("watcher: pruned %d row(s) of history", deleted)
+
+
+# Seconds between two prunes of the history by the watcher.
+HISTORY_PRUNE_EVERY = 60.0
 
 # Seconds a signalled watcher's pass has to end before `watch` exits without it.
 STOP_GRACE = 5.0

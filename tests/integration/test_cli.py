@@ -456,7 +456,7 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
     assert list(doc) == [
         "db_now", "recent_window_s", "queues", "totals", "finished_estimate", "owners", "paused",
         "paused_total", "check", "truncated", "read_lag_s", "countdowns_stale", "limits",
-        "limits_total", "writable_schemas", "late_schedules",
+        "limits_total", "writable_schemas", "late_schedules", "pickup",
     ]  # fmt: skip
     # Read from the primary: no lag, nothing stale.
     assert doc["read_lag_s"] is None and doc["countdowns_stale"] is False

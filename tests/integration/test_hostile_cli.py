@@ -736,3 +736,45 @@ def test_schedules_show_hostile_names_queues_and_pauses_as_text(db_dsn: str) -> 
     checked(status_json, 0, "status --json")
     late = [s["name"] for s in json.loads(status_json.stdout)["late_schedules"]]
     assert sorted(late) == sorted(f"{i:02d}{v}"[:200] for i, v in enumerate(NAMES) if i % 2 == 0)
+
+
+def test_stats_and_pickup_latency_show_hostile_queues_as_text(hostile: Hostile) -> None:
+    """The seed's jobs and attempts (hostile queue names) are in the history: `stats` of each
+    queue, and `status`'s pickup latency, show them as text; --json gives them back exactly."""
+    values = (JOINED_TERMINAL, *TERMINAL[:3], *UNICODE[:2], MARKUP[3])
+    with psycopg.connect(hostile.dsn, autocommit=True) as conn:
+        # A start of each queue, as the attempts' trigger writes it (only the showcase job's
+        # queue has attempts in the seed).
+        conn.execute(
+            "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
+            "SELECT q, date_trunc('minute', now(), 'UTC'), 'pickup', 20, 1 "
+            "FROM unnest(%s::text[]) AS q",
+            [NAMES],
+        )
+    human, as_json, status, *of_queue = run_all(
+        [
+            ["stats", "--since", "10m"],
+            ["status", "--json"],
+            ["status"],
+            *(["stats", "-q", value, "--json"] for value in values),
+            *(["stats", "-q", value] for value in values),
+        ],
+        hostile.dsn,
+    )
+    checked(human, 0, "stats")
+    checked(as_json, 0, "status --json")
+    pickup = {p["queue"] for p in json.loads(as_json.stdout)["pickup"]}
+    assert {*NAMES, JOINED_TERMINAL} <= pickup
+    checked(status, 0, "status")
+    assert "Pickup latency" in status.stdout
+    for value in NAMES:
+        shown(status.stdout, value, "status pickup queue")
+    documents, tables = of_queue[: len(values)], of_queue[len(values) :]
+    for value, proc in zip(values, documents, strict=True):
+        checked(proc, 0, "stats -q --json")
+        doc = json.loads(proc.stdout)
+        assert doc["queue"] == value
+        assert sum(b["enqueued"] for b in doc["buckets"]) >= 1
+    for value, proc in zip(values, tables, strict=True):
+        checked(proc, 0, "stats -q")
+        shown(proc.stdout, value, "stats queue")

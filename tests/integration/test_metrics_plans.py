@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.plans import generic_plan
+from bench.plans import explain_nested, generic_plan
 from leasectl.db import sql as queries
 from tests.conftest import SCHEMA
 
@@ -85,3 +85,133 @@ def test_scrape_queries_walk_live_indexes_a_bounded_number_of_rows(
     assert per_loop and max(per_loop) <= max(BUDGET // 2 + 1, 600), plan
     if name != "metrics_leases":
         assert str(BUDGET // 2 + 1) in plan.replace(".00", ""), plan  # the cap was reached
+
+
+# -- the per-minute history (migration 20) -------------------------------------------------------
+
+HISTORY_QUEUES, HISTORY_MINUTES = 40, 3000  # 120,000 rows: two days of minutes of 40 queues
+
+
+def seed_history(conn: psycopg.Connection[Any]) -> None:
+    """Two days of every queue's minutes, with histograms, samples and a few unfolded deltas."""
+    conn.execute(
+        "INSERT INTO leasectl.queue_history (queue, minute, enqueued, started, pickup) "
+        "SELECT 'q' || q, date_trunc('minute', now(), 'UTC') - make_interval(mins => m), 10, 10, "
+        "ARRAY[1, 2, 3, 4]::bigint[] "
+        "FROM generate_series(1, %(q)s) AS q, generate_series(0, %(m)s - 1) AS m",
+        {"q": HISTORY_QUEUES, "m": HISTORY_MINUTES},
+    )
+    conn.execute(
+        "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
+        "SELECT queue, minute, 5, false FROM leasectl.queue_history"
+    )
+    conn.execute(
+        "INSERT INTO leasectl.queue_backlog_minutes (minute) "
+        "SELECT DISTINCT minute FROM leasectl.queue_history"
+    )
+    conn.execute(
+        "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
+        "SELECT 'q' || (i % 5), date_trunc('minute', now(), 'UTC'), 'pickup', i % 7, 1 "
+        "FROM generate_series(1, 50) AS i"
+    )
+    for table in (
+        "queue_history",
+        "queue_backlog",
+        "queue_backlog_minutes",
+        "queue_history_deltas",
+    ):
+        conn.execute(f"VACUUM ANALYZE leasectl.{table}")
+
+
+def rows_read(plan: str, index: str) -> int:
+    """The rows the scans of ``index`` returned, all loops (an index scan's or a bitmap's)."""
+    total = 0
+    for line in plan.splitlines():
+        if f"using {index} on" in line or f"Bitmap Index Scan on {index} " in line:
+            found = ROWS.search(line)
+            assert found, line
+            total += int(found.group(1)) * int(found.group(2))
+    return total
+
+
+def test_the_scrapes_pickup_latency_reads_two_minutes_of_history(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    seed(sql_conn)
+    seed_history(sql_conn)
+    query = queries.get("history_pickup_recent").render(SCHEMA)
+    with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
+        for _ in range(6):
+            plan = explain({"row_limit": 1000})
+    assert "Seq Scan on queue_history " not in plan and "Bitmap" not in plan, plan
+    # The current and the previous minute of each of the 40 queues, no more.
+    assert 0 < rows_read(plan, "queue_history_minute_idx") <= 2 * HISTORY_QUEUES, plan
+
+
+CUSTOM = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
+
+
+@pytest.mark.parametrize("queue", ["q7", None])
+@pytest.mark.parametrize("name", ["stats_counts", "stats_pickup", "stats_backlog"])
+def test_stats_reads_an_hour_of_one_queue_or_of_every_queue_by_index(
+    sql_conn: psycopg.Connection[Any], name: str, queue: str | None
+) -> None:
+    seed_history(sql_conn)
+    query = queries.get(name).render(SCHEMA)
+    with generic_plan(sql_conn, query, CUSTOM) as explain:
+        plan = explain({"since": timedelta(hours=1), "queue": queue})
+    table = "queue_backlog" if name == "stats_backlog" else "queue_history"
+    assert f"Seq Scan on {table} " not in plan, plan
+    if queue is None:
+        assert rows_read(plan, f"{table}_minute_idx") <= 61 * HISTORY_QUEUES, plan
+    else:
+        assert rows_read(plan, f"{table}_pkey") <= 61, plan
+        assert rows_read(plan, f"{table}_pkey") > 0, plan
+
+
+def test_the_folds_backlog_sample_walks_the_claim_index_to_its_caps(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    seed(sql_conn)
+    plans = explain_nested(
+        sql_conn, "SELECT leasectl.history_fold(1000, 1000, %s, %s)", (BUDGET, FLOOR), counters=True
+    )
+    [(_, plan)] = [(t, p) for t, p in plans if "INTO queue_backlog " in t]
+    assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan
+    assert "jobs_claimable_idx" in plan and "jobs_finished_idx" not in plan, plan
+    # 2 queues with Pending jobs share the budget: each counted to BUDGET / 2 + 1 at most.
+    per_loop = [int(rows) for rows, _ in ROWS.findall(plan)]
+    assert max(per_loop) <= BUDGET // 2 + 1, plan
+
+
+def test_prune_finds_old_minutes_by_the_minute_index(sql_conn: psycopg.Connection[Any]) -> None:
+    seed_history(sql_conn)
+    plans = explain_nested(
+        sql_conn, "SELECT leasectl.history_prune(interval '1 day', 500)", counters=True
+    )
+    deletes = [p for t, p in plans if "DELETE FROM queue_" in t]
+    assert len(deletes) == 3, plans
+    for plan in deletes[:2]:
+        assert "_minute_idx" in plan and "Seq Scan on queue_" not in plan, plan
+
+
+def test_an_opened_attempts_trigger_reads_each_job_by_its_key(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    seed(sql_conn)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET status = 'Processing', lease_owner = 'w', attempts = 1, "
+        "lease_until = now() + interval '1 minute' "
+        "WHERE id IN (SELECT id FROM leasectl.jobs WHERE status = 'Pending' LIMIT 300)"
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    plans = explain_nested(
+        sql_conn,
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at) "
+        "SELECT id, 1, 'w', now() FROM leasectl.jobs WHERE status = 'Processing' "
+        "AND lease_owner = 'w'",
+        counters=True,
+    )
+    [(_, plan)] = [(t, p) for t, p in plans if "'pickup'" in t]
+    assert "Index Scan using jobs_pkey on jobs" in plan, plan
+    assert "Seq Scan on jobs" not in plan and "Hash Join" not in plan, plan

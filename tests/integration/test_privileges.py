@@ -692,12 +692,17 @@ ADDED_BY_11 = (
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
 ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
-# (Removed first: they restore the text these pieces were added to.)
 ADDED_BY_19 = (
     ",\n    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events",
     ",\n    {schema}.schedule_put, {schema}.schedule_remove, {schema}.schedule_pause,"
     "\n    {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue",
 )
+ADDED_BY_20 = (
+    ",\n    {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,"
+    "\n    {schema}.queue_backlog_minutes",
+    ", {schema}.history_fold, {schema}.history_prune",
+)
+# (Removed first: it restores the text these pieces were added to.)
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -748,7 +753,8 @@ def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17
+                    ADDED_BY_20
+                    + ADDED_BY_17
                     + ADDED_BY_7
                     + ADDED_BY_8
                     + ADDED_BY_10
@@ -795,7 +801,13 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
                 conn,
                 "worker",
                 name,
-                ADDED_BY_17 + ADDED_BY_8 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                ADDED_BY_20
+                + ADDED_BY_17
+                + ADDED_BY_8
+                + ADDED_BY_10
+                + ADDED_BY_11
+                + ADDED_BY_12
+                + ADDED_BY_18,
             )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][7:]
@@ -827,7 +839,8 @@ def test_roles_granted_at_version_7_run_the_owner_pass_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17
+                    ADDED_BY_20
+                    + ADDED_BY_17
                     + ADDED_BY_8
                     + ADDED_BY_10
                     + ADDED_BY_11
@@ -915,7 +928,12 @@ def test_operators_granted_at_version_9_cancel_and_delete_after_the_upgrade(
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20
+                    + ADDED_BY_17
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # (A job of version 9, written as that version's enqueue wrote it.)
@@ -968,7 +986,10 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
                 )
                 for kind, name in names.items():
                     grant_as_before(
-                        conn, kind, name, ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18
+                        conn,
+                        kind,
+                        name,
+                        ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
                     )
             # (A job of version 10, written as that version's enqueue wrote it.)
             row = conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q') RETURNING id")
@@ -1020,7 +1041,7 @@ def test_viewers_granted_the_fold_before_migration_16_lose_it_and_operators_keep
                         {"version": migration.version, "name": migration.name},
                     )
                 for kind, name in names.items():
-                    grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
+                    grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
                 # What grant_viewer granted before migration 16.
                 conn.execute(
                     sql.SQL("GRANT EXECUTE ON FUNCTION leasectl.counters_fold TO {}").format(
@@ -1065,7 +1086,12 @@ def test_producers_granted_before_migration_12_enqueue_unique_jobs_after_the_upg
                     conn,
                     kind,
                     name,
-                    ADDED_BY_17 + ADDED_BY_10 + ADDED_BY_11 + ADDED_BY_12 + ADDED_BY_18,
+                    ADDED_BY_20
+                    + ADDED_BY_17
+                    + ADDED_BY_10
+                    + ADDED_BY_11
+                    + ADDED_BY_12
+                    + ADDED_BY_18,
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in queries.migrations()][9:]
@@ -1182,9 +1208,9 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
+                grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [17, 18, 19]
+            assert store.db.migrate() == [m.version for m in every][16:]
             store.ops.enqueue([{}, {}, {}], queue="q")
         proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
@@ -1196,6 +1222,83 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
         with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_limits")
+
+
+def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
+    granted: Roles, db_dsn: str
+) -> None:
+    """Migration 20's history: a producer's enqueue and a worker's claim and completion are
+    counted although neither may write it; a viewer reads it (`stats`, `status`); only an
+    operator folds and prunes it; producers and workers cannot read it."""
+    with psycopg.connect(granted.dsn("producer"), autocommit=True) as conn:
+        conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('hq'), ('hq')")
+    with Stores.connect(granted.dsn("worker"), "leasectl") as store:
+        leases = store.work.claim("hq", "w-role", timedelta(seconds=30), 2)
+        assert store.work.complete(leases) == {lease.job_id for lease in leases}
+    proc = cli("stats", "--queue", "hq", "--json", dsn=granted.dsn("viewer"))
+    assert proc.returncode == 0, proc.stderr
+    buckets = json.loads(proc.stdout)["buckets"]
+    assert sum(b["enqueued"] for b in buckets) == 2
+    assert sum(b["completed"] for b in buckets) == 2
+    status = cli("status", "--json", dsn=granted.dsn("viewer"))
+    assert status.returncode == 0, status.stderr
+    assert [p["queue"] for p in json.loads(status.stdout)["pickup"]] == ["hq"]
+    calls = (
+        "SELECT leasectl.history_fold(10, 10, 100, 10)",
+        "SELECT leasectl.history_prune(interval '7 days', 10)",
+        "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, delta) "
+        "VALUES ('hq', now(), 'completed', 1000)",
+        "UPDATE leasectl.queue_history SET completed = 1000",
+    )
+    for kind in ("viewer", "worker", "producer"):
+        for call in calls:
+            with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(call)
+    for kind in ("worker", "producer"):
+        with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM leasectl.queue_history")
+    # A worker may run status: its pickup latency is not readable, null, and nothing fails.
+    worker_status = cli("status", "--json", dsn=granted.dsn("worker"))
+    assert worker_status.returncode == 0, worker_status.stderr
+    assert json.loads(worker_status.stdout)["pickup"] is None
+    with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
+        # Delta rows: one per statement and counter (enqueued, pickup, completed).
+        assert conn.execute(calls[0]).fetchone() == (3,)
+        assert conn.execute(calls[1]).fetchone() == (0,)
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(calls[2])
+
+
+def test_roles_granted_at_version_19_read_and_fold_the_history_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 20 carries the history's grants to the roles granted before it: viewers and
+    operators read it, operators fold it; no `leasectl grant` is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v19_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:19])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_20)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][19:]
+            store.ops.enqueue([{}], queue="q")
+        with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+            assert conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)").fetchone() == (1,)
+        for kind in ("viewer", "operator"):
+            proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn(kind))
+            assert proc.returncode == 0, proc.stderr
+            assert sum(b["enqueued"] for b in json.loads(proc.stdout)["buckets"]) == 1
+        with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)")
 
 
 def test_operators_manage_schedules_only_through_the_audited_functions(
@@ -1286,9 +1389,9 @@ def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_as_before(conn, kind, name, ADDED_BY_19)
+                grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_19)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [19]
+            assert store.db.migrate() == [m.version for m in every][18:]
         proc = cli("schedule", "add", "s", "--cron", "@daily", "--queue", "q",
                    dsn=roles.dsn("operator"))  # fmt: skip
         assert proc.returncode == 0, proc.stderr

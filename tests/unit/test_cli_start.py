@@ -102,7 +102,7 @@ def test_a_command_loads_only_its_own_module() -> None:
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("leasectl st", ["status"]),
+        ("leasectl sta", ["status", "stats"]),
         ("leasectl status --max-s", ["--max-stuck"]),
         ("leasectl list --state Fa", ["Failed"]),
         ("leasectl requeue --dry", ["--dry-run"]),

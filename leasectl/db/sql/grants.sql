@@ -5,19 +5,23 @@
 -- version granted and this one does not.
 
 -- name: grant_viewer
--- Read-only: status, inspect, requeue-stuck --dry-run, the console in read-only mode and the
--- exporter. Not counters_fold (migration 16): a read-only role takes no lock a writer needs; the
+-- Read-only: status, stats, inspect, requeue-stuck --dry-run, the console in read-only mode and
+-- the exporter. Not counters_fold (migration 16): a read-only role takes no lock a writer needs; the
 -- exporter run as a viewer reads totals plus deltas and leaves folding to `watch`.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
-    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events TO {role};
+    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events,
+    {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,
+    {schema}.queue_backlog_minutes TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
 -- Viewer plus the audited operations (requeue, mark-stuck, requeue-stuck, watch, pause, resume,
--- limit, cancel, delete, schedule: migration 19's functions, `watch` enqueues their slots) and the counters' fold (`watch` folds after each pass).
+-- limit, cancel, delete, schedule: migration 19's functions, `watch` enqueues their slots), the
+-- counters' and the history's fold (`watch` folds after each pass) and the history's prune
+-- (`watch`, `prune`).
 -- The guarded actions and the watcher's batch (migration 6), pause and resume (migration 7) are
 -- functions that run with the owner's rights and write the audit row of every change; an
 -- operator changes no table itself.
@@ -25,7 +29,9 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
-    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events TO {role};
+    {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events,
+    {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,
+    {schema}.queue_backlog_minutes TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
@@ -36,7 +42,7 @@ REVOKE INSERT ON {schema}.job_events FROM {role};
 GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator_mark_stuck,
     {schema}.jobs_requeue_expired, {schema}.queue_pause, {schema}.queue_resume,
     {schema}.jobs_operator_cancel, {schema}.jobs_operator_delete, {schema}.counters_fold,
-    {schema}.jobs_keys_heal,
+    {schema}.jobs_keys_heal, {schema}.history_fold, {schema}.history_prune,
     {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp,
     {schema}.schedule_put, {schema}.schedule_remove, {schema}.schedule_pause,
     {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue TO {role};

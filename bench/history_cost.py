@@ -1,0 +1,172 @@
+"""What the per-minute history (migration 20) costs the worker: the drain, A/B, interleaved.
+
+    python -m bench.history_cost DSN [--rounds 3] [--jobs 20000] [--single-jobs 5000]
+    python -m bench.history_cost DSN --trips [--rounds 12] [--single 2000] [--batch-trips 200]
+
+Each round drains in fresh databases, the two variants taking turns (the order alternating by
+round): *after*, the schema as shipped; *before*, the same schema with the history's writes
+taken out (its two triggers dropped and migration 11's ``counters_from_attempts`` put back, so
+the counters are kept as before migration 20). The drain is ``bench/drain.py``'s: the ``leasectl
+worker`` command, no-op handler, its steady rate (the middle 80 % of the finishes), at c=50 (2
+processes x 25) and in single-job mode (1 process at concurrency 1, ready before the jobs are
+seeded). Prints every run and the medians; on a shared machine the spread is the figure to read.
+
+``--trips``: the worker's round trip alone, as ``bench/pause_cost.py`` measures it (its
+``Variant``: ``jobs_complete_and_claim`` prepared through ``db/hot.py``, each claim resumed at the
+previous one's key), on two fresh databases, one without the history's writes; single-job trips
+(complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns round by
+round. The server backend's CPU time per trip (/proc/PID/schedstat of a local server) is far
+less disturbed by a busy machine than a drain's wall-clock rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from typing import Any
+
+import psycopg
+
+from bench.common import QUICK, Ctx, leasectl_init, log
+from bench.drain import System, drain_once, leasectl_system
+from leasectl.db import sql as queries
+
+_COUNTERS_FN = re.compile(
+    r"CREATE FUNCTION \{schema\}\.counters_from_attempts\(\).*?\n\$\$;", re.DOTALL
+)
+
+
+def strip_history(dsn: str) -> None:
+    """The schema as before migration 20's writes: no history triggers, the counters' trigger
+    function as migration 11 made it."""
+    eleven = next(m for m in queries.migrations() if m.version == 11)
+    found = _COUNTERS_FN.search(eleven.text)
+    assert found, "migration 11's counters_from_attempts not found"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER history_from_jobs ON leasectl.jobs")
+        conn.execute("DROP TRIGGER history_from_attempts_opened ON leasectl.job_attempts")
+        text = found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+        conn.execute(queries.Query("counters_from_attempts_11", "", text).render("leasectl"))
+
+
+def variant(before: bool) -> System:
+    system = leasectl_system()
+    if not before:
+        return system
+    seed, init = system.seed, system.init
+    assert seed is not None and init is not None
+
+    def init_before(dsn: str) -> None:
+        leasectl_init(dsn)
+        strip_history(dsn)
+
+    def prepare_before(dsn: str, jobs: int) -> None:
+        init_before(dsn)
+        seed(dsn, jobs)
+
+    system.name = "leasectl_nohist"
+    system.init = init_before
+    system.prepare = prepare_before
+    return system
+
+
+def trip_cost(base: str, rounds: int, single: int, batch_trips: int) -> None:
+    from psycopg import sql
+
+    from bench.pause_cost import NAME, Variant, fresh_database
+    from leasectl.db.connection import Database
+
+    jobs = rounds * (single + 50 * batch_trips) + 10_000
+    names = {"before": "leasectl_history_cost_before", "after": "leasectl_history_cost_after"}
+    dsns = {k: fresh_database(base, name, jobs) for k, name in names.items()}
+    strip_history(dsns["before"])
+    dbs = {k: Database.connect(dsn, "leasectl", max_size=2, generic_plans=True)
+           for k, dsn in dsns.items()}  # fmt: skip
+    try:
+        for mode, trips, limit in (("single-job", single, 1), ("c=50", batch_trips, 50)):
+            variants = {k: Variant(db, NAME) for k, db in dbs.items()}
+            for v in variants.values():
+                v.round(max(1, trips // 10), limit)  # prepare and warm up
+                v.times.clear()
+                v.cpu.clear()
+            order = list(variants.values())
+            for r in range(rounds):
+                for v in order if r % 2 == 0 else order[::-1]:
+                    v.round(trips, limit)
+            (bt, at), (bc, ac) = (
+                [statistics.median(getattr(variants[k], f)) * 1e6 for k in ("before", "after")]
+                for f in ("times", "cpu")
+            )
+            print(
+                f"{mode} trips: server CPU per trip before {bc:.1f} µs, after {ac:.1f} µs "
+                f"({(ac - bc) / bc:+.1%}); wall per trip before {bt:.1f} µs, after {at:.1f} µs "
+                f"({(at - bt) / bt:+.1%}); medians of {rounds} rounds of {trips} trips; "
+                "CPU every round (before/after): "
+                + ", ".join(
+                    f"{x * 1e6:.0f}/{y * 1e6:.0f}"
+                    for x, y in zip(variants["before"].cpu, variants["after"].cpu, strict=True)
+                )
+            )
+            for k, v in variants.items():
+                dbs[k].give_back(v.conn)
+    finally:
+        for db in dbs.values():
+            db.close()
+        with psycopg.connect(base, autocommit=True) as conn:
+            for name in names.values():
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("dsn")
+    p.add_argument("--trips", action="store_true", help="the round trip alone (above)")
+    p.add_argument("--single", type=int, default=2000, help="--trips: single-job trips a round")
+    p.add_argument("--batch-trips", type=int, default=200, help="--trips: c=50 trips a round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=20_000, help="jobs per c=50 drain")
+    p.add_argument("--single-jobs", type=int, default=5_000, help="jobs per single-job drain")
+    a = p.parse_args()
+    if a.trips:
+        trip_cost(a.dsn, a.rounds, a.single, a.batch_trips)
+        return
+    sizes = QUICK.__class__(**{**QUICK.__dict__, "drain_timeout": 120.0})
+    ctx = Ctx(a.dsn, sizes, ())
+    runs: dict[str, dict[str, list[float]]] = {
+        mode: {"before": [], "after": []} for mode in ("c=50", "single")
+    }
+    cpu: dict[str, dict[str, list[float]]] = {
+        mode: {"before": [], "after": []} for mode in ("c=50", "single")
+    }
+    for r in range(a.rounds):
+        order = [("before", True), ("after", False)]
+        for name, before in order if r % 2 == 0 else order[::-1]:
+            system = variant(before)
+            for mode in ("c=50", "single"):
+                kwargs: dict[str, Any] = (
+                    {} if mode == "c=50" else {"processes": 1, "ready_first": True}
+                )
+                jobs = a.jobs if mode == "c=50" else a.single_jobs
+                res = drain_once(ctx, system, 50 if mode == "c=50" else 1, jobs, **kwargs)
+                runs[mode][name].append(res["jobs_per_s"])
+                per_job = (res["worker_cpu_s"] + (res["server_cpu_s"] or 0)) / res["finished"]
+                cpu[mode][name].append(per_job * 1e6)
+                log(
+                    f"round {r + 1} {mode} {name}: {res['jobs_per_s']} jobs/s, "
+                    f"{per_job * 1e6:.1f} µs CPU/job (worker+server), partial={res['partial']}"
+                )
+    for mode in runs:
+        b, af = (statistics.median(runs[mode][k]) for k in ("before", "after"))
+        cb, ca = (statistics.median(cpu[mode][k]) for k in ("before", "after"))
+        print(
+            f"{mode}: before {b:.0f} jobs/s, after {af:.0f} jobs/s ({(af - b) / b:+.1%}); "
+            f"CPU per job {cb:.1f} -> {ca:.1f} µs ({(ca - cb) / cb:+.1%}); medians of "
+            f"{a.rounds}; runs before {runs[mode]['before']}, after {runs[mode]['after']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""The per-minute history (migration 20): kept by the database's triggers on the paths real
+workers take, folded with the counters without changing a value, read with the unfolded deltas,
+sampled for the backlog once a minute, pruned past its keep, and read by `stats` and `status`."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from leasectl import PermanentError
+from leasectl.core.models import JobStatus
+from leasectl.core.stats import bucket_bounds, bucket_of
+from leasectl.db import counters
+from leasectl.db import stats as history
+from leasectl.runtime.watcher import Watcher, WatcherConfig
+from tests.integration.test_cli import assert_one_line_error, cli
+from tests.stores import Stores
+from tests.util import wait_until
+
+TTL = timedelta(seconds=30)
+HOUR = timedelta(hours=1)
+COUNTS = ("enqueued", "started", "completed", "failed", "retried")
+
+
+def sums(store: Stores, queue: str | None) -> dict[str, int]:
+    """Every count of the last hour summed over its minutes (stats' read)."""
+    report = history.read_stats(store.db, queue, HOUR)
+    return {name: sum(getattr(m, name) for m in report.minutes) for name in COUNTS}
+
+
+def truth(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
+    """What the attempts table says happened to the queue's jobs."""
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM leasectl.jobs WHERE queue = %(q)s), count(*), "
+        "count(*) FILTER (WHERE a.outcome = 'completed'), "
+        "count(*) FILTER (WHERE a.outcome = 'failed'), "
+        "count(*) FILTER (WHERE a.outcome = 'failed' AND EXISTS ("
+        "    SELECT FROM leasectl.job_attempts AS b "
+        "    WHERE b.job_id = a.job_id AND b.attempt = a.attempt + 1)) "
+        "FROM leasectl.job_attempts AS a JOIN leasectl.jobs AS j ON j.id = a.job_id "
+        "WHERE j.queue = %(q)s",
+        {"q": queue},
+    ).fetchone()
+    assert row is not None
+    return dict(zip(COUNTS, (int(v) for v in row), strict=True))
+
+
+def flaky(ctx: Any) -> None:
+    """Fails the first ``fail`` attempts of a job (PermanentError for ``fatal``)."""
+    if ctx.payload.get("fatal"):
+        raise PermanentError("fatal")
+    if ctx.job.attempts <= ctx.payload.get("fail", 0):
+        raise RuntimeError("flaky")
+
+
+def test_buckets_add_up_to_what_a_real_worker_did(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection, run_worker: Any
+) -> None:
+    payloads: list[dict[str, Any]] = (
+        [{}] * 30
+        + [{"fail": 1}] * 8  # retried once, then completed
+        + [{"fail": 9}] * 4  # fails both of its attempts: one retry, one final failure
+        + [{"fatal": True}] * 3  # fails once, not retried
+    )
+    ids = store.ops.enqueue(payloads, queue="h", max_attempts=2)
+    store.ops.enqueue([{}] * 5, queue="other-queue")  # another queue, never run
+    run_worker(flaky, queues=("h",), concurrency=4, retry_base=timedelta(milliseconds=10),
+               retry_cap=timedelta(milliseconds=20))  # fmt: skip
+    finished = {JobStatus.COMPLETED, JobStatus.FAILED}
+    wait_until(
+        lambda: all(store.ops.get_job(i).status in finished for i in ids),
+        timeout=60,
+        what="every job finished",
+    )
+    expected = {"enqueued": 45, "started": 57, "completed": 38, "failed": 19, "retried": 12}
+    assert truth(sql_conn, "h") == expected
+    # Unfolded (no exporter, no watcher ran): the read adds the deltas.
+    assert sums(store, "h") == expected
+    counters.fold(store.db)
+    left = sql_conn.execute("SELECT count(*) FROM leasectl.queue_history_deltas").fetchone()
+    assert left == (0,)
+    assert sums(store, "h") == expected
+    assert sums(store, None) == {**expected, "enqueued": 50}
+    assert sums(store, "other-queue") == dict.fromkeys(COUNTS, 0) | {"enqueued": 5}
+    # The pickup histogram counts every start; the counters agree with the history.
+    report = history.read_stats(store.db, "h", HOUR)
+    assert sum(sum(m.pickup) for m in report.minutes) == expected["started"]
+    totals: dict[str, int] = dict(
+        sql_conn.execute(
+            "SELECT counter, value FROM leasectl.counter_totals WHERE queue = 'h'"
+        ).fetchall()
+    )
+    assert {k: totals[k] for k in ("completed", "failed", "retried")} == {
+        k: expected[k] for k in ("completed", "failed", "retried")
+    }
+    # The CLI reads the same, as one JSON document.
+    proc = cli("stats", "--queue", "h", "--since", "30m", "--json", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["queue"] == "h" and len(doc["buckets"]) == 31
+    assert {k: sum(b[k] for b in doc["buckets"]) for k in COUNTS} == expected
+
+
+def test_pickup_latency_is_the_start_minus_when_the_job_became_due(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    # Created 40 s ago and due 20 s ago (run_at wins); created 30 s ago, due at once (created_at
+    # wins: a run_at before it counts from the creation).
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, created_at, run_at) VALUES "
+        "('p', now() - interval '40 s', now() - interval '20 s'), "
+        "('p', now() - interval '30 s', now() - interval '1 hour')"
+    )
+    leases = store.work.claim("p", "w1", TTL, limit=2)
+    assert len(leases) == 2
+    rows = sql_conn.execute(
+        "SELECT bucket, delta FROM leasectl.queue_history_deltas WHERE counter = 'pickup' "
+        "ORDER BY bucket"
+    ).fetchall()
+    assert rows == [(bucket_of(20_000), 1), (bucket_of(30_000), 1)]
+    [latency] = history.pickup_recent(store.db)
+    assert (latency.queue, latency.started) == ("p", 2)
+    assert latency.p50_ms is not None and latency.p95_ms is not None
+    assert (
+        bucket_bounds(bucket_of(20_000))[0] <= latency.p50_ms <= bucket_bounds(bucket_of(20_000))[1]
+    )
+    assert (
+        bucket_bounds(bucket_of(30_000))[0] <= latency.p95_ms <= bucket_bounds(bucket_of(30_000))[1]
+    )
+
+
+def test_a_job_claimed_by_id_before_it_is_due_counts_in_the_first_bucket(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    [job] = store.ops.enqueue([{}], queue="early", delay=HOUR)
+    assert store.work.claim_by_id(job, "w1", TTL) is not None
+    rows = sql_conn.execute(
+        "SELECT counter, bucket, delta FROM leasectl.queue_history_deltas "
+        "WHERE queue = 'early' ORDER BY counter"
+    ).fetchall()
+    assert rows == [("enqueued", 0, 1), ("pickup", 0, 1)]
+
+
+def test_the_sql_buckets_are_the_ones_python_reads(sql_conn: psycopg.Connection) -> None:
+    values = [0.5, 1.2, 3.7, 99.0, 1234.5, 86_400_000.0, 1e13]
+    got = sql_conn.execute(
+        "SELECT array_agg(leasectl.history_bucket(v) ORDER BY n) "
+        "FROM unnest(%s::float8[]) WITH ORDINALITY AS x(v, n)",
+        (values,),
+    ).fetchone()
+    assert got == ([bucket_of(v) for v in values],)
+
+
+def test_the_backlog_is_sampled_once_a_minute_capped_by_its_budget(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    store.ops.enqueue([{}] * 5, queue="b")
+    store.ops.enqueue([{}] * 3, queue="b", delay=HOUR)  # not due: not backlog
+    counters.fold(store.db)
+    [minute] = (
+        sql_conn.execute("SELECT minute FROM leasectl.queue_backlog_minutes").fetchone() or ()
+    )
+    assert sql_conn.execute(
+        "SELECT queue, pending, capped FROM leasectl.queue_backlog"
+    ).fetchall() == [("b", 5, False)]
+    # A second fold in the same minute samples nothing (unless the minute just turned).
+    store.ops.enqueue([{}] * 2, queue="b")
+    counters.fold(store.db)
+    rows = sql_conn.execute(
+        "SELECT pending FROM leasectl.queue_backlog WHERE minute = %s", (minute,)
+    ).fetchall()
+    assert rows == [(5,)]
+    # Counted to the cap (a budget of 2 entries): a lower bound, and said so.
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog_minutes")
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog")
+    sql_conn.execute("SELECT leasectl.history_fold(100, 10, 2, 2)")
+    assert sql_conn.execute("SELECT pending, capped FROM leasectl.queue_backlog").fetchall() == [
+        (3, True)
+    ]
+    # stats reads the sample; a sampled minute without a queue's row is 0 for that queue.
+    report = history.read_stats(store.db, "b", timedelta(minutes=5))
+    assert 3 in [m.pending for m in report.minutes]
+    quiet = history.read_stats(store.db, "never-used", timedelta(minutes=5))
+    assert 0 in [m.pending for m in quiet.minutes]
+
+
+def test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    def step(jobs: int) -> None:
+        """Enqueue ``jobs`` jobs and claim them (enqueued, started, a pickup bucket)."""
+        store.ops.enqueue([{}] * jobs, queue="f")
+        assert len(store.work.claim("f", "w1", TTL, limit=jobs)) == jobs
+
+    def read() -> tuple[dict[str, int], int]:
+        minutes = history.read_stats(store.db, "f", HOUR).minutes
+        return sums(store, "f"), sum(sum(m.pickup) for m in minutes)
+
+    step(3)
+    counters.fold(store.db)  # the minute's row, committed
+    step(2)
+    held = psycopg.connect(db_dsn)
+    try:
+        # A fold left open: it holds the minute's row (and the deltas it took).
+        held.execute("SELECT leasectl.history_fold(1000, 10, 100, 10)")
+        step(2)
+        done = threading.Event()
+
+        def other() -> None:
+            counters.fold(store.db)
+            done.set()
+
+        threading.Thread(target=other, daemon=True).start()
+        wait_until(done.is_set, timeout=10, what="a fold beside one left open")
+        counts, started = read()
+        assert counts["enqueued"] == counts["started"] == started == 7
+    finally:
+        held.rollback()
+        held.close()
+    step(1)
+    for _ in range(2):
+        counters.fold(store.db)
+        counts, started = read()
+        assert counts["enqueued"] == counts["started"] == started == 8
+
+
+def _old_history(conn: psycopg.Connection, days: int, queues: int) -> None:
+    conn.execute(
+        "INSERT INTO leasectl.queue_history (queue, minute, enqueued) "
+        "SELECT 'old' || q, date_trunc('minute', now()) - make_interval(days => %s), 1 "
+        "FROM generate_series(1, %s) AS q",
+        (days, queues),
+    )
+    conn.execute(
+        "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
+        "SELECT 'old' || q, date_trunc('minute', now()) - make_interval(days => %s), 1, false "
+        "FROM generate_series(1, %s) AS q",
+        (days, queues),
+    )
+
+
+def _history_rows(conn: psycopg.Connection) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM leasectl.queue_history), "
+        "(SELECT count(*) FROM leasectl.queue_backlog)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_prune_deletes_minutes_past_the_keep_in_batches(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    _old_history(sql_conn, 8, 7)
+    _old_history(sql_conn, 6, 2)
+    assert history.prune(store.db, timedelta(days=7), batch=3) == 14
+    assert _history_rows(sql_conn) == (2, 2)
+    # `prune` does it too, with its own keep; a dry run deletes none.
+    dry = cli("prune", "--older-than", "1d", "--history-keep", "5d", "--dry-run", dsn=db_dsn)
+    assert dry.returncode == 0 and _history_rows(sql_conn) == (2, 2)
+    proc = cli("prune", "--older-than", "1d", "--history-keep", "5d", "--json", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["history_rows"] == 4
+    assert _history_rows(sql_conn) == (0, 0)
+    bad = cli("prune", "--older-than", "1d", "--history-keep", "10s", dsn=db_dsn)
+    assert_one_line_error(bad, 2, "--history-keep")
+
+
+def test_the_watcher_folds_and_prunes_the_history(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    _old_history(sql_conn, 3, 4)
+    store.ops.enqueue([{}] * 2, queue="w")
+    watcher = Watcher(
+        store.ops,
+        WatcherConfig(interval=timedelta(milliseconds=50), history_keep=timedelta(days=2)),
+    )
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: _history_rows(sql_conn)[0] == 1, what="old minutes pruned, new folded")
+        wait_until(
+            lambda: (
+                sql_conn.execute("SELECT count(*) FROM leasectl.queue_history_deltas").fetchone()
+                == (0,)
+            ),
+            what="deltas folded",
+        )
+    finally:
+        watcher.stop()
+        thread.join(10)
+    assert sums(store, "w")["enqueued"] == 2
+
+
+@pytest.mark.parametrize("since", ["nonsense", "0", "-5m", "32d"])
+def test_a_bad_since_is_one_line_and_exit_2(db_dsn: str, since: str) -> None:
+    assert_one_line_error(cli("stats", "--since", since, dsn=db_dsn), 2, "--since")
+
+
+def test_stats_and_status_show_the_history_at_80_columns(db_dsn: str, store: Stores) -> None:
+    store.ops.enqueue([{}] * 3, queue="s")
+    store.work.complete(store.work.claim("s", "w1", TTL, limit=3))
+    proc = cli("stats", "--since", "2h", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Stats: every queue, ") and "(121 minutes" in lines[0]
+    assert max(len(line) for line in lines) <= 80
+    completed = next(line for line in lines if line.startswith("completed"))
+    assert completed.split()[1] == "3"
+    status = cli("status", "--json", dsn=db_dsn)
+    assert status.returncode == 0, status.stderr
+    [pickup] = json.loads(status.stdout)["pickup"]
+    assert (pickup["queue"], pickup["started"]) == ("s", 3)
+    assert pickup["p50_ms"] is not None and pickup["p95_ms"] >= pickup["p50_ms"]
+    human = cli("status", dsn=db_dsn)
+    assert "Pickup latency" in human.stdout
+
+
+def test_the_exporter_reports_each_queues_pickup_latency(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    from leasectl.db.metrics import MetricsReads
+    from leasectl.runtime.exporter import LeasectlCollector
+
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, created_at, run_at) "
+        "SELECT 'x', now() - interval '2.5 s', now() - interval '2.5 s' FROM generate_series(1, 4)"
+    )
+    assert len(store.work.claim("x", "w1", TTL, limit=4)) == 4
+    reads = MetricsReads(store.db)
+    collector = LeasectlCollector(reads, timedelta(seconds=10), lambda: reads)
+    got = {
+        tuple(sorted(s.labels.items())): s.value
+        for family in collector.collect()
+        if family.name == "leasectl_pickup_latency_seconds"
+        for s in family.samples
+    }
+    low, high = (b / 1000 for b in bucket_bounds(bucket_of(2500)))
+    assert set(got) == {(("quantile", q), ("queue", "x")) for q in ("0.5", "0.95")}
+    assert all(low <= v <= high for v in got.values()), got
