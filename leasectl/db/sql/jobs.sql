@@ -382,8 +382,11 @@ WITH snoozed AS (
     SET status = 'Pending', run_at = now() + %(delay)s, lease_until = NULL,
         snoozes = j.snoozes + 1, max_attempts = least(j.max_attempts + 1, 1000),
         updated_at = now()
-    WHERE j.id = %(id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
-      AND j.status = 'Processing' AND j.snoozes < %(max_snoozes)s
+    -- (These forms of `=`: found by primary key, never through jobs_processing_idx, as in
+    -- jobs_heartbeat: a worker may hold a thousand leases.)
+    WHERE j.id = %(id)s AND j.attempts = %(attempt)s
+      AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+      AND j.status::text = 'Processing' AND j.snoozes < %(max_snoozes)s
     RETURNING j.id, j.attempts, j.heartbeat_at, j.run_at, j.snoozes
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
