@@ -5,6 +5,7 @@ heartbeats, bounded, and the next claim clears it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import threading
 from datetime import timedelta
@@ -17,6 +18,7 @@ from leasectl import AsyncJobContext, JobContext, NewJob
 from leasectl.core.errors import UsageError
 from leasectl.core.models import JobStatus
 from leasectl.runtime.worker.context import progress_value
+from tests.integration.test_cli import assert_one_line_error, cli
 from tests.integration.test_worker_processes import attempts
 from tests.stores import Stores
 from tests.util import wait_until
@@ -198,3 +200,38 @@ def test_ctx_progress_is_kept_for_the_next_heartbeat_only_once(
     ctx._progress_sent = ctx._progress  # (what a heartbeat that carried it does)
     assert ctx.progress_due() is None
     assert store.ops.get_job(job_id).status == JobStatus.PROCESSING
+
+
+# -- the CLI: enqueue --timeout, inspect ----------------------------------------------------
+
+
+def test_enqueue_timeout_is_stored_and_inspect_shows_it_with_progress_and_snoozes(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    proc = cli("enqueue", "-q", "ct", "--timeout", "90s", "--json", dsn=db_dsn)
+    assert proc.returncode == 0, proc.stderr
+    [job_id] = json.loads(proc.stdout)["ids"]
+    assert row(sql_conn, job_id, "timeout") == (timedelta(seconds=90),)
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET snoozes = 2, progress = 0.375, progress_message = 'rows 3/8' "
+        "WHERE id = %s",
+        (job_id,),
+    )
+    shown = cli("inspect", str(job_id), dsn=db_dsn)
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split()[1]: line for line in shown.stdout.splitlines() if len(line.split()) > 2}
+    assert "1m30s" in lines["timeout"]
+    assert "38%  rows 3/8" in lines["progress"]
+    assert "2  (each put the job off" in lines["snoozes"]
+    doc = json.loads(cli("inspect", str(job_id), "--json", dsn=db_dsn).stdout)["job"]
+    assert (doc["timeout"], doc["snoozes"], doc["progress_message"]) == (90.0, 2, "rows 3/8")
+    assert doc["progress"] == pytest.approx(0.375)
+
+
+@pytest.mark.parametrize("value", ["0", "500ms", "8d", "soon", "-5s"])
+def test_enqueue_refuses_a_timeout_out_of_bounds(
+    db_dsn: str, sql_conn: psycopg.Connection[Any], value: str
+) -> None:
+    proc = cli("enqueue", "-q", "ct", "--timeout", value, dsn=db_dsn)
+    assert_one_line_error(proc, 2, "--timeout")
+    assert sql_conn.execute("SELECT count(*) FROM leasectl.jobs").fetchone() == (0,)
