@@ -393,6 +393,8 @@ class PanelJob(_JobRow):
     # Its concurrency key (migration 18) and, for a Waiting job, the job that holds the key.
     concurrency_key: str | None = None
     key_holder: int | None = None
+    # What a Processing job's handler last reported (ctx.progress, migration 21), 0..1.
+    progress: float | None = None
 
 
 @dataclass(frozen=True)

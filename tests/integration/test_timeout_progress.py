@@ -168,6 +168,14 @@ def test_a_heartbeat_without_progress_keeps_the_stored_one(
     assert row(sql_conn, b, "progress") == (0.5,)
 
 
+def test_the_consoles_processing_panel_reads_the_progress(store: Stores) -> None:
+    store.ops.enqueue([{}, {}], queue="pc")
+    first, second = store.work.claim("pc", "w", TTL, limit=2)
+    store.work.heartbeat([first, second], TTL, progress=[(0.42, "m"), None])
+    rows = {job.id: job.progress for job in store.panels.snapshot(None, 10).processing}
+    assert rows == {first.job_id: pytest.approx(0.42), second.job_id: None}
+
+
 @pytest.mark.parametrize(
     ("fraction", "message", "kind"),
     [
