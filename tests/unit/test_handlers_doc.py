@@ -44,5 +44,12 @@ def test_the_context_attributes_are_in_their_tables() -> None:
 
 
 def test_the_handler_names_are_what_leasectl_exports() -> None:
-    for name in ("JobContext", "AsyncJobContext", "PermanentError", "LeaseLost"):
+    for name in (
+        "JobContext",
+        "AsyncJobContext",
+        "PermanentError",
+        "LeaseLost",
+        "Snooze",
+        "JobTimedOut",
+    ):
         assert name in leasectl.__all__
