@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -17,6 +18,7 @@ from leasectl.core.config import MAX_SNOOZES
 from leasectl.core.errors import UsageError
 from leasectl.core.limits import LimitSpec
 from leasectl.core.models import JobStatus
+from leasectl.present.styles import OUTCOME_STYLE
 from tests.integration.test_worker_processes import attempts
 from tests.stores import Stores
 from tests.util import wait_until
@@ -209,3 +211,18 @@ def test_a_snooze_frees_its_slot_under_a_concurrency_cap(
     wait_until(lambda: job_row(sql_conn, second)[0] == "Completed", timeout=20)
     assert job_row(sql_conn, first)[:4] == ("Pending", 1, 6, 1)
     assert store.ops.get_job(first).status == JobStatus.PENDING
+
+
+def test_every_attempt_outcome_has_its_style_and_its_row_in_the_design(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """The outcomes the schema holds (migration 21 added `snoozed`) are the ones `inspect` and
+    the console colour and docs/design.md describes."""
+    row = sql_conn.execute("SELECT enum_range(NULL::leasectl.attempt_outcome)::text[]").fetchone()
+    assert row is not None
+    outcomes = set(row[0])
+    assert "snoozed" in outcomes
+    assert set(OUTCOME_STYLE) == outcomes
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    table = design.split("### Attempt outcomes", 1)[1].split("\n## ", 1)[0]
+    assert {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")} == outcomes
