@@ -144,6 +144,33 @@ def test_progress_rides_the_heartbeat_and_the_next_claim_clears_it(
     assert row(sql_conn, job_id, "attempts, progress, progress_message") == (2, None, None)
 
 
+def test_a_report_the_database_refuses_costs_no_lease(
+    store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any], caplog: Any
+) -> None:
+    """A message the database refuses (here one past its column, as a server in another
+    encoding refuses characters it cannot hold) is dropped; the heartbeat goes on."""
+    go_on = threading.Event()
+
+    def handler(ctx: JobContext) -> None:
+        ctx._progress = (0.5, "x" * 300)  # (past ctx.progress's checks)
+        wait_until(lambda: ctx.progress_due() is None, timeout=20, what="the report dropped")
+        ctx.progress(0.9, "ok")
+        go_on.wait(30)
+
+    [job_id] = store.ops.enqueue([{}], queue="pe")
+    worker = run_worker(
+        handler,
+        queues=("pe",),
+        lease_ttl=timedelta(seconds=3),
+        heartbeat_every=timedelta(milliseconds=200),
+    )
+    wait_until(lambda: row(sql_conn, job_id, "progress")[0] == pytest.approx(0.9), timeout=20)
+    go_on.set()
+    wait_until(lambda: row(sql_conn, job_id, "status::text")[0] == "Completed", timeout=20)
+    assert worker.stats.lost == 0
+    assert "progress not written" in caplog.text
+
+
 def test_progress_of_a_lost_lease_is_not_written(
     store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:

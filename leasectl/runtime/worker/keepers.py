@@ -10,11 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from leasectl.core.backoff import reconnect_delay
-from leasectl.core.errors import ConnectionFailed
+from leasectl.core.errors import ConnectionFailed, LeasectlError
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 from leasectl.runtime.worker.config import WorkerConfig
+from leasectl.runtime.worker.context import LeaseContext
 from leasectl.runtime.worker.ledger import Ledger
 
 log = logging.getLogger("leasectl.worker")
@@ -93,9 +95,7 @@ class Keepers:
             store.worker_seen(self.worker_id)
             # Each lease carries its handler's latest progress, when it reported any since.
             progress = [c.progress_due() for c in held]
-            renewed = store.heartbeat(
-                [c.lease for c in held], self.config.lease_ttl, progress=progress
-            )
+            renewed = self.renew(store, held, progress)
         except ConnectionFailed as exc:
             log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
             now = time.monotonic()
@@ -124,6 +124,31 @@ class Keepers:
                 ledger.mark_lost(ctx, "heartbeat rejected: the job was cancelled by an operator")
             else:
                 ledger.mark_lost(ctx, "heartbeat rejected: the lease was taken over")
+
+    def renew(
+        self,
+        store: WorkerStore,
+        held: list[LeaseContext],
+        progress: list[tuple[float, str | None] | None],
+    ) -> dict[int, Any]:
+        """The heartbeat statement. A report the database refuses (a message its encoding
+        cannot hold: the handler's text is untrusted) must not cost the leases: the heartbeat
+        goes again without the reports, which are dropped (logged once each)."""
+        leases = [c.lease for c in held]
+        ttl = self.config.lease_ttl
+        if not any(progress):
+            return store.heartbeat(leases, ttl)
+        try:
+            return store.heartbeat(leases, ttl, progress=progress)
+        except ConnectionFailed:
+            raise
+        except LeasectlError as exc:
+            for ctx, reported in zip(held, progress, strict=True):
+                if reported is not None:
+                    ctx._progress_sent = reported  # (not sent again)
+            log.warning("worker %s: progress not written: %s", self.worker_id, exc)
+            progress[:] = [None] * len(progress)
+            return store.heartbeat(leases, ttl)
 
     def deadline_loop(self) -> None:
         """Cancel handlers whose lease lapsed without a successful heartbeat.
