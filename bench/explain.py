@@ -98,6 +98,8 @@ PARAMS: dict[str, dict[str, Any]] = {
         "attempts": [1, 1],
         "owner": "w-1",
         "ttl": timedelta(seconds=30),
+        "progress": [0.5, None],
+        "messages": ["half", None],
     },
     "jobs_requeue_expired": {
         "limit": 500,

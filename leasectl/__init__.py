@@ -22,13 +22,21 @@ if TYPE_CHECKING:
     from leasectl.core.enqueue import Enqueued, NewJob
     from leasectl.core.errors import LeasectlError, UsageError
     from leasectl.db.producer import enqueue, enqueue_async, enqueue_many, enqueue_many_async
-    from leasectl.runtime.worker import AsyncJobContext, JobContext, PermanentError
+    from leasectl.runtime.worker import (
+        AsyncJobContext,
+        JobContext,
+        JobTimedOut,
+        PermanentError,
+        Snooze,
+    )
 
 # Lazy: importing leasectl.core must not load the worker runtime and psycopg.
 _WHERE = {
     "AsyncJobContext": "leasectl.runtime.worker",
     "JobContext": "leasectl.runtime.worker",
     "PermanentError": "leasectl.runtime.worker",
+    "Snooze": "leasectl.runtime.worker",
+    "JobTimedOut": "leasectl.runtime.worker",
     "enqueue": "leasectl.db.producer",
     "enqueue_many": "leasectl.db.producer",
     "enqueue_async": "leasectl.db.producer",
@@ -43,10 +51,12 @@ __all__ = [
     "AsyncJobContext",
     "Enqueued",
     "JobContext",
+    "JobTimedOut",
     "LeaseLost",
     "LeasectlError",
     "NewJob",
     "PermanentError",
+    "Snooze",
     "UsageError",
     "enqueue",
     "enqueue_async",

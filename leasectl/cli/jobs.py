@@ -138,6 +138,16 @@ def enqueue(
             show_default=False,
         ),
     ] = None,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            metavar="DURATION",
+            help="How long one attempt's handler may run (1s to 7d): past it the worker cancels "
+            "it and the attempt fails (retried as any failure).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Add jobs to a queue."""
@@ -149,6 +159,11 @@ def enqueue(
     body = config.parse_payload(_payload_text(payload))
     config.check_enqueue_size(len(body.encode("utf-8")), count)
     wait = _duration(delay, "--delay", allow_zero=True)
+    limit = None if timeout is None else _duration(timeout, "--timeout")
+    if limit is not None and not config.MIN_TIMEOUT <= limit <= config.MAX_TIMEOUT:
+        raise UsageError(
+            f"--timeout must be between 1s and 7d, got {config.format_duration(limit)}"
+        )
     with _operations(ctx) as ops:
         done = ops.enqueue_json(
             [body] * count,
@@ -158,6 +173,7 @@ def enqueue(
             max_attempts=max_attempts,
             unique_key=unique_key,
             concurrency_key=concurrency_key,
+            timeout=limit,
         )
     ids = [e.id for e in done]
     duplicate = any(e.duplicate for e in done)

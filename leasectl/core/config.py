@@ -29,6 +29,12 @@ MAX_ENQUEUE_BYTES = 64 * 1024 * 1024
 # near 1,000 (the recursion limit), less in a deep call stack; handlers that walk a payload
 # recursively need room too.
 MAX_PAYLOAD_DEPTH = 256
+# Snooze, per-job timeouts and progress (migration 21 enforces the first three as well).
+MAX_SNOOZES = 100  # snoozes per job; one more is a failure of the attempt
+MAX_SNOOZE_DELAY = timedelta(days=7)  # how far one snooze may put a job off
+MIN_TIMEOUT = timedelta(seconds=1)  # a job's timeout (enqueue --timeout): from 1s ...
+MAX_TIMEOUT = timedelta(days=7)  # ... to 7 days
+MAX_PROGRESS_CHARS = 200  # a progress message is cut to this (varchar(200))
 
 _DURATION = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?\s*$")
 MAX_DURATION = timedelta(days=3650)

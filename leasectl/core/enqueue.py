@@ -16,6 +16,8 @@ from leasectl.core.config import (
     MAX_PAYLOAD_BYTES,
     MAX_PAYLOAD_DEPTH,
     MAX_QUEUE_CHARS,
+    MAX_TIMEOUT,
+    MIN_TIMEOUT,
     payload_depth,
 )
 from leasectl.core.errors import UsageError
@@ -35,7 +37,9 @@ class NewJob:
     one live (Pending, Processing, Stuck, Waiting) job per queue and key; enqueueing another
     returns the live one's id, marked ``duplicate``. ``concurrency_key``: at most one job of the
     queue with this key runs at a time, in queue order (priority, run_at, id); the others wait
-    (status ``Waiting``) without holding up other keys."""
+    (status ``Waiting``) without holding up other keys. ``timeout``: how long one attempt's
+    handler may run (1 second to 7 days; None: no limit but the lease's); past it the worker
+    cancels the handler and the attempt fails (retried as any failure)."""
 
     payload: Any = None
     queue: str = "default"
@@ -44,6 +48,7 @@ class NewJob:
     max_attempts: int = 5
     unique_key: str | None = None
     concurrency_key: str | None = None
+    timeout: timedelta | None = None
 
 
 class Enqueued(NamedTuple):
@@ -66,6 +71,21 @@ class CheckedJob:
     max_attempts: int
     unique_key: str | None
     concurrency_key: str | None = None
+    timeout: timedelta | None = None
+
+
+def check_timeout(timeout: Any) -> timedelta | None:
+    """A job's timeout: None, or a timedelta from MIN_TIMEOUT (1s) to MAX_TIMEOUT (7 days)."""
+    if timeout is None:
+        return None
+    if not isinstance(timeout, timedelta):
+        raise UsageError(f"timeout must be a datetime.timedelta, got {type(timeout).__name__}")
+    if not MIN_TIMEOUT <= timeout <= MAX_TIMEOUT:
+        raise UsageError(
+            f"timeout must be between {MIN_TIMEOUT.total_seconds():g}s and "
+            f"{MAX_TIMEOUT.days} days, got {timeout}"
+        )
+    return timeout
 
 
 def _text(value: Any, what: str, limit: int) -> str:
@@ -146,6 +166,7 @@ def check_job(job: NewJob, *, payload: str | None = None) -> CheckedJob:
         concurrency_key=None
         if ckey is None
         else _text(ckey, "concurrency_key", MAX_CONCURRENCY_KEY_CHARS),
+        timeout=check_timeout(job.timeout),
     )
 
 
@@ -163,5 +184,6 @@ __all__ = [
     "NewJob",
     "check_job",
     "check_schema_name",
+    "check_timeout",
     "payload_text",
 ]

@@ -90,6 +90,13 @@ class Job(_JobRow):
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # Migration 21: how many times handlers snoozed the job; how long one attempt may run
+    # (None: no limit but the lease's); the running handler's last reported progress (a
+    # fraction 0..1 and a message, or None), cleared by each claim.
+    snoozes: int = 0
+    timeout: timedelta | None = None
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 JOB_FIELDS = tuple(f.name for f in fields(Job))
@@ -386,6 +393,8 @@ class PanelJob(_JobRow):
     # Its concurrency key (migration 18) and, for a Waiting job, the job that holds the key.
     concurrency_key: str | None = None
     key_holder: int | None = None
+    # What a Processing job's handler last reported (ctx.progress, migration 21), 0..1.
+    progress: float | None = None
 
 
 @dataclass(frozen=True)

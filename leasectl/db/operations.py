@@ -143,6 +143,7 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
         max_attempts: int = 5,
         unique_key: str | None = None,
         concurrency_key: str | None = None,
+        timeout: timedelta | None = None,
     ) -> list[Enqueued]:
         """Enqueue one job per payload given as JSON text, which the server turns into jsonb
         as written: numbers stay exact (config.parse_payload checks a user's text first)."""
@@ -154,6 +155,7 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
             max_attempts=max_attempts,
             unique_key=unique_key,
             concurrency_key=concurrency_key,
+            timeout=timeout,
         )
         # One checked job per distinct text: the copies of `enqueue --count` are one object.
         template = check_job(job, payload="")

@@ -92,7 +92,15 @@ class Enqueue:
         }
         first = jobs[0]
         others = distinct[1:]
-        for name in ("queue", "priority", "delay", "max_attempts", "unique_key", "concurrency_key"):
+        for name in (
+            "queue",
+            "priority",
+            "delay",
+            "max_attempts",
+            "unique_key",
+            "concurrency_key",
+            "timeout",
+        ):
             value = getattr(first, name)
             if all(getattr(j, name) == value for j in others):
                 params[name], params[f"{name}_each"] = value, None
@@ -177,6 +185,7 @@ def _one(
     max_attempts: int,
     unique_key: str | None,
     concurrency_key: str | None = None,
+    timeout: timedelta | None = None,
 ) -> NewJob:
     return NewJob(
         payload=payload,
@@ -186,6 +195,7 @@ def _one(
         max_attempts=max_attempts,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        timeout=timeout,
     )
 
 
@@ -223,11 +233,12 @@ def enqueue(
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
     concurrency_key: str | None = None,
+    timeout: timedelta | None = None,
 ) -> Enqueued:
     """Enqueue one job on ``conn``, inside the transaction it has open (the job exists once that
     commits). See ``NewJob`` for the values."""
     conn = _sync(conn, "leasectl.enqueue")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, timeout)
     plan, statement = _prepare([job], schema)
     return run_enqueue(conn, plan, statement)[0]
 
@@ -253,10 +264,11 @@ async def enqueue_async(
     unique_key: str | None = None,
     schema: str = DEFAULT_SCHEMA,
     concurrency_key: str | None = None,
+    timeout: timedelta | None = None,
 ) -> Enqueued:
     """``enqueue`` on an ``AsyncConnection``."""
     aconn = _async(conn, "leasectl.enqueue_async")
-    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key)
+    job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, timeout)
     plan, statement = _prepare([job], schema)
     return (await _run_async(aconn, plan, statement))[0]
 

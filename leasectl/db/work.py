@@ -19,7 +19,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from leasectl.core.config import MAX_ERROR_CHARS
+from leasectl.core.config import MAX_ERROR_CHARS, MAX_SNOOZES
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
@@ -309,11 +309,27 @@ class WorkerStore:
             "owner": owners.pop(),
         }
 
-    def heartbeat(self, leases: Sequence[Lease], ttl: timedelta) -> dict[int, Any]:
-        """Extend the leases still held; returns {job_id: new lease_until}. Missing ids are lost."""
+    def heartbeat(
+        self,
+        leases: Sequence[Lease],
+        ttl: timedelta,
+        *,
+        progress: Sequence[tuple[float, str | None] | None] | None = None,
+    ) -> dict[int, Any]:
+        """Extend the leases still held; returns {job_id: new lease_until}. Missing ids are lost.
+
+        ``progress``: per lease, its handler's progress to store (a fraction 0..1 and a message
+        of at most 200 characters, as ``ctx.progress`` leaves them), or None to leave it."""
         if not leases:
             return {}
-        rows = self.db.rows("jobs_heartbeat", {**self._fence(leases), "ttl": ttl})
+        if progress is None or not any(progress):
+            fractions: list[float | None] | None = None
+            messages: list[str | None] | None = None
+        else:
+            fractions = [p[0] if p else None for p in progress]
+            messages = [p[1] if p else None for p in progress]
+        params = {**self._fence(leases), "ttl": ttl, "progress": fractions, "messages": messages}
+        rows = self.db.rows("jobs_heartbeat", params)
         return {r["id"]: r["lease_until"] for r in rows}
 
     def cancelled(self, job_ids: Sequence[int]) -> set[int]:
@@ -355,6 +371,24 @@ class WorkerStore:
             },
         )
         return JobStatus(row["status"]) if row else None
+
+    def snooze(
+        self, lease: Lease, delay: timedelta, *, max_snoozes: int = MAX_SNOOZES
+    ) -> tuple[Any, int] | None:
+        """Snooze a fenced lease: Pending again ``delay`` from now, its attempt not spent.
+        Returns the job's new run_at and snooze count, or None when the lease was lost (or the
+        job already snoozed ``max_snoozes`` times: the worker fails such an attempt instead)."""
+        row = self.db.one(
+            "job_snooze",
+            {
+                "id": lease.job_id,
+                "attempt": lease.attempt,
+                "owner": lease.owner,
+                "delay": delay,
+                "max_snoozes": max_snoozes,
+            },
+        )
+        return (row["run_at"], row["snoozes"]) if row else None
 
     def release(self, leases: Sequence[Lease]) -> set[int]:
         if not leases:

@@ -110,6 +110,15 @@ def key_wait_text(holder: int | None) -> Text:
     return Text(f"  ⏳ key busy: job {holder} holds it", style="yellow")
 
 
+def progress_text(fraction: float, message: str | None) -> Text:
+    """A handler's reported progress: its percentage, then its message (untrusted: literal)."""
+    text = Text(f"{fraction * 100:.0f}%")
+    if message:
+        text.append("  ")
+        text.append_text(lit(message))
+    return text
+
+
 def fields_panel(detail: JobDetail) -> RenderableType:
     job, now = detail.job, detail.db_now
     fields = Table.grid(padding=(0, 2))
@@ -136,6 +145,12 @@ def fields_panel(detail: JobDetail) -> RenderableType:
         add("concurrency key", key)
     add("priority", str(job.priority))
     add("attempts", f"{job.attempts}/{job.max_attempts}")
+    if job.snoozes:
+        add("snoozes", f"{job.snoozes}  (each put the job off without spending an attempt)")
+    if job.timeout is not None:
+        add("timeout", format_duration(job.timeout) + "  (per attempt)")
+    if job.progress is not None:
+        add("progress", progress_text(job.progress, job.progress_message))
     cut = {c.column for c in detail.cuts if c.record == "job"}
     owner = lit(job.lease_owner or "-")
     if "lease_owner" in cut:

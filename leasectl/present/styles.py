@@ -55,6 +55,7 @@ OUTCOME_STYLE = {
     "marked_stuck": "magenta",
     "requeued": "yellow",
     "cancelled": "dim",
+    "snoozed": "blue",  # put off by its handler (migration 21): no attempt spent
 }
 
 

@@ -107,8 +107,8 @@ PROCESSING = (
     job(1036, R, owner=W3, lease_in=-40, hb_ago=70),
     job(1042, R, owner=W1, lease_in=-8, hb_ago=38, attempts=3),
     job(1050, R, owner=W2, lease_in=6, hb_ago=24),
-    job(1055, R, owner=W1, lease_in=21, hb_ago=9),
-    job(1057, R, owner=M1, queue="emails", lease_in=24, hb_ago=6),
+    replace(job(1055, R, owner=W1, lease_in=21, hb_ago=9), progress=0.42),  # (ctx.progress)
+    replace(job(1057, R, owner=M1, queue="emails", lease_in=24, hb_ago=6), progress=1.0),
     job(1058, R, owner=W1, lease_in=25, hb_ago=5),
     job(1061, R, owner=W2, lease_in=27, hb_ago=3, attempts=2),
     job(1063, R, owner=W1, lease_in=28, hb_ago=2),

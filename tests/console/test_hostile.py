@@ -128,6 +128,11 @@ def seed_hostile(conn: psycopg.Connection) -> list[Hostile]:
                     json.dumps({"status": "Stuck", "attempts": 2, "lease_owner": name + "'"}),
                 ),
             )
+        # What the expired lease's handler last reported (ctx.progress, migration 21).
+        conn.execute(
+            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s WHERE id = %s",
+            (name, ids["expired"]),
+        )
         seeded.append(Hostile(name, text, **ids))
     return seeded
 
@@ -341,6 +346,10 @@ def test_job_detail_shows_hostile_text_as_text(
             # The attempt's error, its traceback and the event's reason, besides the last error.
             assert body.count(word(h.text)) >= 4, f"{where}: {word(h.text)!r}"
             assert "traceback of attempt 1 (failed)" in body, where
+            # The handler's progress message, as text, after its percentage.
+            progress = body.split("progress", 1)[1]
+            assert progress.lstrip().startswith("42%"), where
+            assert word(h.name) in progress.split("\n", 1)[0] or not word(h.name), where
             if h.name == "[@click=app.quit]CLICK[/]":
                 app.save_screenshot(path=str(tmp_path), filename="hostile-detail.svg")
                 await click_every(app, pilot, "CLICK")

@@ -145,6 +145,28 @@ def test_same_owner_stale_attempt_release_is_refused(
     _untouched_by_stale(store, stale, live)
 
 
+def test_same_owner_stale_attempt_snooze_is_refused(
+    store: Stores, reclaimed: tuple[Lease, Lease]
+) -> None:
+    stale, live = reclaimed
+    assert store.work.snooze(stale, timedelta(seconds=1)) is None
+    _untouched_by_stale(store, stale, live)
+    assert store.ops.get_job(live.job_id).snoozes == 0
+
+
+def test_a_snooze_past_the_bound_is_refused(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The fence holds the bound on snoozes too: the job stays the lease's, untouched."""
+    [job_id] = store.ops.enqueue([{}], queue=Q)
+    sql_conn.execute("UPDATE leasectl.jobs SET snoozes = 3 WHERE id = %s", (job_id,))
+    [lease] = store.work.claim(Q, "w1", TTL)
+    assert store.work.snooze(lease, timedelta(seconds=1), max_snoozes=3) is None
+    assert state(store, job_id) == (JobStatus.PROCESSING, 1, "w1")
+    assert store.work.snooze(lease, timedelta(seconds=1), max_snoozes=4) is not None
+    assert store.ops.get_job(job_id).snoozes == 4
+
+
 # -- the owner, the status and the job id of a fence, each on its own ------------------------
 
 
@@ -170,6 +192,7 @@ FENCED_CALLS: dict[str, LeaseCall] = {
     "transaction": complete_in_transaction,
     "fail": lambda s, lease: s.work.fail(lease, "x", retry_delay=timedelta(0)) is not None,
     "release": lambda s, lease: bool(s.work.release([lease])),
+    "snooze": lambda s, lease: s.work.snooze(lease, timedelta(seconds=1)) is not None,
 }
 
 

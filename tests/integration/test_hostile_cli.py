@@ -174,6 +174,11 @@ def _seed(dsn: str) -> Hostile:
     for value in NAMES:
         expired[value] = job(value, value, value, {"value": value, value: [value]}, "-1 minute")
         live[value] = job(value, value, value, {}, "1 day")
+        # What its handler reported (ctx.progress, migration 21): the message is untrusted too.
+        conn.execute(
+            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s WHERE id = %s",
+            [value, live[value]],
+        )
         conn.execute(
             "INSERT INTO leasectl.workers (worker_id, hostname, pid, queues, lease_ttl, "
             "heartbeat_every) VALUES (%s, %s, 4242, %s, '30s', '10s')",
@@ -299,6 +304,23 @@ def test_inspect_shows_every_field_as_text(hostile: Hostile) -> None:
     events = [(e["actor"], e["action"], e["reason"], e["before"]) for e in document["events"]]
     assert events[:-1] == [(value, value, value, {"status": value}) for value in NAMES]
     assert document["events"][-1]["before"] == JOINED_TERMINAL
+
+
+def test_inspect_shows_a_handlers_progress_message_as_text(hostile: Hostile) -> None:
+    values = [value for value in NAMES if value.strip() not in ("", "-")]
+    commands = [["inspect", str(hostile.live[value])] for value in values]
+    commands.append(["inspect", str(hostile.live[values[0]]), "--json"])
+    *human, as_json = run_all(commands, hostile.dsn)
+    for value, proc in zip(values, human, strict=True):
+        checked(proc, 0, "inspect")
+        progress = proc.stdout.split("progress", 1)[1]
+        assert progress.lstrip().startswith("42%"), proc.stdout
+        shown(progress, value, "inspect progress message")
+    document = json.loads(checked(as_json, 0, "inspect --json").stdout)
+    assert (document["job"]["progress"], document["job"]["progress_message"]) == (
+        pytest.approx(0.42),
+        values[0],
+    )
 
 
 def test_dry_run_and_skip_reasons_show_hostile_queues_and_owners_as_text(

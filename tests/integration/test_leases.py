@@ -146,7 +146,7 @@ def test_a_completion_waiting_on_a_heartbeat_is_accepted(
         result: list[Any] = []
         with psycopg.connect(db_dsn) as beat:
             with beat.transaction():  # the heartbeat WorkerStore.heartbeat sends, left uncommitted
-                renew = {**store.work._fence(held), "ttl": TTL}
+                renew = {**store.work._fence(held), "ttl": TTL, "progress": None, "messages": None}
                 assert len(beat.execute(heartbeat_sql, renew).fetchall()) == 4
                 trip = threading.Thread(
                     target=lambda: result.append(
@@ -600,7 +600,15 @@ def test_watcher_does_not_touch_a_lease_renewed_while_it_waits(
     with psycopg.connect(db_dsn) as holder:
         with holder.transaction():
             renewed = holder.execute(
-                beat_sql, {"ids": [job_id], "attempts": [1], "owner": "w", "ttl": TTL}
+                beat_sql,
+                {
+                    "ids": [job_id],
+                    "attempts": [1],
+                    "owner": "w",
+                    "ttl": TTL,
+                    "progress": [0.5],  # (a heartbeat carrying progress: migration 21)
+                    "messages": ["half"],
+                },
             ).fetchall()
             assert len(renewed) == 1
             result = run_pass(store.ops, WatcherConfig())

@@ -97,6 +97,14 @@ def plan_of(
     return plan
 
 
+def beat(conn: psycopg.Connection[Any], owner: str) -> dict[str, Any]:
+    """jobs_heartbeat's parameters for ``owner``'s leases, each carrying its handler's progress
+    (the larger statement: with none, the arrays are NULL)."""
+    leases = held(conn, owner)
+    n = len(leases["ids"])
+    return {**leases, "owner": owner, "ttl": TTL, "progress": [0.5] * n, "messages": ["x"] * n}
+
+
 def held(conn: psycopg.Connection[Any], owner: str) -> dict[str, list[int]]:
     rows = conn.execute(
         "SELECT id, attempts FROM leasectl.jobs WHERE status = 'Processing' AND lease_owner = %s",
@@ -210,7 +218,7 @@ def test_takeover_of_lapsed_leases_closes_attempts_by_primary_key(
 
 
 def test_heartbeat_finds_leases_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
-    plan = plan_of("jobs_heartbeat", lambda conn: {**held(conn, "w-2"), "owner": "w-2", "ttl": TTL})
+    plan = plan_of("jobs_heartbeat", lambda conn: beat(conn, "w-2"))
     assert scans_of_big_tables(plan) == [], plan
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert has_rows(30, plan), plan
@@ -232,7 +240,7 @@ def test_key_lookups_are_estimated_at_one_row_each(
     params: dict[str, dict[str, Any]] = {
         "jobs_complete_and_claim": claim_params(sql_conn, 25),
         "jobs_claim_expired": {"owner": "w-x", "queue": "q", "ttl": TTL, "limit": 10},
-        "jobs_heartbeat": {**held(sql_conn, "w-2"), "owner": "w-2", "ttl": TTL},
+        "jobs_heartbeat": beat(sql_conn, "w-2"),
         "jobs_release": {**held(sql_conn, "w-3"), "owner": "w-3"},
     }
     with generic_plan(sql_conn, queries.get(name).render(SCHEMA)) as explain:
@@ -276,6 +284,25 @@ def test_failure_closes_its_attempt_by_primary_key(plan_of: Callable[[str, Param
 
     plan = plan_of("job_fail", params)
     assert scans_of_big_tables(plan) == [], plan
+    assert has_rows(1, plan.split("CTE closed")[1]), plan
+
+
+def test_snooze_closes_its_attempt_by_primary_key(plan_of: Callable[[str, Params], str]) -> None:
+    def params(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+        job_id = one_lease(conn, lapsed=False)
+        owner = conn.execute("SELECT lease_owner FROM leasectl.jobs WHERE id = %s", (job_id,))
+        row = owner.fetchone()
+        return {
+            "id": job_id,
+            "attempt": 1,
+            "owner": row[0] if row else "nobody",
+            "delay": timedelta(seconds=30),
+            "max_snoozes": 100,
+        }
+
+    plan = plan_of("job_snooze", params)
+    assert scans_of_big_tables(plan) == [], plan
+    assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert has_rows(1, plan.split("CTE closed")[1]), plan
 
 

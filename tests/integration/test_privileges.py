@@ -530,8 +530,14 @@ def test_worker_role_runs_the_lease_protocol_only(granted: Roles, db_dsn: str) -
         leases = store.work.claim("q", "w-role", ttl, 2)
         assert [lease.job_id for lease in leases] == [job_id, other]
         assert set(store.work.heartbeat(leases, ttl)) == {job_id, other}
+        # Heartbeats carry progress (migration 21).
+        progress = [(0.5, "half"), None]
+        assert set(store.work.heartbeat(leases, ttl, progress=progress)) == {job_id, other}
         assert store.work.complete(leases[:1]) == {job_id}
         assert store.work.fail(leases[1], "boom", retry_delay=timedelta(0)) == JobStatus.PENDING
+        # A snooze (migration 21): its attempt not spent.
+        [again] = store.work.claim("q", "w-role", ttl, 1)
+        assert store.work.snooze(again, timedelta(seconds=1)) is not None
         lease = store.work.claim_by_id(third, "w-role", ttl)
         assert lease is not None and store.work.release([lease]) == {third}
         # A handler's ctx.transaction() completes with the worker's privileges, in its own
@@ -562,7 +568,17 @@ def seed_pending(db_dsn: str, n: int) -> list[int]:
 
 
 def test_producer_role_enqueues_only(granted: Roles, db_dsn: str) -> None:
-    proc = cli("enqueue", "-q", "q", "--count", "2", "--json", dsn=granted.dsn("producer"))
+    proc = cli(
+        "enqueue",
+        "-q",
+        "q",
+        "--count",
+        "2",
+        "--timeout",
+        "1m",
+        "--json",
+        dsn=granted.dsn("producer"),
+    )
     assert proc.returncode == 0, proc.stderr
     for duplicate in (False, True):
         keyed = cli(
@@ -703,6 +719,9 @@ ADDED_BY_20 = (
     ", {schema}.history_fold, {schema}.history_prune",
 )
 # (Removed first: it restores the text these pieces were added to.)
+# Migration 21's (snooze, progress, timeouts): removed from every older grant before the rest
+# (every caller stands for a version before 21), since ", concurrency_key" is followed by it.
+ADDED_BY_21 = (", snoozes, max_attempts, progress, progress_message", ",\n    timeout")
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -728,7 +747,7 @@ def grant_as_before(
 ) -> None:
     """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
     text = queries.get(f"grant_{kind}").text
-    for piece in added:
+    for piece in (*ADDED_BY_21, *added):
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
@@ -1402,3 +1421,34 @@ def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(
             with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
                 with pytest.raises(errors.InsufficientPrivilege):
                     conn.execute("SELECT * FROM leasectl.schedule_events")
+
+
+def test_roles_granted_at_version_20_snooze_report_progress_and_set_timeouts_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 21 gives the roles granted before it what `leasectl grant` now gives: a worker
+    heartbeats with progress, claims (which clear it) and snoozes; a producer sets a timeout. No
+    `leasectl grant` is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v20_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:20])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ())
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][20:]
+        proc = cli("enqueue", "-q", "q", "--timeout", "30s", dsn=roles.dsn("producer"))
+        assert proc.returncode == 0, proc.stderr
+        ttl = timedelta(seconds=30)
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            [lease] = store.work.claim("q", "w-old", ttl, 1)
+            assert lease.job.timeout == ttl
+            assert set(store.work.heartbeat([lease], ttl, progress=[(0.25, "a")])) == {1}
+            assert store.work.snooze(lease, timedelta(0)) is not None
+            [again] = store.work.claim("q", "w-old", ttl, 1)
+            assert (again.job.snoozes, again.job.progress) == (1, None)

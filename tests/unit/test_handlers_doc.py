@@ -122,15 +122,15 @@ def test_a_member_without_its_row_fails_the_check() -> None:
 
     @dataclasses.dataclass
     class Grown(leasectl.JobContext):
-        progress: float = 0.0
+        share: float = 0.0
 
-        def snooze(self, seconds: float) -> None:
+        def defer(self, seconds: float) -> None:
             raise NotImplementedError
 
     expected = _member_rows(Grown)
-    assert expected["progress"] == "float"
-    assert expected["snooze()"] == "(seconds: float) -> None"
-    assert set(expected) - set(_doc_rows(TABLES[leasectl.JobContext])) == {"progress", "snooze()"}
+    assert expected["share"] == "float"
+    assert expected["defer()"] == "(seconds: float) -> None"
+    assert set(expected) - set(_doc_rows(TABLES[leasectl.JobContext])) == {"share", "defer()"}
 
 
 @pytest.mark.parametrize("cls", [Job, Lease], ids=lambda cls: cls.__name__)
@@ -145,5 +145,12 @@ def test_every_public_attribute_of_the_models_is_named_in_the_doc(cls: type) -> 
 
 
 def test_the_handler_names_are_what_leasectl_exports() -> None:
-    for name in ("JobContext", "AsyncJobContext", "PermanentError", "LeaseLost"):
+    for name in (
+        "JobContext",
+        "AsyncJobContext",
+        "PermanentError",
+        "LeaseLost",
+        "Snooze",
+        "JobTimedOut",
+    ):
         assert name in leasectl.__all__

@@ -40,6 +40,7 @@ def panel_row(job_id: int, status: str, owner: str | None) -> tuple[object, ...]
         NOW,  # finished_at (the Failed panel's)
         "card-1",  # concurrency_key (migration 18)
         job_id + 1,  # key_holder
+        (job_id % 101) / 100,  # progress (migration 21)
     )
 
 

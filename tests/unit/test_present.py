@@ -245,6 +245,10 @@ def test_detail_json_has_all_columns() -> None:
         "updated_at",
         "finished_at",
         "unique_key",
+        "snoozes",
+        "timeout",
+        "progress",
+        "progress_message",
     }
     assert doc["job"]["lease_until"] == "2025-03-01T11:59:18+00:00"
     assert doc["job"]["status"] == "Processing"

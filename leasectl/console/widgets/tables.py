@@ -115,7 +115,8 @@ def key_cell(job: PanelJob) -> Text:
 class ProcessingTable(JobTable):
     # An owner id (host:pid:hex) is kept whole: the attempts column goes first.
     FLEX: ClassVar[dict[str, int]] = {"queue": 8}
-    DROP = ("attempts", "heartbeat", "queue")
+    # (What the handler reported, ctx.progress: the first to go when narrow.)
+    DROP = ("progress", "attempts", "heartbeat", "queue")
     COLUMNS = (
         ("state", "STATE", 9),
         ("id", "ID", 9),
@@ -124,6 +125,7 @@ class ProcessingTable(JobTable):
         ("owner", "OWNER", 24),
         ("heartbeat", "HB AGE", 7),
         ("attempts", "ATT", 5),
+        ("progress", "%", 4),
     )
 
     def cells(self, item: PanelJob, ctx: RowContext) -> tuple[Text, ...]:
@@ -143,7 +145,13 @@ class ProcessingTable(JobTable):
             lit(view.short_owner(item.lease_owner, 24), style, no_wrap=True, overflow="ellipsis"),
             Text(age(ctx.now, item.heartbeat_at), justify="right"),
             self.attempts_cell(item, style),
+            progress_cell(item.progress),
         )
+
+
+def progress_cell(progress: float | None) -> Text:
+    """A handler's reported progress as a whole percentage ("" when it reported none)."""
+    return Text("" if progress is None else f"{progress * 100:.0f}%", justify="right")
 
 
 class StuckTable(JobTable):

@@ -56,8 +56,11 @@ GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
+-- (snoozes, max_attempts: a snooze, job_snooze; progress, progress_message: heartbeats carry
+-- it, claims clear it; migration 21.)
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
-    last_error, updated_at) ON {schema}.jobs TO {role};
+    last_error, updated_at, snoozes, max_attempts, progress, progress_message)
+    ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
     UPDATE (outcome, ended_at, heartbeat_at, error, error_detail) ON {schema}.job_attempts
     TO {role};
@@ -70,7 +73,8 @@ GRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
-GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key, concurrency_key),
+GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key, concurrency_key,
+    timeout),
     SELECT (id, queue, unique_key, status) ON {schema}.jobs TO {role};
 
 -- name: roles_existing

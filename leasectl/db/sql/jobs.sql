@@ -16,7 +16,8 @@ WITH given AS (
            coalesce(g.delay, %(delay)s::interval) AS delay,
            coalesce(g.max_attempts, %(max_attempts)s::integer) AS max_attempts,
            coalesce(g.unique_key, %(unique_key)s::pg_catalog.text) AS unique_key,
-           coalesce(g.concurrency_key, %(concurrency_key)s::pg_catalog.text) AS concurrency_key
+           coalesce(g.concurrency_key, %(concurrency_key)s::pg_catalog.text) AS concurrency_key,
+           coalesce(g.timeout, %(timeout)s::interval) AS timeout
     -- (ROWS FROM: the many-argument unnest, which exists only unqualified.)
     FROM ROWS FROM (
              pg_catalog.unnest(%(payloads)s::pg_catalog.jsonb[]),
@@ -25,9 +26,11 @@ WITH given AS (
              pg_catalog.unnest(%(delay_each)s::interval[]),
              pg_catalog.unnest(%(max_attempts_each)s::integer[]),
              pg_catalog.unnest(%(unique_key_each)s::pg_catalog.text[]),
-             pg_catalog.unnest(%(concurrency_key_each)s::pg_catalog.text[]))
+             pg_catalog.unnest(%(concurrency_key_each)s::pg_catalog.text[]),
+             pg_catalog.unnest(%(timeout_each)s::interval[]))
          WITH ORDINALITY
-         AS g(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, n)
+         AS g(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, timeout,
+              n)
 ), locked AS (
     -- The concurrency keys' locks (migration 18), all of them before the first row, in (queue,
     -- key) order (sorted by the caller): two enqueues of several keys never wait on each other
@@ -44,9 +47,9 @@ WITH given AS (
     -- A job with a concurrency key is made Waiting instead of Pending while its key is busy, by
     -- migration 18's trigger (jobs_key_arrive), under the key's lock.
     INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key,
-                               concurrency_key)
+                               concurrency_key, timeout)
     SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
-           max_attempts, unique_key, concurrency_key
+           max_attempts, unique_key, concurrency_key, timeout
     FROM given
     WHERE (SELECT locked.n FROM locked) OPERATOR(pg_catalog.>=) 0
     ORDER BY n
@@ -151,6 +154,9 @@ WITH budget AS (
         attempts = CASE WHEN t.attempt IS NULL THEN j.attempts + 1 ELSE j.attempts END,
         finished_at = CASE WHEN t.attempt IS NULL THEN j.finished_at ELSE now() END,
         last_error = CASE WHEN t.attempt IS NULL THEN j.last_error END,
+        -- A claim clears what the previous attempt's handler reported (migration 21).
+        progress = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress END,
+        progress_message = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress_message END,
         updated_at = now()
     FROM targets AS t
     -- (`IS NOT DISTINCT FROM`, `status::text`: `=` in forms no index serves, so a generic plan
@@ -236,7 +242,8 @@ WITH budget AS (
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
-        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
+        heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
+        progress_message = NULL, updated_at = now()
     FROM picked AS p
     -- (`status::text`: not through jobs_processing_idx; see jobs_complete_and_claim.)
     WHERE j.id = ANY (ARRAY[p.id]) AND j.status::text = 'Processing' AND j.lease_until < now()
@@ -275,7 +282,8 @@ WITH previous AS (
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
-        heartbeat_at = now(), attempts = j.attempts + 1, updated_at = now()
+        heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
+        progress_message = NULL, updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
       -- (Not one at the integer's maximum: its +1 would fail the statement.)
@@ -306,9 +314,14 @@ FROM claimed AS c LEFT JOIN settled AS s ON true;
 
 -- name: jobs_heartbeat
 -- Extend the leases this owner still holds (fenced by id, owner, attempts, status); returns them.
+-- Each lease may carry its handler's latest progress (ctx.progress: a fraction and a message,
+-- the message cut to its column by the worker); NULL progress leaves the stored one as it is.
 UPDATE {schema}.jobs AS j
-SET lease_until = now() + %(ttl)s, heartbeat_at = now()
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS f(id, attempt)
+SET lease_until = now() + %(ttl)s, heartbeat_at = now(),
+    progress = coalesce(f.progress, j.progress),
+    progress_message = CASE WHEN f.progress IS NULL THEN j.progress_message ELSE f.message END
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(progress)s::real[],
+            %(messages)s::text[]) AS f(id, attempt, progress, message)
 -- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
 WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
   AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
@@ -358,6 +371,31 @@ WITH failed AS (
     WHERE a.job_id = f.id AND a.attempt = f.attempts AND a.job_id = %(id)s
 )
 SELECT id, status::text AS status, run_at FROM failed;
+
+-- name: job_snooze
+-- Snooze a fenced lease: Pending again at now() + %(delay)s without spending its attempt (max_attempts one higher, at most 1000), counted in snoozes (at most 100); the attempt ends 'snoozed'.
+-- The fence is job_fail's (id, attempt, owner, Processing); the bound on snoozes is part of it
+-- (the worker fails an attempt that would snooze once more, and never sends it). last_error
+-- stays the previous failure's: a snooze is no error.
+WITH snoozed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'Pending', run_at = now() + %(delay)s, lease_until = NULL,
+        snoozes = j.snoozes + 1, max_attempts = least(j.max_attempts + 1, 1000),
+        updated_at = now()
+    -- (These forms of `=`: found by primary key, never through jobs_processing_idx, as in
+    -- jobs_heartbeat: a worker may hold a thousand leases.)
+    WHERE j.id = %(id)s AND j.attempts = %(attempt)s
+      AND j.lease_owner IS NOT DISTINCT FROM %(owner)s
+      AND j.status::text = 'Processing' AND j.snoozes < %(max_snoozes)s
+    RETURNING j.id, j.attempts, j.heartbeat_at, j.run_at, j.snoozes
+), closed AS (
+    UPDATE {schema}.job_attempts AS a
+    -- (No error: readers of the latest error, as the console's Stuck panel, skip none.)
+    SET outcome = 'snoozed', ended_at = now(), heartbeat_at = s.heartbeat_at
+    FROM snoozed AS s
+    WHERE a.job_id = s.id AND a.attempt = s.attempts AND a.job_id = %(id)s
+)
+SELECT id, run_at, snoozes FROM snoozed;
 
 -- name: jobs_release
 -- Hand fenced leases back to Pending unfinished (graceful shutdown); the attempt stays counted.
@@ -414,6 +452,7 @@ SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts
        CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
             THEN octet_length(j.last_error) END AS last_error_cut_bytes,
        j.created_at, j.updated_at, j.finished_at, j.unique_key, j.concurrency_key,
+       j.snoozes, j.timeout, j.progress, j.progress_message,
        -- A Waiting job's key holder: the key's head (jobs_key_head_idx, one probe).
        (SELECT h.id FROM {schema}.jobs AS h
         WHERE j.status = 'Waiting' AND h.queue = j.queue

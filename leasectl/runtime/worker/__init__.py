@@ -30,8 +30,10 @@ from leasectl.runtime.worker.context import (
     AsyncJobContext,
     Handler,
     JobContext,
+    JobTimedOut,
     LeaseContext,
     PermanentError,
+    Snooze,
     is_async_handler,
 )
 from leasectl.runtime.worker.ledger import WorkerStats
@@ -45,8 +47,10 @@ __all__ = [
     "AsyncJobContext",
     "Handler",
     "JobContext",
+    "JobTimedOut",
     "LeaseContext",
     "PermanentError",
+    "Snooze",
     "Worker",
     "WorkerConfig",
     "WorkerStats",

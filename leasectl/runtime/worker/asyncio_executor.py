@@ -19,6 +19,7 @@ from leasectl.db.work import WorkerStore
 from leasectl.runtime.handler_errors import fails_attempt, job_fields
 from leasectl.runtime.worker.config import WorkerConfig
 from leasectl.runtime.worker.context import AsyncHandler, AsyncJobContext, LeaseContext
+from leasectl.runtime.worker.executors import timeout_at
 from leasectl.runtime.worker.ledger import Ledger
 from leasectl.runtime.worker.outcomes import Outcomes
 
@@ -51,6 +52,7 @@ class AsyncioExecutor:
         self._open_transaction = self._transaction  # (bound once, not per job)
         self._thread: threading.Thread | None = None
         ledger.on_lost = self._cancel_after_grace
+        ledger.on_timeout = self._cancel_now
 
     def threads(self) -> list[threading.Thread]:
         self._thread = threading.Thread(target=self._loop_main, name="leasectl-loop", daemon=True)
@@ -78,6 +80,9 @@ class AsyncioExecutor:
             )
             for lease in leases
         ]
+        for ctx in contexts:
+            if ctx.lease.job.timeout is not None:
+                ctx.timeout_at = timeout_at(ctx.lease)
         self.ledger.hold(contexts)
         self.ledger.stats.claimed += len(contexts)
         loop.call_soon_threadsafe(self._start_tasks, contexts)
@@ -114,6 +119,8 @@ class AsyncioExecutor:
                     return
                 error = exc
         ctx._returned = True
+        if ctx.timed_out:
+            error = outcomes.ended_with(ctx, error)
         if error is None and not (ctx.committed or ctx.lost or ctx.is_cancelled()):
             ctx.finishing = True
             if not self._round:
@@ -144,6 +151,20 @@ class AsyncioExecutor:
 
         with contextlib.suppress(RuntimeError):  # the loop is closed: no task is left
             loop.call_soon_threadsafe(loop.call_later, self.config.grace.total_seconds(), cancel)
+
+    def _cancel_now(self, ctx: LeaseContext) -> None:
+        """A handler past its job's timeout: its task is cancelled at once (``CancelledError``
+        inside the handler); the attempt then fails with ``JobTimedOut``."""
+        if not isinstance(ctx, AsyncJobContext):
+            return
+
+        def cancel() -> None:
+            task = ctx._task
+            if task is not None and not ctx._returned and not task.done():
+                task.cancel()
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: no task is left
+            self.loop.call_soon_threadsafe(cancel)
 
     def close(self) -> None:
         """After shutdown: cancel the tasks still running (their leases were handed back), let

@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import threading
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, NoReturn
 
+from leasectl.core.config import MAX_PROGRESS_CHARS, MAX_SNOOZE_DELAY
 from leasectl.core.models import Job, Lease
 
 
@@ -21,6 +24,54 @@ class PermanentError(Exception):
 
 # Recorded errors name the class as handlers import it (leasectl.PermanentError).
 PermanentError.__module__ = "leasectl"
+
+
+class Snooze(Exception):
+    """Raise from a handler (or call ``ctx.snooze(delay)``) to put the job off: ``Pending``
+    again ``delay`` from now (a ``timedelta`` or seconds, 0 to 7 days), without spending an
+    attempt. A job snoozes at most ``MAX_SNOOZES`` (100) times; one more fails the attempt."""
+
+    def __init__(self, delay: timedelta | float) -> None:
+        self.delay = snooze_delay(delay)
+        super().__init__(f"snoozed for {self.delay.total_seconds():g}s")
+
+
+Snooze.__module__ = "leasectl"
+
+
+class JobTimedOut(Exception):
+    """The attempt's error when its handler ran past the job's timeout (``enqueue --timeout``)."""
+
+
+JobTimedOut.__module__ = "leasectl"
+
+
+def snooze_delay(delay: object) -> timedelta:
+    """A snooze's delay checked: a timedelta or a number of seconds, from 0 to 7 days."""
+    if isinstance(delay, bool) or not isinstance(delay, timedelta | int | float):
+        raise TypeError(f"a snooze's delay is a timedelta or seconds, got {type(delay).__name__}")
+    seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if not 0 <= seconds <= MAX_SNOOZE_DELAY.total_seconds():  # (NaN too)
+        raise ValueError(
+            f"a snooze's delay must be between 0 and {MAX_SNOOZE_DELAY.days} days, got {delay!r}"
+        )
+    return delay if isinstance(delay, timedelta) else timedelta(seconds=seconds)
+
+
+def progress_value(fraction: object, message: object) -> tuple[float, str | None]:
+    """``ctx.progress``'s arguments checked: a fraction from 0 to 1 and a message (or None),
+    the message cut to MAX_PROGRESS_CHARS characters, NUL characters dropped."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TypeError(f"progress is a number from 0 to 1, got {type(fraction).__name__}")
+    if not 0.0 <= fraction <= 1.0:  # (NaN too)
+        raise ValueError(f"progress is a number from 0 to 1, got {fraction!r}")
+    if message is not None:
+        if not isinstance(message, str):
+            raise TypeError(f"a progress message is a string, got {type(message).__name__}")
+        message = message.replace("\x00", "")[:MAX_PROGRESS_CHARS]
+        # (A lone surrogate cannot be sent: replaced, not refused.)
+        message = message.encode("utf-8", "replace").decode("utf-8")
+    return float(fraction), message
 
 
 class UnusableJob(PermanentError):
@@ -41,6 +92,13 @@ class LeaseContext:
     deadline: float = 0.0  # local monotonic time after which the lease must be presumed lost
     finishing: bool = False  # the handler returned; its result is being written
     committed: bool = False  # the handler's transaction() committed the job's completion
+    # The local monotonic time past which the handler has run longer than the job's timeout
+    # (inf: none), and whether it did (the worker then cancels it and fails the attempt).
+    timeout_at: float = math.inf
+    timed_out: bool = False
+    # The handler's latest progress (ctx.progress) and the one the last heartbeat carried.
+    _progress: tuple[float, str | None] | None = field(default=None, repr=False, compare=False)
+    _progress_sent: tuple[float, str | None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def job(self) -> Job:
@@ -55,6 +113,23 @@ class LeaseContext:
 
     def _set_cancelled(self) -> None:
         raise NotImplementedError
+
+    def snooze(self, delay: timedelta | float) -> NoReturn:
+        """Put the job off (raises ``Snooze``: let it propagate): Pending again ``delay`` from
+        now, without spending an attempt."""
+        raise Snooze(delay)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the handler got (0 to 1) and, optionally, what it is doing (cut to
+        200 characters). Cheap: kept here, written by the worker's next heartbeat (only the
+        latest report of each heartbeat interval is written); shown by `inspect` and the
+        console until the job is claimed again."""
+        self._progress = progress_value(fraction, message)
+
+    def progress_due(self) -> tuple[float, str | None] | None:
+        """(The heartbeat's.) The progress to write with the next heartbeat, if it changed."""
+        latest = self._progress
+        return None if latest is self._progress_sent else latest
 
 
 @dataclass

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
@@ -73,6 +75,8 @@ class SyncExecutor:
                     outcomes.interrupted(ctx, exc)
                     return
                 error = exc
+        if ctx.timed_out:
+            error = outcomes.ended_with(ctx, error)
         if outcomes.handler_ended(ctx, error):
             outcomes.record_failure(ctx, error)
 
@@ -102,6 +106,13 @@ class SyncExecutor:
         ctx.committed = True
 
 
+def timeout_at(lease: Lease) -> float:
+    """The local monotonic time past which the job's handler has run too long (its timeout,
+    from now: the moment it is handed over), or inf."""
+    timeout = lease.job.timeout
+    return math.inf if timeout is None else time.monotonic() + timeout.total_seconds()
+
+
 class InlineExecutor(SyncExecutor):
     """Concurrency 1: the dispatcher runs the handler itself; its result rides the next trip."""
 
@@ -109,6 +120,8 @@ class InlineExecutor(SyncExecutor):
         hold, stats, open_transaction = self.ledger.hold, self.stats, self._open_transaction
         for lease in leases:
             ctx = JobContext(lease, deadline=deadline, _open_transaction=open_transaction)
+            if lease.job.timeout is not None:
+                ctx.timeout_at = timeout_at(lease)
             hold([ctx])
             stats.claimed += 1
             self.run_job(ctx)  # its result rides on the next trip
@@ -139,6 +152,8 @@ class ThreadExecutor(SyncExecutor):
         hold, stats, open_transaction = self.ledger.hold, self.stats, self._open_transaction
         for lease in leases:
             ctx = JobContext(lease, deadline=deadline, _open_transaction=open_transaction)
+            if lease.job.timeout is not None:
+                ctx.timeout_at = timeout_at(lease)
             hold([ctx])
             stats.claimed += 1
             self._jobs.put(ctx)

@@ -1,6 +1,7 @@
-"""The worker's keeper threads: heartbeats (every held lease renewed in one statement), LISTEN
-(enqueues wake the dispatcher), and the deadline (a lease that lapsed unrenewed is lost, told
-to its handler without waiting for any database call)."""
+"""The worker's keeper threads: heartbeats (every held lease renewed in one statement, carrying
+the handlers' progress), LISTEN (enqueues wake the dispatcher), and the deadline (a lease that
+lapsed unrenewed is lost, told to its handler without waiting for any database call; a handler
+past its job's timeout is cancelled)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from leasectl.core.backoff import reconnect_delay
-from leasectl.core.errors import ConnectionFailed
+from leasectl.core.errors import ConnectionFailed, LeasectlError
 from leasectl.db.work import NOTIFY_QUEUE_CHARS, WorkerStore
 from leasectl.runtime.worker.config import WorkerConfig
+from leasectl.runtime.worker.context import LeaseContext
 from leasectl.runtime.worker.ledger import Ledger
 
 log = logging.getLogger("leasectl.worker")
@@ -90,7 +93,9 @@ class Keepers:
         try:
             store = self.store()
             store.worker_seen(self.worker_id)
-            renewed = store.heartbeat([c.lease for c in held], self.config.lease_ttl)
+            # Each lease carries its handler's latest progress, when it reported any since.
+            progress = [c.progress_due() for c in held]
+            renewed = self.renew(store, held, progress)
         except ConnectionFailed as exc:
             log.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
             now = time.monotonic()
@@ -99,9 +104,11 @@ class Keepers:
                     ledger.mark_lost(ctx, "could not heartbeat before the lease lapsed")
             return
         refused = []
-        for ctx in held:
+        for ctx, reported in zip(held, progress, strict=True):
             if ctx.job.id in renewed:
                 ctx.deadline = sent + self.config.lease_ttl.total_seconds()
+                if reported is not None:
+                    ctx._progress_sent = reported
             elif not ctx.finishing:
                 # (A job whose result was written meanwhile is not renewed either: not lost.)
                 refused.append(ctx)
@@ -118,6 +125,31 @@ class Keepers:
             else:
                 ledger.mark_lost(ctx, "heartbeat rejected: the lease was taken over")
 
+    def renew(
+        self,
+        store: WorkerStore,
+        held: list[LeaseContext],
+        progress: list[tuple[float, str | None] | None],
+    ) -> dict[int, Any]:
+        """The heartbeat statement. A report the database refuses (a message its encoding
+        cannot hold: the handler's text is untrusted) must not cost the leases: the heartbeat
+        goes again without the reports, which are dropped (logged once each)."""
+        leases = [c.lease for c in held]
+        ttl = self.config.lease_ttl
+        if not any(progress):
+            return store.heartbeat(leases, ttl)
+        try:
+            return store.heartbeat(leases, ttl, progress=progress)
+        except ConnectionFailed:
+            raise
+        except LeasectlError as exc:
+            for ctx, reported in zip(held, progress, strict=True):
+                if reported is not None:
+                    ctx._progress_sent = reported  # (not sent again)
+            log.warning("worker %s: progress not written: %s", self.worker_id, exc)
+            progress[:] = [None] * len(progress)
+            return store.heartbeat(leases, ttl)
+
     def deadline_loop(self) -> None:
         """Cancel handlers whose lease lapsed without a successful heartbeat.
 
@@ -128,5 +160,9 @@ class Keepers:
         while not self.signals.closed.wait(tick):
             now = time.monotonic()
             for ctx in self.ledger.held_now():
-                if not ctx.lost and not ctx.finishing and now >= ctx.deadline:
+                if ctx.lost or ctx.finishing:
+                    continue
+                if now >= ctx.deadline:
                     self.ledger.mark_lost(ctx, "no heartbeat got through before the lease lapsed")
+                elif now >= ctx.timeout_at and not ctx.timed_out:
+                    self.ledger.time_out(ctx)

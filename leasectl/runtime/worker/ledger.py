@@ -27,6 +27,8 @@ class WorkerStats:
     released: int = 0
     trips: int = 0  # statements that completed and/or claimed (the dispatcher's round trips)
     throttled: int = 0  # round trips whose claim the queue's limits cut short
+    snoozed: int = 0  # attempts that ended in a snooze (not failures: no attempt spent)
+    timed_out: int = 0  # handlers cancelled for running past their job's timeout
 
 
 class Ledger:
@@ -40,6 +42,8 @@ class Ledger:
         self.wake = threading.Event()  # a handler returned, or a NOTIFY said there is work
         # Told of each lease lost (the asyncio executor cancels its task after --grace).
         self.on_lost: Callable[[LeaseContext], None] | None = None
+        # Told of each handler past its job's timeout (the asyncio executor cancels its task).
+        self.on_timeout: Callable[[LeaseContext], None] | None = None
 
     def held_now(self) -> list[LeaseContext]:
         with self.lock:
@@ -106,6 +110,27 @@ class Ledger:
         for ctx in finished:
             if now >= min(ctx.deadline, grace_end):
                 self.mark_lost(ctx, f"database unreachable past the lease ({exc})")
+
+    def time_out(self, ctx: LeaseContext) -> None:
+        """(The deadline thread's.) The handler ran past its job's timeout: tell it
+        (``cancelled``; an async task is cancelled); the attempt fails once it has ended.
+        The lease is still held (and heartbeated) until then: no other worker runs the job
+        while this handler may still be running."""
+        if ctx.timed_out or ctx.lost:
+            return
+        ctx.timed_out = True
+        self.stats.timed_out += 1
+        timeout = ctx.job.timeout
+        log.warning(
+            "worker %s: job %d attempt %d ran past its timeout (%gs): cancelling it",
+            self.worker_id,
+            ctx.job.id,
+            ctx.lease.attempt,
+            timeout.total_seconds() if timeout is not None else 0,
+        )
+        ctx._set_cancelled()
+        if self.on_timeout is not None:
+            self.on_timeout(ctx)
 
     def mark_lost(self, ctx: LeaseContext, why: str) -> None:
         if not ctx.lost:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from leasectl.core.backoff import retry_delay
+from leasectl.core.config import MAX_SNOOZES
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo, shorten
 from leasectl.core.models import JobStatus
@@ -23,7 +24,13 @@ from leasectl.runtime.handler_errors import (
     shown,
 )
 from leasectl.runtime.worker.config import WorkerConfig
-from leasectl.runtime.worker.context import LeaseContext, PermanentError, UnusableJob
+from leasectl.runtime.worker.context import (
+    JobTimedOut,
+    LeaseContext,
+    PermanentError,
+    Snooze,
+    UnusableJob,
+)
 from leasectl.runtime.worker.ledger import Ledger
 
 log = logging.getLogger("leasectl.worker")
@@ -67,6 +74,17 @@ class Outcomes:
         with self.ledger.lock:
             self.ledger.running -= 1
         self.stop()
+
+    @staticmethod
+    def ended_with(ctx: LeaseContext, error: BaseException | None) -> BaseException | None:
+        """What the attempt ended with: a handler that ran past its job's timeout fails it
+        with ``JobTimedOut``, whatever it returned or raised afterwards (unless its transaction
+        had committed the job)."""
+        if ctx.timed_out and not ctx.committed and not ctx.lost:
+            timeout = ctx.job.timeout
+            seconds = timeout.total_seconds() if timeout is not None else 0
+            return JobTimedOut(f"the handler ran past the job's timeout ({seconds:g}s)")
+        return error
 
     def handler_ended(self, ctx: LeaseContext, error: BaseException | None) -> bool:
         """Hand a success to the dispatcher's next trip; True when a failure (or a lost lease)
@@ -122,12 +140,34 @@ class Outcomes:
 
     def finish_failed(self, ctx: LeaseContext, error: BaseException | None) -> None:
         """Record a handler failure, fenced; retry a lost connection while the lease may hold."""
+        if isinstance(error, Snooze) and ctx.job.snoozes >= MAX_SNOOZES:
+            error = SnoozedTooOften(
+                f"the job snoozed {ctx.job.snoozes} times, the most a job may: this attempt "
+                "fails instead"
+            )
         while True:
-            if ctx.lost or ctx.is_cancelled() or error is None:
+            # (A timeout sets cancelled without losing the lease: its failure is written.)
+            if ctx.lost or (ctx.is_cancelled() and not ctx.timed_out) or error is None:
                 self.ledger.mark_lost(ctx, "lease lost before the result could be written")
                 return
+            if isinstance(error, Snooze):
+                try:
+                    if not self.snooze(ctx, error):
+                        self.ledger.mark_lost(
+                            ctx, "the database refused the snooze: lease taken over"
+                        )
+                    return
+                except ConnectionFailed as exc:
+                    if time.monotonic() >= ctx.deadline:
+                        self.ledger.mark_lost(ctx, f"database unreachable past the lease ({exc})")
+                        return
+                    self.closed.wait(0.5)
+                    continue
+            # The backoff counts the attempts spent, not the snoozes.
             delay = retry_delay(
-                ctx.lease.attempt, base=self.config.retry_base, cap=self.config.retry_cap
+                max(1, ctx.lease.attempt - ctx.job.snoozes),
+                base=self.config.retry_base,
+                cap=self.config.retry_cap,
             )
             try:
                 status = self.store().fail(
@@ -154,6 +194,32 @@ class Outcomes:
                     extra=job_fields(ctx.lease, outcome, text),
                 )
             return
+
+    def snooze(self, ctx: LeaseContext, snooze: Snooze) -> bool:
+        """Write a snooze (fenced); False when the database refused it (the lease was lost)."""
+        done = self.store().snooze(ctx.lease, snooze.delay)
+        if done is None:
+            return False
+        self.ledger.stats.snoozed += 1
+        log.info(
+            "worker %s: job %d attempt %d (queue %s) snoozed for %gs (snooze %d of at most %d)",
+            self.worker_id,
+            ctx.job.id,
+            ctx.lease.attempt,
+            echo(ctx.job.queue),
+            snooze.delay.total_seconds(),
+            done[1],
+            MAX_SNOOZES,
+        )
+        return True
+
+
+class SnoozedTooOften(Exception):
+    """The attempt's error when its handler snoozed a job that already snoozed MAX_SNOOZES
+    times: the attempt fails (the retry policy applies)."""
+
+
+SnoozedTooOften.__module__ = "leasectl"
 
 
 def recorded_error(error: BaseException) -> str:
