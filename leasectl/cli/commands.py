@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("jobs", "inspect"),
     "list": ("history", "list_jobs"),
     "status": ("jobs", "status"),
+    "errors": ("incident", "errors"),
+    "events": ("incident", "events"),
     "metrics": ("metrics", "metrics"),
     "prune": ("jobs", "prune"),
     "grant": ("admin", "grant"),
