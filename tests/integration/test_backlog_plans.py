@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from bench.plans import generic_plan
+from leasectl.core.counts import RECOUNT_BUDGET, RECOUNT_CAP
 from leasectl.db import sql as queries
 from leasectl.db.console import ConsoleReads
 from tests.conftest import SCHEMA
@@ -32,6 +33,8 @@ PARAMS: dict[str, Any] = {
     "stuck_floor": FLOOR,
     "group_limit": 1000,
     "risk_window": timedelta(seconds=10),
+    "recount_cap": RECOUNT_CAP,
+    "recount_budget": RECOUNT_BUDGET,
 }
 # What each statement's counts are capped at: console_counts counts every queue together up to
 # the budget; status shares it between the 2 queues of the seed.
