@@ -1178,7 +1178,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [17, 18]
+            assert store.db.migrate() == list(range(17, len(every) + 1))
             store.ops.enqueue([{}, {}, {}], queue="q")
         proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
