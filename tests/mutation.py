@@ -729,9 +729,9 @@ MUTANTS += (
 BACKLOG = "tests/integration/test_backlog_counts.py::"
 BACKLOG_PLANS = "tests/integration/test_backlog_plans.py::"
 BACKLOG_CONSOLE = (
-    "tests/console/test_backlog.py::test_a_backlog_shows_as_a_lower_bound_and_a_small_queue_exactly"
+    "tests/console/test_backlog.py::test_a_backlog_shows_as_an_estimate_and_a_small_queue_exactly"
 )
-STATUS_BOUNDED = BACKLOG + "test_status_shows_a_big_queue_as_a_lower_bound_and_a_small_one_exactly"
+STATUS_BOUNDED = BACKLOG + "test_status_shows_a_big_queue_as_an_estimate_and_a_small_one_exactly"
 COUNTS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[console_counts]"
 STATUS_PLAN = BACKLOG_PLANS + "test_counts_stop_at_their_caps_on_a_backlog[status_live_counts]"
 CONSOLE_WAITING = (
@@ -762,15 +762,16 @@ MUTANTS += (
            "coalesce((SELECT max(n) FROM grp) > %(group_limit)s, false) AS truncated",
            "false AS truncated", (TRUNCATED,)),
     mutant("status-counts-due-range", "status.sql", "status_live_counts",
-           "AND run_at <= {now}\n          ) AS r", "AND TRUE\n          ) AS r",
+           "AND run_at <= {now}\n              ) AS r", "AND TRUE\n              ) AS r",
            (STATUS_BOUNDED,)),
     mutant("status-counts-due-queue", "status.sql", "status_live_counts",
            "WHERE g.queue = q.queue AND g.n", "WHERE g.n", (STATUS_BOUNDED,)),
     mutant("status-counts-due-cap", "status.sql", "status_live_counts",
-           "AND g.n <= %(group_limit)s\n          LIMIT b.cap + 1) AS x",
-           "AND g.n <= %(group_limit)s\n          ) AS x", (STATUS_PLAN,)),
+           "AND g.n <= %(group_limit)s\n              LIMIT b.cap + 1) AS x",
+           "AND g.n <= %(group_limit)s\n              ) AS x", (STATUS_PLAN,)),
     mutant("status-counts-pending-cap", "status.sql", "status_live_counts",
-           "queue = q.queue\n          LIMIT b.cap + 1) AS x", "queue = q.queue\n          ) AS x",
+           "queue = q.queue\n              LIMIT b.cap + 1) AS x",
+           "queue = q.queue\n              ) AS x",
            (STATUS_PLAN,)),
     mutant("status-counts-stuck-cap", "status.sql", "status_live_counts",
            "queue = s.queue\n          LIMIT b.cap + 1) AS x", "queue = s.queue\n          ) AS x",
@@ -784,6 +785,36 @@ MUTANTS += (
     mutant("status-counts-truncated", "status.sql", "status_live_counts",
            "(SELECT max(n) FROM grp) > %(group_limit)s AS truncated", "false AS truncated",
            (BACKLOG + "test_more_groups_than_status_reads_is_said",)),
+)  # fmt: skip
+
+# Estimated counts (migration 22): the planner's estimate past the cap, and the recount of the
+# queues it estimates below RECOUNT_CAP, within RECOUNT_BUDGET.
+ESTIMATES = "migrations/022_incident_reads.sql"
+ESTIMATE_PARTS = BACKLOG + "test_the_estimate_is_of_the_queue_the_status_and_the_due_ones_asked_for"
+RECOUNT_BUDGET = BACKLOG + "test_past_the_recount_budget_a_pending_count_is_the_estimate"
+
+MUTANTS += (
+    mutant("estimate-queue", ESTIMATES, "estimate_jobs",
+           "IF p_queue IS NOT NULL THEN", "IF false THEN", (ESTIMATE_PARTS,)),
+    mutant("estimate-due", ESTIMATES, "estimate_jobs",
+           "IF p_due_at IS NOT NULL THEN", "IF false THEN", (ESTIMATE_PARTS,)),
+    mutant("estimate-no-statistics", ESTIMATES, "estimate_jobs",
+           "IF NOT EXISTS (", "IF false AND EXISTS (", (ESTIMATE_PARTS,)),
+    mutant("status-recount-budget", "status.sql", "status_live_counts",
+           "SELECT CASE WHEN p.recount_spent <= %(recount_budget)s",
+           "SELECT CASE WHEN true", (RECOUNT_BUDGET,)),
+    mutant("status-recount-shown", "status.sql", "status_live_counts",
+           "CASE WHEN r.jobs <= %(recount_cap)s THEN r.jobs ELSE p.jobs END AS jobs",
+           "p.jobs AS jobs", (STATUS_BOUNDED,)),
+    mutant("status-recount-due", "status.sql", "status_live_counts",
+           "CASE WHEN r.jobs <= %(recount_cap)s THEN rd.due ELSE p.due END AS due",
+           "p.due AS due", (STATUS_BOUNDED,)),
+    mutant("status-recount-estimated-only", "status.sql", "status_live_counts",
+           "CASE WHEN e.estimate <= %(recount_cap)s\n                THEN sum",
+           "CASE WHEN true\n                THEN sum", (RECOUNT_BUDGET,),
+           equivalent="cost only: a queue estimated past RECOUNT_CAP, recounted up to it, is "
+           "still shown as its estimate (raised to RECOUNT_CAP + 1); the larger estimates sort "
+           "last, so it takes no budget from a smaller queue's recount"),
 )  # fmt: skip
 
 

@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("history", "list_jobs"),
     "status": ("jobs", "status"),
     "stats": ("stats", "stats"),
+    "errors": ("incident", "errors"),
+    "events": ("incident", "events"),
     "metrics": ("metrics", "metrics"),
     "prune": ("jobs", "prune"),
     "grant": ("admin", "grant"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from leasectl.core.counts import BoundedCount
+from leasectl.core.counts import BoundedCount, count_fields
 from leasectl.core.models import (
     ConsoleCounts,
     JobStatus,
@@ -134,21 +134,20 @@ def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> Co
     finished history only as the planner's estimates."""
     cap = int(row["cap"])
     pending, due, stuck, waiting = (
-        BoundedCount.read(int(row[key]), cap) for key in ("pending", "due", "stuck", "waiting")
+        BoundedCount.read(int(row[key]), cap, row.get(f"{key}_estimate"))
+        for key in ("pending", "due", "stuck", "waiting")
     )
+    if pending.estimated and due.estimated:  # (the due ones are Pending too)
+        due = BoundedCount(due.value, True, min(due.shown, pending.shown))
     return ConsoleCounts(
-        pending=pending.value,
-        pending_capped=pending.capped,
-        due=due.value,
-        due_capped=due.capped,
+        **count_fields("pending", pending),
+        **count_fields("due", due),
         oldest_due_at=row["oldest_due_at"],
         processing=row["processing"],
         at_risk=row["at_risk"],
         expired=row["expired"],
-        stuck=stuck.value,
-        stuck_capped=stuck.capped,
-        waiting=waiting.value,
-        waiting_capped=waiting.capped,
+        **count_fields("stuck", stuck),
+        **count_fields("waiting", waiting),
         completed_estimate=estimates[0],
         failed_estimate=estimates[1],
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from leasectl.core.counts import BoundedCount
 from leasectl.core.limits import QueueLimit
 from leasectl.core.texts import TextCut
 
@@ -290,11 +291,23 @@ class QueueCounts:
     cancelled_recent: int = 0
     waiting: int = 0
     oldest_due_at: datetime | None = None
-    # True: the count above is a lower bound (counted up to a cap, core/counts.py).
+    # True: counted up to a cap and there are more (core/counts.py): the count above is the
+    # cap, a lower bound; or, when also estimated, the planner's estimate of them all.
     pending_capped: bool = False
     due_capped: bool = False
     stuck_capped: bool = False
     waiting_capped: bool = False
+    pending_estimated: bool = False
+    due_estimated: bool = False
+    stuck_estimated: bool = False
+    waiting_estimated: bool = False
+
+    def bounded(self, name: str) -> BoundedCount:
+        """``pending``, ``due``, ``stuck`` or ``waiting`` as the count it was read as."""
+        value: int = getattr(self, name)
+        if getattr(self, f"{name}_estimated"):
+            return BoundedCount(value, True, value)
+        return BoundedCount(value, getattr(self, f"{name}_capped"))
 
 
 @dataclass(frozen=True)
@@ -349,6 +362,11 @@ class StatusReport:
     def stuck_capped(self) -> bool:
         """True: ``stuck`` is a lower bound (some queue's count stopped at its cap)."""
         return any(q.stuck_capped for q in self.queues)
+
+    @property
+    def stuck_estimated(self) -> bool:
+        """True: ``stuck`` is (in part) an estimate."""
+        return any(q.stuck_estimated for q in self.queues)
 
     @property
     def oldest_due_at(self) -> datetime | None:
@@ -418,6 +436,18 @@ class ConsoleCounts:
     # Behind their concurrency key (migration 18), counted up to the cap as Stuck is.
     waiting: int = 0
     waiting_capped: bool = False
+    # Past the cap, the count above is the planner's estimate (core/counts.py).
+    pending_estimated: bool = False
+    due_estimated: bool = False
+    stuck_estimated: bool = False
+    waiting_estimated: bool = False
+
+    def bounded(self, name: str) -> BoundedCount:
+        """``pending``, ``due``, ``stuck`` or ``waiting`` as the count it was read as."""
+        value: int = getattr(self, name)
+        if getattr(self, f"{name}_estimated"):
+            return BoundedCount(value, True, value)
+        return BoundedCount(value, getattr(self, f"{name}_capped"))
 
 
 @dataclass(frozen=True)

@@ -236,16 +236,17 @@ class MetricsReads:
             pending=tuple(
                 PendingQueue(
                     r["queue"],
-                    BoundedCount.read(int(r["jobs"]), int(r["cap"])),
+                    BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"]),
                     r["oldest_due_age"],
                 )
                 for r in rows["pending"]
             ),
             stuck={
-                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"])) for r in rows["stuck"]
+                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"])
+                for r in rows["stuck"]
             },
             waiting={
-                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"]))
+                r["queue"]: BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"])
                 for r in rows["waiting"]
             },
             leases=tuple(

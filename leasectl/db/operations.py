@@ -14,7 +14,14 @@ from psycopg.rows import dict_row
 from leasectl.core import health
 from leasectl.core.actions import ACTIONS, OperatorAction, action_info
 from leasectl.core.config import check_queue_length
-from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.counts import (
+    COUNT_BUDGET,
+    COUNT_FLOOR,
+    RECOUNT_BUDGET,
+    RECOUNT_CAP,
+    BoundedCount,
+    count_fields,
+)
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
 from leasectl.core.errors import JobNotFound
 from leasectl.core.exposure import WritableSchema
@@ -427,6 +434,8 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
             "floor": COUNT_FLOOR,
             "stuck_floor": max(COUNT_FLOOR, stuck_floor),
             "group_limit": group_limit,
+            "recount_cap": RECOUNT_CAP,
+            "recount_budget": RECOUNT_BUDGET,
         }
         # read_clock first: the read clock ({now}) of the statements after it; on a hot
         # standby behind its primary, the time of the last transaction it replayed.
@@ -467,24 +476,21 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
             status = r["status"]
             if status == "Pending":
-                jobs = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
-                due = BoundedCount.read(int(r["due"]), int(r["cap"]))
+                jobs = BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"])
+                due = BoundedCount.read(int(r["due"]), int(r["cap"]), r["due_estimate"])
+                if jobs.estimated and due.estimated:  # (the due ones are Pending too)
+                    due = BoundedCount(due.value, True, min(due.shown, jobs.shown))
                 q.update(
-                    pending=jobs.value,
-                    pending_capped=jobs.capped,
-                    due=due.value,
-                    due_capped=due.capped,
+                    **count_fields("pending", jobs),
+                    **count_fields("due", due),
                     oldest_due_at=r["oldest_due_at"],
                 )
                 truncated = truncated or bool(r["truncated"])
             elif status == "Processing":
                 q.update(processing=r["jobs"], expired=r["expired"])
-            elif status == "Waiting":
-                waiting = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
-                q.update(waiting=waiting.value, waiting_capped=waiting.capped)
             else:
-                stuck = BoundedCount.read(int(r["jobs"]), int(r["cap"]))
-                q.update(stuck=stuck.value, stuck_capped=stuck.capped)
+                count = BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"])
+                q.update(**count_fields("waiting" if status == "Waiting" else "stuck", count))
         for r in recent:
             q = counts.setdefault(r["queue"], {"queue": r["queue"]})
             q[RECENT_FIELD[r["status"]]] = r["jobs"]

@@ -167,6 +167,11 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
         "due_capped": q.due_capped,
         "stuck_capped": q.stuck_capped,
         "waiting_capped": q.waiting_capped,
+        # True: past the cap, that key is the planner's estimate of them all (not a count).
+        "pending_estimated": q.pending_estimated,
+        "due_estimated": q.due_estimated,
+        "stuck_estimated": q.stuck_estimated,
+        "waiting_estimated": q.waiting_estimated,
     }
 
 

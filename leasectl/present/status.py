@@ -60,6 +60,11 @@ def totals(report: StatusReport) -> QueueCounts:
         due_capped=any(q.due_capped for q in qs),
         stuck_capped=any(q.stuck_capped for q in qs),
         waiting_capped=any(q.waiting_capped for q in qs),
+        # A sum with one estimate in it is an estimate.
+        pending_estimated=any(q.pending_estimated for q in qs),
+        due_estimated=any(q.due_estimated for q in qs),
+        stuck_estimated=any(q.stuck_estimated for q in qs),
+        waiting_estimated=any(q.waiting_estimated for q in qs),
     )
 
 
@@ -84,15 +89,24 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
     queues.add_column(f"failed {window}", justify="right", min_width=6)
 
     def row(q: QueueCounts, *, style: str = "") -> None:
-        waiting = [num(q.waiting, capped=q.waiting_capped)] if keyed else []
+        waiting = (
+            [num(q.waiting, capped=q.waiting_capped, estimated=q.waiting_estimated)]
+            if keyed
+            else []
+        )
         queues.add_row(
             lit(q.queue, style),
-            num(q.pending, capped=q.pending_capped),
-            num(q.due, capped=q.due_capped),
+            num(q.pending, capped=q.pending_capped, estimated=q.pending_estimated),
+            num(q.due, capped=q.due_capped, estimated=q.due_estimated),
             Text(oldest_due(now, q.oldest_due_at)),
             num(q.processing),
             num(q.expired, alert=EXPIRED_STYLE),
-            num(q.stuck, alert=STATUS_STYLE[JobStatus.STUCK], capped=q.stuck_capped),
+            num(
+                q.stuck,
+                alert=STATUS_STYLE[JobStatus.STUCK],
+                capped=q.stuck_capped,
+                estimated=q.stuck_estimated,
+            ),
             *waiting,
             num(q.completed_recent),
             num(q.failed_recent, alert=STATUS_STYLE[JobStatus.FAILED]),
@@ -132,7 +146,18 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
             line.append(f" {q.cancelled_recent:,}")
         parts.append(line)
     parts += [estimate]
-    if any(q.pending_capped or q.due_capped or q.stuck_capped for q in report.queues):
+    capped = [
+        q.bounded(name) for q in report.queues for name in ("pending", "due", "stuck", "waiting")
+    ]
+    if any(c.estimated for c in capped):
+        parts.append(
+            Text(
+                "≈N: past the exact count's cap, the planner's estimate (within about 25% while "
+                "the table's statistics are fresh), so that status stays fast on a backlog",
+                style="dim",
+            )
+        )
+    if any(c.capped and not c.estimated for c in capped):
         parts.append(
             Text(
                 "N+: at least N, counted up to a cap so that status stays fast on a backlog",
@@ -164,7 +189,8 @@ def status_renderables(report: StatusReport) -> list[RenderableType]:
         parts.append(
             Text(
                 f"attention: {report.expired} expired lease(s), "
-                f"{count_text(report.stuck, report.stuck_capped)} Stuck job(s); "
+                f"{count_text(report.stuck, report.stuck_capped, report.stuck_estimated)} "
+                "Stuck job(s); "
                 "see `leasectl requeue-stuck --dry-run`",
                 style=EXPIRED_STYLE,
             )

@@ -16,6 +16,7 @@ from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
+from leasectl.core.counts import approx
 from leasectl.core.literal import visible
 
 
@@ -39,15 +40,19 @@ def lit(
     )
 
 
-def num(n: int, *, alert: str | None = None, capped: bool = False) -> Text:
+def num(n: int, *, alert: str | None = None, capped: bool = False, estimated: bool = False) -> Text:
     """A count: dim when zero, in ``alert`` when not. ``capped``: a lower bound (counted up to
-    a cap, ``core/counts.py``), shown as ``6000+``, never as an exact-looking number."""
-    text = f"{n}+" if capped else str(n)
+    a cap, ``core/counts.py``), shown as ``6000+``, never as an exact-looking number;
+    ``estimated``: the planner's estimate past the cap, ``≈2.0M``."""
+    text = approx(n) if estimated else f"{n}+" if capped else str(n)
     return Text(text, style=alert if alert and n else ("dim" if n == 0 else ""))
 
 
-def count_text(n: int, capped: bool = False) -> str:
-    """A count with thousands separators; ``capped``: a lower bound, ``6,000+``."""
+def count_text(n: int, capped: bool = False, estimated: bool = False) -> str:
+    """A count with thousands separators; ``capped``: a lower bound, ``6,000+``;
+    ``estimated``: an estimate, ``≈2.0M``."""
+    if estimated:
+        return approx(n)
     return f"{n:,}+" if capped else f"{n:,}"
 
 

@@ -60,6 +60,12 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("queue", "status"),
         "1 when leasectl_jobs for this queue and status stopped at the count cap: there are more.",
     ),
+    "leasectl_jobs_estimate": (
+        "gauge",
+        ("queue", "status"),
+        "Past the count cap (leasectl_jobs_capped 1): the planner's estimate of that queue's "
+        "jobs in that status, from statistics on (queue, status); only while capped.",
+    ),
     "leasectl_jobs_finished_estimate": (
         "gauge",
         ("status",),
@@ -259,10 +265,13 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     yield truncated
 
     jobs, capped = _gauge("leasectl_jobs"), _gauge("leasectl_jobs_capped")
+    estimate = _gauge("leasectl_jobs_estimate")
     oldest = _gauge("leasectl_oldest_due_job_age_seconds")
     for p in rows.pending:
         jobs.add_metric([label(p.queue), JobStatus.PENDING], p.jobs.value)
         capped.add_metric([label(p.queue), JobStatus.PENDING], int(p.jobs.capped))
+        if p.jobs.estimated:
+            estimate.add_metric([label(p.queue), JobStatus.PENDING], p.jobs.shown)
         oldest.add_metric([label(p.queue)], p.oldest_due_age or 0.0)
     processing: dict[str, int] = {}
     for lease in rows.leases:
@@ -272,11 +281,16 @@ def families(rows: MetricsRows) -> Iterator[Metric]:
     for queue, stuck in sorted(rows.stuck.items()):
         jobs.add_metric([label(queue), JobStatus.STUCK], stuck.value)
         capped.add_metric([label(queue), JobStatus.STUCK], int(stuck.capped))
+        if stuck.estimated:
+            estimate.add_metric([label(queue), JobStatus.STUCK], stuck.shown)
     for queue, waiting in sorted(rows.waiting.items()):
         jobs.add_metric([label(queue), JobStatus.WAITING], waiting.value)
         capped.add_metric([label(queue), JobStatus.WAITING], int(waiting.capped))
+        if waiting.estimated:
+            estimate.add_metric([label(queue), JobStatus.WAITING], waiting.shown)
     yield jobs
     yield capped
+    yield estimate
     yield oldest
 
     finished = _gauge("leasectl_jobs_finished_estimate")

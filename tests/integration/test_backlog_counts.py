@@ -5,13 +5,15 @@ still decide correctly, the Stuck count being counted past ``--max-stuck``."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 import pytest
 from rich.console import Console
 
-from leasectl.core.counts import COUNT_BUDGET
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, RECOUNT_BUDGET, RECOUNT_CAP
+from leasectl.db import sql as queries
 from leasectl.present.jsonout import status_json
 from leasectl.present.status import status_renderables
 from tests.integration.test_cli import cli
@@ -62,37 +64,99 @@ def status_doc(dsn: str, *args: str) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
 
-def test_status_shows_a_big_queue_as_a_lower_bound_and_a_small_one_exactly(
+def within(estimate: int, actual: int, tolerance: float = 0.25) -> bool:
+    return abs(estimate - actual) <= tolerance * actual
+
+
+def test_status_shows_a_big_queue_as_an_estimate_and_a_small_one_exactly(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
+    """Past the cap: Stuck is the planner's estimate, marked as such (and as capped); Pending,
+    estimated below RECOUNT_CAP, is counted again, exactly."""
     seed_backlog(sql_conn)
     code, doc, _ = status_doc(db_dsn)
     assert code == 0
     by_queue = {q["queue"]: q for q in doc["queues"]}
     big, small = by_queue["big"], by_queue["small"]
-    assert (big["pending"], big["pending_capped"]) == (CAP, True)
-    assert (big["due"], big["due_capped"]) == (CAP, True)
-    assert (big["stuck"], big["stuck_capped"]) == (CAP, True)
+    assert big["stuck_capped"] and big["stuck_estimated"]
+    assert big["stuck"] > CAP and within(big["stuck"], BIG_STUCK), big["stuck"]
+    assert (big["pending"], big["pending_capped"], big["pending_estimated"]) == (
+        BIG_DUE + BIG_LATER,
+        False,
+        False,
+    )
+    assert (big["due"], big["due_capped"], big["due_estimated"]) == (BIG_DUE, False, False)
     assert big["oldest_due_age_s"] >= BIG_DUE - 60  # the oldest due, from the groups' heads
-    assert (small["pending"], small["pending_capped"]) == (3, False)
-    assert (small["due"], small["due_capped"]) == (1, False)
-    assert (small["stuck"], small["stuck_capped"]) == (2, False)
+    assert (small["pending"], small["pending_capped"], small["pending_estimated"]) == (
+        3,
+        False,
+        False,
+    )
+    assert (small["due"], small["due_capped"], small["due_estimated"]) == (1, False, False)
+    assert (small["stuck"], small["stuck_capped"], small["stuck_estimated"]) == (2, False, False)
     assert 590 <= small["oldest_due_age_s"] <= 700
-    # A sum with a lower bound in it is a lower bound.
+    # A sum with an estimate in it is an estimate.
     totals = doc["totals"]
-    assert (totals["pending"], totals["pending_capped"]) == (CAP + 3, True)
-    assert (totals["stuck"], totals["stuck_capped"]) == (CAP + 2, True)
+    assert (totals["pending"], totals["pending_estimated"]) == (BIG_DUE + BIG_LATER + 3, False)
+    assert totals["stuck"] == big["stuck"] + 2 and totals["stuck_estimated"]
     assert doc["truncated"] is False
 
-    # The text shows the bound as one, and says what "+" means; the small queue stays exact.
+    # The text shows the estimate as one, and says what "≈" means; the small queue stays exact.
     text = cli("status", dsn=db_dsn)
     assert text.returncode == 0, text.stderr
     rows = {cells[0]: cells for cells in map(cells_of, text.stdout.splitlines()) if cells}
     # queue, pending, due, oldest due, proc., expired, stuck, done, failed
-    assert rows["big"][1:3] == [f"{CAP}+", f"{CAP}+"] and rows["big"][6] == f"{CAP}+"
+    assert rows["big"][1:3] == [str(BIG_DUE + BIG_LATER), str(BIG_DUE)]
+    assert rows["big"][6] == f"≈{big['stuck']:,}"
     assert rows["small"][1:3] == ["3", "1"] and rows["small"][6] == "2"
-    assert not any("+" in cell for cell in rows["small"]), rows["small"]
-    assert rows["total"][1] == f"{CAP + 3}+", rows["total"]
+    assert not any("+" in cell or "≈" in cell for cell in rows["small"]), rows["small"]
+    assert rows["total"][6].startswith("≈"), rows["total"]
+    assert "≈N: past the exact count's cap, the planner's estimate" in " ".join(text.stdout.split())
+    assert "N+: at least N" not in text.stdout
+
+
+def test_past_the_recount_budget_a_pending_count_is_the_estimate(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """Recounts share a budget: a queue it does not cover keeps the planner's estimate (and a
+    queue estimated above RECOUNT_CAP is never recounted)."""
+    seed_backlog(sql_conn)
+    params = {
+        "queue": None,
+        "budget": COUNT_BUDGET,
+        "floor": COUNT_FLOOR,
+        "stuck_floor": COUNT_FLOOR,
+        "group_limit": 1000,
+    }
+    statement = queries.get("status_live_counts").render("leasectl")
+    for recount_cap, recount_budget in ((RECOUNT_CAP, 0), (BIG_DUE, RECOUNT_BUDGET)):
+        rows = sql_conn.execute(
+            statement,
+            {**params, "recount_cap": recount_cap, "recount_budget": recount_budget},
+        ).fetchall()
+        (big,) = [r for r in rows if r[0] == "big" and r[1] == "Pending"]
+        # queue, status, jobs, cap, due, oldest_due_at, expired, truncated, estimate, due_estimate
+        assert big[2] == CAP + 1 and big[3] == CAP, big
+        assert big[8] is not None and within(big[8], BIG_DUE + BIG_LATER), big
+        assert big[9] is not None and big[9] <= big[8], big
+
+
+def test_without_statistics_a_big_queue_is_a_lower_bound(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """A table never analyzed gives the planner nothing to estimate from: the count stays the
+    cap, a lower bound (``3000+``), not a made-up number."""
+    seed_backlog(sql_conn)
+    sql_conn.execute(
+        "DELETE FROM pg_catalog.pg_statistic WHERE starelid = 'leasectl.jobs'::regclass"
+    )
+    code, doc, _ = status_doc(db_dsn)
+    assert code == 0
+    big = {q["queue"]: q for q in doc["queues"]}["big"]
+    assert (big["pending"], big["pending_capped"], big["pending_estimated"]) == (CAP, True, False)
+    text = cli("status", dsn=db_dsn)
+    rows = {cells[0]: cells for cells in map(cells_of, text.stdout.splitlines()) if cells}
+    assert rows["big"][1] == f"{CAP}+"
     assert "N+: at least N" in text.stdout
 
 
@@ -167,3 +231,36 @@ def test_more_groups_than_status_reads_is_said(
     for part in status_renderables(report):
         console.print(part)
     assert "not every queue is listed; pass --queue" in console.export_text()
+
+
+def test_the_estimate_is_of_the_queue_the_status_and_the_due_ones_asked_for(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """estimate_jobs (migration 22): the planner's rows for its own predicate, each part of it
+    applied; NULL where there are no statistics to estimate from."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, run_at) "
+        "SELECT 'a', now() + CASE WHEN i % 2 = 0 THEN interval '1 day' ELSE interval '-1 hour' END "
+        "FROM generate_series(1, 10000) AS i"
+    )
+    sql_conn.execute("INSERT INTO leasectl.jobs (queue) SELECT 'b' FROM generate_series(1, 100)")
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status) SELECT 'a', 'Stuck' FROM generate_series(1, 300)"
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+
+    def estimate(*args: Any) -> int | None:
+        placeholders = ", ".join(["%s"] * len(args))
+        row = sql_conn.execute(f"SELECT leasectl.estimate_jobs({placeholders})", args).fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    assert within(estimate("Pending", "a") or 0, 10_000)
+    assert within(estimate("Pending", "b") or 0, 100)
+    assert within(estimate("Stuck", "a") or 0, 300)
+    assert within(estimate("Pending") or 0, 10_100)  # every queue's
+    assert within(estimate("Pending", "a", datetime.now(UTC)) or 0, 5_000)  # the due ones
+    sql_conn.execute(
+        "DELETE FROM pg_catalog.pg_statistic WHERE starelid = 'leasectl.jobs'::regclass"
+    )
+    assert estimate("Pending", "a") is None

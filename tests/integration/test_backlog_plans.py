@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from bench.plans import generic_plan
+from leasectl.core.counts import RECOUNT_CAP
 from leasectl.db import sql as queries
 from leasectl.db.console import ConsoleReads
 from tests.conftest import SCHEMA
@@ -32,6 +33,9 @@ PARAMS: dict[str, Any] = {
     "stuck_floor": FLOOR,
     "group_limit": 1000,
     "risk_window": timedelta(seconds=10),
+    # No recount here: these tests hold the counts to their caps (its own test below).
+    "recount_cap": RECOUNT_CAP,
+    "recount_budget": 0,
 }
 # What each statement's counts are capped at: console_counts counts every queue together up to
 # the budget; status shares it between the 2 queues of the seed.
@@ -77,6 +81,33 @@ def test_counts_stop_at_their_caps_on_a_backlog(
         line for line in plan.splitlines() if DUE_BOUND.search(line) and "Index Cond" in line
     ]
     assert due_nodes, plan
+
+
+def test_status_recounts_thinly_estimated_queues_within_its_budget(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """Past the cap, a queue estimated at most recount_cap is counted again, up to it: 10,000
+    Pending jobs in each of 2 queues, each recounted exactly while the budget covers it, the
+    walks bounded by the recount's cap; past the budget, the estimate."""
+    seed(sql_conn)
+    statement = queries.get("status_live_counts").render(SCHEMA)
+    params = {**PARAMS, "recount_cap": 12_000}
+    rows = sql_conn.execute(statement, {**params, "recount_budget": 40_000}).fetchall()
+    pending = {r[0]: r for r in rows if r[1] == "Pending"}
+    assert {q: (r[2], r[3], r[4]) for q, r in pending.items()} == {
+        "q": (10_000, 12_000, 10_000),
+        "other": (10_000, 12_000, 10_000),
+    }
+    plan = plan_of(sql_conn, "status_live_counts", {**params, "recount_budget": 40_000})
+    per_loop = [int(rows) for rows, _ in ROWS.findall(plan)]
+    assert max(per_loop) <= 12_001, plan
+    # A budget for one of them: the other keeps its cap and its estimate.
+    rows = sql_conn.execute(statement, {**params, "recount_budget": 15_000}).fetchall()
+    pending = {r[0]: r for r in rows if r[1] == "Pending"}
+    exact = [q for q, r in pending.items() if r[2] == 10_000]
+    capped = [q for q, r in pending.items() if r[2] == BUDGET // 2 + 1]
+    assert len(exact) == 1 and len(capped) == 1, pending
+    assert pending[capped[0]][8] is not None  # its estimate
 
 
 def test_a_queue_filter_keeps_the_counts_exact_below_the_cap(

@@ -800,3 +800,37 @@ def test_stats_and_pickup_latency_show_hostile_queues_as_text(hostile: Hostile) 
     for value, proc in zip(values, tables, strict=True):
         checked(proc, 0, "stats -q")
         shown(proc.stdout, value, "stats queue")
+
+
+def test_errors_and_events_show_hostile_errors_queues_actors_and_reasons_as_text(
+    hostile: Hostile,
+) -> None:
+    """`errors` groups the hostile errors of the showcase job's failed attempts (its queue is
+    hostile too) and `events` lists the hostile actors, actions and reasons of its audit rows:
+    nothing they print acts on a terminal, and --json gives the exact values back."""
+    from leasectl.core.errorgroups import error_kind
+
+    errors, errors_json, events, events_json = run_all(
+        [["errors"], ["errors", "--json"], ["events"], ["events", "--json"]], hostile.dsn
+    )
+    checked(errors, 0, "errors")
+    checked(errors_json, 0, "errors --json")
+    groups = json.loads(errors_json.stdout)["groups"]
+    assert sum(g["count"] for g in groups) == len(NAMES)
+    expected = {error_kind(value.split("\n", 1)[0][:200], traced=True) for value in NAMES}
+    assert {g["error"] for g in groups} == expected
+    assert {q for g in groups for q in g["queues"]} == {JOINED_TERMINAL}
+    for group in groups:
+        start = visible(group["error"])[:12].strip()
+        if start:
+            assert start in errors.stdout, f"errors: {start!r} not shown"
+    checked(events, 0, "events")
+    checked(events_json, 0, "events --json")
+    seen = {
+        (e["actor"], e["action"], e["reason"]) for e in json.loads(events_json.stdout)["events"]
+    }
+    assert {(value, value, value) for value in NAMES} <= seen
+    for value in NAMES:
+        start = visible(value)[:12].strip()
+        if start:
+            assert start in events.stdout, f"events: {start!r} not shown"

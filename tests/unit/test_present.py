@@ -278,6 +278,11 @@ def test_status_json_keys_and_check() -> None:
         "due_capped",
         "stuck_capped",
         "waiting_capped",
+        # Added with estimates: past the cap, that key is the planner's estimate.
+        "pending_estimated",
+        "due_estimated",
+        "stuck_estimated",
+        "waiting_estimated",
     }
     assert all(set(q) == queue_keys for q in doc["queues"])
     assert not any(q["pending_capped"] or q["stuck_capped"] for q in doc["queues"])

@@ -29,7 +29,8 @@ from leasectl.console.widgets.tables import (
 from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
 from leasectl.core.actions import OperatorAction
 from leasectl.core.counts import BoundedCount
-from leasectl.core.models import JobStatus, PanelJob, Snapshot
+from leasectl.core.models import ConsoleCounts, JobStatus, PanelJob, Snapshot
+from leasectl.present.headline import headline
 from leasectl.present.styles import LeaseState
 from leasectl.present.text import count_text
 
@@ -37,6 +38,13 @@ ACTIONS = {"act", "requeue_expired", "toggle_pause", "limit"}
 # The operator actions (core/actions.py) the footer names; the others' keys are in help.
 IN_FOOTER = {OperatorAction.REQUEUE, OperatorAction.MARK_STUCK}
 PANELS = ("pending", "processing", "stuck", "owners", "failed")
+
+
+def _plus_expired(counts: ConsoleCounts) -> BoundedCount:
+    """The Expired & Stuck panel's count: expired leases (exact) and Stuck jobs (bounded)."""
+    stuck = counts.bounded("stuck")
+    estimate = None if stuck.estimate is None else counts.expired + stuck.estimate
+    return BoundedCount(counts.expired + stuck.value, stuck.capped, estimate)
 
 
 def panel_counts(snap: Snapshot) -> list[tuple[BoundedCount, BoundedCount]]:
@@ -48,12 +56,9 @@ def panel_counts(snap: Snapshot) -> list[tuple[BoundedCount, BoundedCount]]:
     owners = len(snap.owners)
     failed = len(snap.failed)
     return [
-        (BoundedCount(m.pending, m.pending_capped), BoundedCount(t.pending, t.pending_capped)),
+        (m.bounded("pending"), t.bounded("pending")),
         (BoundedCount(m.processing, False), BoundedCount(t.processing, False)),
-        (
-            BoundedCount(m.expired + m.stuck, m.stuck_capped),
-            BoundedCount(t.expired + t.stuck, t.stuck_capped),
-        ),
+        (_plus_expired(m), _plus_expired(t)),
         (BoundedCount(owners, False), BoundedCount(max(owners_total, owners), False)),
         # The Failed panel counts what it found among the last ``failed_scan`` finished jobs.
         (BoundedCount(failed, False), BoundedCount(failed, False)),
@@ -108,6 +113,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield Static(id="banner")
+        yield Static(id="headline")
         yield Summary(id="summary")
         yield Static(id="tabs")
         with Container(id="panels"):
@@ -209,6 +215,10 @@ class MainScreen(Screen[None]):
         show_text(banner, text or "")
         snap = host.snapshot
         now = host.db_now()
+        worst = headline(snap, now) if now is not None else None  # (ticks too: ages move)
+        line = self.query_one("#headline", Static)
+        line.set_class(worst is not None, "-shown")
+        show_text(line, worst.text if worst is not None else "")
         self.query_one(Summary).show(snap, now, host.filter)
         ctx = host.row_context()
         if snap is None or ctx is None:
@@ -253,7 +263,7 @@ class MainScreen(Screen[None]):
                 count = f"{count} of {total}"
             if i == 2 and matching.value:  # two kinds of row: say how many of each
                 m = snap.matching
-                stuck = count_text(m.stuck, m.stuck_capped)
+                stuck = count_text(m.stuck, m.stuck_capped, m.stuck_estimated)
                 count += f" ({count_text(m.expired)} expired + {stuck} Stuck)"
             title = f"{i + 1} {PANEL_NAMES[i]} · {count}"
             order = order or "expired leases first"

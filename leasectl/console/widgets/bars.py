@@ -217,8 +217,8 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
     c = snap.counts
     pending = Text.assemble(
         ("Pending ", "dim"),
-        (count_text(c.pending, c.pending_capped), "bold"),
-        (f" ({count_text(c.due, c.due_capped)} due", "dim"),
+        (count_text(c.pending, c.pending_capped, c.pending_estimated), "bold"),
+        (f" ({count_text(c.due, c.due_capped, c.due_estimated)} due", "dim"),
         (", oldest ", "dim"),
         (oldest_due(now, c.oldest_due_at), "bold"),
         (")", "dim"),
@@ -235,14 +235,18 @@ def counts_groups(snap: Snapshot, now: datetime, flt: ConsoleFilter) -> list[Tex
         processing.append(")", style="dim")
     stuck = Text.assemble(
         ("Stuck ", "dim"),
-        (count_text(c.stuck, c.stuck_capped), STUCK_STYLE if c.stuck else "bold"),
+        (
+            count_text(c.stuck, c.stuck_capped, c.stuck_estimated),
+            STUCK_STYLE if c.stuck else "bold",
+        ),
     )
     groups = [scope_text(flt), pending, processing, stuck]
     if c.waiting:
         # Behind their concurrency key: shown only when there are any (most queues have no keys).
         groups.append(
             Text.assemble(
-                ("Waiting ", "dim"), (count_text(c.waiting, c.waiting_capped), WAITING_STYLE)
+                ("Waiting ", "dim"),
+                (count_text(c.waiting, c.waiting_capped, c.waiting_estimated), WAITING_STYLE),
             )
         )
     return [*groups, history_text(snap)]

@@ -101,7 +101,16 @@ SELECT {now} AS db_now, current_setting('server_version') AS server_version,
        current_database() AS database, p.pending, coalesce(p.due, 0) AS due,
        CASE WHEN p.oldest <= {now} THEN p.oldest END AS oldest_due_at,
        %(budget)s::bigint AS cap,
-       r.processing, r.expired, r.at_risk, s.stuck, w.waiting
+       r.processing, r.expired, r.at_risk, s.stuck, w.waiting,
+       -- Past the cap, the planner's estimates (migration 22): a plan each, never a scan.
+       CASE WHEN p.pending > %(budget)s::bigint
+            THEN {schema}.estimate_jobs('Pending', %(queue)s::text) END AS pending_estimate,
+       CASE WHEN p.due > %(budget)s::bigint
+            THEN {schema}.estimate_jobs('Pending', %(queue)s::text, {now}) END AS due_estimate,
+       CASE WHEN s.stuck > %(budget)s::bigint
+            THEN {schema}.estimate_jobs('Stuck', %(queue)s::text) END AS stuck_estimate,
+       CASE WHEN w.waiting > %(budget)s::bigint
+            THEN {schema}.estimate_jobs('Waiting', %(queue)s::text) END AS waiting_estimate
 FROM p
 CROSS JOIN (
     SELECT count(*) AS processing,

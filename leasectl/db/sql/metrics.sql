@@ -49,7 +49,9 @@ WITH RECURSIVE grp AS (
 SELECT q.queue, c.jobs, b.cap,
        CASE WHEN q.oldest <= now()
             THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
-       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
+       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated,
+       -- Past the cap, the planner's estimate (migration 22): a plan, never a scan.
+       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Pending', q.queue) END AS estimate
 FROM heads AS q
 CROSS JOIN budget AS b
 CROSS JOIN LATERAL (
@@ -87,7 +89,8 @@ WITH RECURSIVE q AS (
     FROM q
     WHERE q.n <= %(queue_limit)s
 )
-SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
+SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated,
+       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Stuck', q.queue) END AS estimate
 FROM q
 CROSS JOIN budget AS b
 CROSS JOIN LATERAL (
@@ -127,7 +130,8 @@ WITH RECURSIVE q AS (
     FROM q
     WHERE q.n <= %(queue_limit)s
 )
-SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated
+SELECT q.queue, c.jobs, b.cap, (SELECT max(n) FROM q) > %(queue_limit)s AS truncated,
+       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Waiting', q.queue) END AS estimate
 FROM q
 CROSS JOIN budget AS b
 CROSS JOIN LATERAL (

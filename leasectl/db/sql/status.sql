@@ -107,41 +107,82 @@ WITH RECURSIVE grp AS (
     SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(queue))) AS cap
     FROM waiting_q
 )
-SELECT q.queue, 'Pending' AS status, c.jobs, b.cap, d.due,
-       CASE WHEN q.oldest <= {now} THEN q.oldest END AS oldest_due_at,
-       0::bigint AS expired,
-       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated
-FROM heads AS q
-CROSS JOIN pcap AS b
-CROSS JOIN LATERAL (
-    SELECT count(*) AS jobs
-    FROM (SELECT 1
-          FROM {schema}.jobs
-          WHERE status = 'Pending' AND queue = q.queue
-          LIMIT b.cap + 1) AS x
-) AS c
-CROSS JOIN LATERAL (
-    -- The queue's groups' due ranges one after the other, cap + 1 entries in all.
-    SELECT count(*) AS due
-    FROM (SELECT 1
-          FROM grp AS g
-          CROSS JOIN LATERAL (
-              SELECT 1
+SELECT p.queue, 'Pending' AS status,
+       -- A queue the statistics sample too thinly (its estimate at most %(recount_cap)s) is
+       -- counted again, exactly, up to that; the smallest first, %(recount_budget)s entries
+       -- in all (core/counts.py). Counted below it: exact (the cap is then the recount's).
+       CASE WHEN r.jobs <= %(recount_cap)s THEN r.jobs ELSE p.jobs END AS jobs,
+       CASE WHEN r.jobs <= %(recount_cap)s THEN %(recount_cap)s::bigint ELSE p.cap END AS cap,
+       CASE WHEN r.jobs <= %(recount_cap)s THEN rd.due ELSE p.due END AS due,
+       p.oldest_due_at, 0::bigint AS expired, p.truncated,
+       CASE WHEN r.jobs > %(recount_cap)s
+            THEN greatest(p.estimate, %(recount_cap)s::bigint + 1) ELSE p.estimate END
+           AS estimate,
+       CASE WHEN r.jobs <= %(recount_cap)s THEN NULL ELSE p.due_estimate END AS due_estimate
+FROM (
+    SELECT q.queue, c.jobs, b.cap, d.due,
+           CASE WHEN q.oldest <= {now} THEN q.oldest END AS oldest_due_at,
+           (SELECT max(n) FROM grp) > %(group_limit)s AS truncated, e.estimate,
+           -- Past the cap, the planner's estimates (migration 22): a plan each, never a scan.
+           CASE WHEN d.due > b.cap
+                THEN least(e.estimate, {schema}.estimate_jobs('Pending', q.queue, {now}))
+           END AS due_estimate,
+           CASE WHEN e.estimate <= %(recount_cap)s
+                THEN sum(e.estimate) FILTER (WHERE e.estimate <= %(recount_cap)s)
+                         OVER (ORDER BY e.estimate, q.queue) END AS recount_spent
+    FROM heads AS q
+    CROSS JOIN pcap AS b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS jobs
+        FROM (SELECT 1
               FROM {schema}.jobs
-              WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
-                AND run_at <= {now}
-          ) AS r
-          WHERE g.queue = q.queue AND g.n <= %(group_limit)s
-          LIMIT b.cap + 1) AS x
-) AS d
+              WHERE status = 'Pending' AND queue = q.queue
+              LIMIT b.cap + 1) AS x
+    ) AS c
+    CROSS JOIN LATERAL (
+        -- The queue's groups' due ranges one after the other, cap + 1 entries in all.
+        SELECT count(*) AS due
+        FROM (SELECT 1
+              FROM grp AS g
+              CROSS JOIN LATERAL (
+                  SELECT 1
+                  FROM {schema}.jobs
+                  WHERE status = 'Pending' AND queue = g.queue AND priority = g.priority
+                    AND run_at <= {now}
+              ) AS r
+              WHERE g.queue = q.queue AND g.n <= %(group_limit)s
+              LIMIT b.cap + 1) AS x
+    ) AS d
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Pending', q.queue) END
+                   AS estimate
+    ) AS e
+) AS p
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN p.recount_spent <= %(recount_budget)s
+                THEN (SELECT count(*)
+                      FROM (SELECT 1
+                            FROM {schema}.jobs
+                            WHERE status = 'Pending' AND queue = p.queue
+                            LIMIT %(recount_cap)s::bigint + 1) AS x) END AS jobs
+) AS r
+CROSS JOIN LATERAL (
+    -- Recounted below the recount's cap: at most that many Pending jobs, due or not, walked.
+    SELECT CASE WHEN r.jobs <= %(recount_cap)s
+                THEN (SELECT count(*)
+                      FROM {schema}.jobs
+                      WHERE status = 'Pending' AND queue = p.queue AND run_at <= {now}) END
+               AS due
+) AS rd
 UNION ALL
 SELECT queue, 'Processing', count(*), NULL, 0, NULL, count(*) FILTER (WHERE lease_until < {now}),
-       false
+       false, NULL, NULL
 FROM {schema}.jobs WHERE status = 'Processing'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY queue
 UNION ALL
-SELECT s.queue, 'Stuck', c.jobs, b.cap, 0, NULL, 0, false
+SELECT s.queue, 'Stuck', c.jobs, b.cap, 0, NULL, 0, false,
+       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Stuck', s.queue) END, NULL
 FROM stuck_q AS s
 CROSS JOIN scap AS b
 CROSS JOIN LATERAL (
@@ -153,7 +194,8 @@ CROSS JOIN LATERAL (
 ) AS c
 WHERE s.queue IS NOT NULL
 UNION ALL
-SELECT w.queue, 'Waiting', c.jobs, b.cap, 0, NULL, 0, false
+SELECT w.queue, 'Waiting', c.jobs, b.cap, 0, NULL, 0, false,
+       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Waiting', w.queue) END, NULL
 FROM waiting_q AS w
 CROSS JOIN wcap AS b
 CROSS JOIN LATERAL (

@@ -1,0 +1,144 @@
+"""Reads for an incident: `leasectl errors` (failed attempts grouped by kind) and `leasectl
+events` (the audit timeline). Each reads a bounded number of rows through an index, under a
+statement timeout, and says how many it read (``db/sql/incident.sql``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from leasectl.core import errorgroups, timeline
+from leasectl.core.errorgroups import ErrorReport, FailedAttempt
+from leasectl.core.timeline import Timeline, TimelineEntry
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database
+
+
+def _timeout_message(timeout: timedelta) -> str:
+    return f"no answer within {timeout.total_seconds():g}s: the server is slow or busy; try again"
+
+
+class Incident:
+    """The incident reads, over a ``Database``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def _read(
+        self, timeout: timedelta, statements: list[tuple[str, dict[str, Any]]]
+    ) -> tuple[datetime, list[list[dict[str, Any]]]]:
+        """The statements in one read-only transaction under ``timeout``: now() and their rows."""
+        settings = queries.get("incident_settings").render(self.db.schema)
+        timeout_ms = max(1, int(timeout.total_seconds() * 1000))
+        results = []
+        with (
+            self.db.connection(timeout=_timeout_message(timeout)) as conn,
+            conn.transaction(),
+        ):
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(queries.get("console_snapshot_begin").render(self.db.schema))
+            db_now = cur.execute(settings, {"timeout_ms": timeout_ms}).fetchall()[0]["db_now"]
+            for name, params in statements:
+                statement = queries.get(name).render(self.db.schema)
+                results.append(cur.execute(statement, params).fetchall())
+        return db_now, results
+
+    def errors(
+        self,
+        *,
+        since: timedelta,
+        queue: str | None = None,
+        scan: int = errorgroups.SCAN_CAP,
+        timeout: timedelta = timedelta(seconds=10),
+    ) -> ErrorReport:
+        """The failed attempts of the last ``since`` (of ``queue``), grouped by kind; at most
+        ``scan`` of them read, the newest."""
+        params = {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
+        db_now, (rows,) = self._read(timeout, [("errors_failures", params)])
+        scanned = int(rows[0]["scanned"]) if rows else 0
+        attempts = [
+            FailedAttempt(
+                job_id=r["job_id"],
+                queue=r["queue"],
+                ended_at=r["ended_at"],
+                error=r["error"],
+                traced=r["traced"],
+            )
+            for r in rows
+            if r["job_id"] is not None
+        ]
+        return ErrorReport(
+            queue=queue,
+            since=since,
+            db_now=db_now,
+            groups=errorgroups.group_failures(attempts),
+            scanned=scanned,
+            scan_cap=scan,
+        )
+
+    def events(
+        self,
+        *,
+        since: timedelta,
+        actor: str | None = None,
+        queue: str | None = None,
+        scan: int = timeline.SCAN_CAP,
+        limit: int = timeline.ENTRY_LIMIT,
+        timeout: timedelta = timedelta(seconds=10),
+    ) -> Timeline:
+        """The operator and watcher actions of the last ``since`` (of ``actor``, on
+        ``queue``), newest first; at most ``scan`` rows of each audit table read."""
+        params = {"since": since, "actor": actor, "queue": queue, "scan": scan, "limit": limit + 1}
+        db_now, (job_rows, queue_rows) = self._read(
+            timeout, [("events_jobs", params), ("events_queues", params)]
+        )
+        start = db_now - since
+        complete = all(
+            not rows or int(rows[0]["scanned"]) < scan or rows[0]["oldest"] < start
+            for rows in (job_rows, queue_rows)
+        )
+        jobs = [
+            TimelineEntry(
+                at=r["at"],
+                kind="job",
+                actor=r["actor"],
+                db_role=r["db_role"],
+                action=r["action"],
+                reason=r["reason"],
+                queues=tuple(sorted(r["queues"] or ())),
+                jobs=int(r["jobs"]),
+                first_job=r["first_job"],
+                last_job=r["last_job"],
+            )
+            for r in job_rows
+            if r["at"] is not None
+        ]
+        queues = [
+            TimelineEntry(
+                at=r["at"],
+                kind="queue",
+                actor=r["actor"],
+                db_role=r["db_role"],
+                action=r["action"],
+                reason=r["reason"],
+                queues=(r["queue"],),
+                jobs=0,
+                first_job=None,
+                last_job=None,
+            )
+            for r in queue_rows
+            if r["at"] is not None
+        ]
+        entries, shown_all = timeline.merge(jobs, queues, limit)
+        return Timeline(
+            since=since,
+            actor=actor,
+            queue=queue,
+            db_now=db_now,
+            entries=entries,
+            scanned=sum(int(rows[0]["scanned"]) for rows in (job_rows, queue_rows) if rows),
+            complete=complete,
+            shown_all=shown_all,
+        )
