@@ -141,7 +141,9 @@ def worker(
     _setup_logging(log_level)
     runtime = Worker(dsn, schema, worker_config, fn)
     if parent_pid is not None:
-        parent.watch_parent(runtime, parent_pid)
+        parent.watch_parent(
+            parent_pid, runtime.stop, runtime.stopping, runtime.config.grace.total_seconds()
+        )
     failed: list[str] = []
     if ready_file is not None:
         if not ready_file.parent.is_dir():
