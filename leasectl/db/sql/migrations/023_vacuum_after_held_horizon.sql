@@ -1,23 +1,21 @@
 -- Autovacuum for the queue tables, for the minutes after a held xmin horizon is released (a
 -- transaction left idle, a long report, a standby's hot_standby_feedback, a stale replication
 -- slot). While the horizon is held no setting helps: vacuum may remove no version newer than it,
--- and every job leaves dead versions behind (its claim and its end in jobs, its attempt's end in
--- job_attempts, the counters' deltas, each heartbeat of workers). Once it is released, these make
--- the first vacuum of each table come at the next autovacuum cycle and run unthrottled, so the
--- claims stop walking dead index entries sooner. Figures: bench/held_xact.py ("bloat").
+-- and every job leaves dead versions behind (about two in jobs, one in job_attempts, half of one
+-- in counter_deltas: bench/held_bloat.py). Once it is released, these settings let the first
+-- vacuum of each table come at the next autovacuum cycle and run unthrottled.
 -- {schema} is the quoted schema name.
 --
--- No cost delay on the hot tables: vacuum's work there is what the claims need done, and a
--- throttled pass (autovacuum's default 2 ms per 200 cost units) took longer than the backlog it
--- was cleaning took to come back. No truncation at the end of a vacuum: it takes an ACCESS
--- EXCLUSIVE lock, which queues every claim behind it while it waits; the free pages at the end
--- of the table are reused by the next jobs anyway.
+-- No cost delay on the hot tables: their vacuum is work the claims wait for (dead entries at the
+-- head of the claim index), not background work to spread out. No truncation at the end of a
+-- vacuum: it takes an ACCESS EXCLUSIVE lock, which queues every claim behind it while it waits;
+-- the free pages at the end of the table are reused by the next jobs anyway.
 ALTER TABLE {schema}.jobs SET (
     autovacuum_vacuum_cost_delay = 0,
     vacuum_truncate = false
 );
 -- As jobs (002) for the attempts: vacuumed at 1% of the table plus a thousand dead versions,
--- not at 20% (at ten million attempts: every 100,000 dead versions, not every two million).
+-- not at 2% plus 50 (at ten million attempts: after 101,000 dead versions, not 200,050).
 ALTER TABLE {schema}.job_attempts SET (
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_scale_factor = 0.01,
