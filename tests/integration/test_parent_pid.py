@@ -1,5 +1,6 @@
-"""`leasectl watch --parent-pid`: the watcher ends with the supervisor that started it, even
-when that supervisor is SIGKILLed and cannot stop it (a real parent process, killed)."""
+"""`leasectl watch --parent-pid` (and `worker --parent-pid`, which shares its guards): the
+process ends with the supervisor that started it, even when that supervisor is SIGKILLed and
+cannot stop it (a real parent process, killed)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ PARENT = """
 import os, subprocess, sys, time
 log = open(sys.argv[1], "w")
 child = subprocess.Popen(
-    [sys.executable, "-m", "leasectl", "watch", "--interval", "200ms",
-     "--parent-pid", str(os.getpid()), *sys.argv[2:]],
+    [sys.executable, "-m", "leasectl", *sys.argv[2:], "--parent-pid", str(os.getpid())],
     stdout=log, stderr=subprocess.STDOUT,
 )
 print(child.pid, flush=True)
@@ -51,14 +51,26 @@ def gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] in "ZX"
 
 
-def start_parent(dsn: str, log: Path, *, pdeathsig: bool) -> tuple[subprocess.Popen[str], int]:
+COMMANDS = {
+    "watch": (["watch", "--interval", "200ms"], "watching all queues", "watcher stopped after"),
+    "worker": (
+        ["worker", "--queue", "q", "--handler", "tests.handlers:noop", "--grace", "1s"],
+        "started on q",
+        "stopped: ",
+    ),
+}
+
+
+def start_parent(
+    dsn: str, log: Path, command: list[str], *, pdeathsig: bool
+) -> tuple[subprocess.Popen[str], int]:
     code = PARENT
     if not pdeathsig:
         wrapper = log.with_suffix(".py")
         wrapper.write_text(NO_PDEATHSIG)
         code = PARENT.replace('"-m", "leasectl"', repr(str(wrapper)))
     parent = subprocess.Popen(
-        [sys.executable, "-c", code, str(log)],
+        [sys.executable, "-c", code, str(log), *command],
         cwd=ROOT,
         env=_env(dsn),
         stdout=subprocess.PIPE,
@@ -69,15 +81,19 @@ def start_parent(dsn: str, log: Path, *, pdeathsig: bool) -> tuple[subprocess.Po
     return parent, child
 
 
-@pytest.mark.parametrize("pdeathsig", [True, False], ids=["pdeathsig", "watchdog"])
-def test_watch_ends_when_its_parent_is_sigkilled(
-    db_dsn: str, tmp_path: Path, pdeathsig: bool
+@pytest.mark.parametrize(
+    ("name", "pdeathsig"),
+    [("watch", True), ("watch", False), ("worker", False)],
+    ids=["watch-pdeathsig", "watch-watchdog", "worker-watchdog"],
+)
+def test_ends_when_its_parent_is_sigkilled(
+    db_dsn: str, tmp_path: Path, name: str, pdeathsig: bool
 ) -> None:
-    log = tmp_path / "watch.log"
-    parent, child = start_parent(db_dsn, log, pdeathsig=pdeathsig)
+    command, running, stopped = COMMANDS[name]
+    log = tmp_path / f"{name}.log"
+    parent, child = start_parent(db_dsn, log, command, pdeathsig=pdeathsig)
     try:
-        # Running: it has made at least one pass (it logs where it watches first).
-        wait_until(lambda: "watching all queues" in log.read_text(), what="the watcher to start")
+        wait_until(lambda: running in log.read_text(), what=f"the {name} to start")
         assert not gone(child)
         parent.send_signal(signal.SIGKILL)
         assert parent.wait(10) == -signal.SIGKILL
@@ -95,7 +111,7 @@ def test_watch_ends_when_its_parent_is_sigkilled(
         # Without the kernel's SIGKILL the watchdog stopped it gracefully.
         assert "prctl(PR_SET_PDEATHSIG) failed" in said, said
         assert f"the parent process (pid {parent.pid}) is gone: stopping" in said, said
-        assert "watcher stopped after" in said, said
+        assert stopped in said, said
 
 
 def test_watch_with_a_parent_already_gone_exits_at_once(db_dsn: str) -> None:
