@@ -48,6 +48,12 @@ class Sizes:
     watcher_jobs: int = 100_000
     held_jobs: int = 100_000
     held_concurrency: int = 10
+    # bench/held_bloat.py: the horizon held this long at this many jobs a second, then the
+    # time allowed for each table to come back to its baseline.
+    held_bloat_seconds: int = 120
+    held_bloat_rate: int = 500
+    held_bloat_recover: int = 300
+    held_bloat_history: int = 1_000_000
 
 
 QUICK = Sizes(
@@ -61,6 +67,10 @@ QUICK = Sizes(
     backlog_sizes=(10_000, 100_000),
     watcher_jobs=5_000,
     held_jobs=5_000,
+    held_bloat_seconds=20,
+    held_bloat_rate=100,
+    held_bloat_recover=60,
+    held_bloat_history=0,
 )
 
 

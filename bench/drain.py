@@ -177,6 +177,7 @@ def drain_once(
     keep_db: bool = False,
     processes: int | None = None,
     ready_first: bool = False,
+    per_process: int = 1,
 ) -> dict[str, Any]:
     """One measurement in a fresh database; with hold_xact, another session keeps a transaction
     (with an xid) open and idle in the same database for the whole drain. With ready_first
@@ -185,7 +186,7 @@ def drain_once(
     the start-up of N Python processes (imports, connections: ``startup_cpu_s``)."""
     dsn = ctx.fresh_db(system.name)
     started = time.perf_counter()
-    nproc, per = (processes, 1) if processes else split(concurrency)
+    nproc, per = (processes, per_process) if processes else split(concurrency)
     procs: list[Proc] = []
     ready_dir = None
     if ready_first:

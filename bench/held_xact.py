@@ -3,12 +3,15 @@ transaction open and idle (``BEGIN; SELECT txid_current();``) for the whole run,
 the xmin horizon so that no dead row version can be pruned or vacuumed; against a clean run.
 
 Each run is a fresh database, the same jobs and concurrency; the median of ``repeats`` runs.
+Then the dead row versions per table a held horizon leaves at a steady job rate, and the time
+back to the baseline after it is released (bench/held_bloat.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from bench import held_bloat
 from bench.common import Ctx, log, median, table
 from bench.drain import drain_once, leasectl_system
 
@@ -31,6 +34,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
         fig[label] = {"median_jobs_per_s": median([r["jobs_per_s"] for r in runs]), "runs": runs}
     clean = fig["clean"]["median_jobs_per_s"]
     fig["ratio"] = round(fig["held"]["median_jobs_per_s"] / clean, 3) if clean else None
+    fig["bloat"] = held_bloat.run(ctx)
     return fig
 
 
@@ -44,4 +48,5 @@ def render(fig: dict[str, Any]) -> str:
         f"held_xact: drain of {fig['jobs']:,} jobs at concurrency {fig['concurrency']}, "
         f"median of {fig['repeats']} (jobs/s)"
     )
-    return table(title, ["run", "jobs/s"], rows)
+    out = table(title, ["run", "jobs/s"], rows)
+    return out + (held_bloat.render(fig["bloat"]) if "bloat" in fig else "")

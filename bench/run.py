@@ -140,6 +140,10 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         "watcher_jobs",
         "held_jobs",
         "held_concurrency",
+        "held_bloat_seconds",
+        "held_bloat_rate",
+        "held_bloat_recover",
+        "held_bloat_history",
     ):
         value = getattr(args, name)
         if value is not None:
@@ -182,6 +186,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--watcher-jobs", type=int)
     g.add_argument("--held-jobs", type=int)
     g.add_argument("--held-concurrency", type=int)
+    g.add_argument("--held-bloat-seconds", type=int)
+    g.add_argument("--held-bloat-rate", type=int)
+    g.add_argument("--held-bloat-recover", type=int)
+    g.add_argument("--held-bloat-history", type=int)
     args = p.parse_args(argv)
     if args.durable and args.dsn:
         p.error("--durable is for the embedded server; a --dsn server runs as it is configured")

@@ -93,6 +93,15 @@ def watch(
     batch_size: Annotated[int, typer.Option(min=1, max=100_000, help="Jobs per statement.")] = 500,
     pace: PaceOpt = None,
     reason: Annotated[str | None, typer.Option(help="Audit reason.", show_default=False)] = None,
+    parent_pid: Annotated[
+        int | None,
+        typer.Option(
+            metavar="PID",
+            help="End with process PID, this watcher's parent (a supervisor that may die "
+            "without stopping it): killed with it on Linux, else stopped when it is gone.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level.")] = LogLevel.INFO,
     log_format: Annotated[
         LogFormat,
@@ -107,7 +116,8 @@ def watch(
     ] = "7d",
 ) -> None:
     """Run the stuck watcher until SIGTERM/SIGINT."""
-    from leasectl.runtime.watcher import Watcher, run_until_stopped
+    from leasectl.runtime import parent
+    from leasectl.runtime.watcher import STOP_GRACE, Watcher, run_until_stopped
 
     watcher_config = _watcher_config(
         mode=mode,
@@ -119,15 +129,22 @@ def watch(
         history_keep=_duration(history_keep, "--history-keep"),
     )
     _setup_logging(log_level, log_format)
+    if parent_pid is not None:
+        parent.die_with_parent(parent_pid)
     with _operations(ctx) as ops:
         watcher = Watcher(ops, watcher_config)
         signalled = threading.Event()
 
-        def stop(signum: int, frame: FrameType | None) -> None:
-            log.info("signal %d: stopping the watcher", signum)
+        def stop_watcher() -> None:
             watcher.stop()
             signalled.set()
 
+        def stop(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stopping the watcher", signum)
+            stop_watcher()
+
+        if parent_pid is not None:
+            parent.watch_parent(parent_pid, stop_watcher, watcher.stopping, STOP_GRACE)
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         log.info(
             "watching %s every %s (mode %s) at %s",

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from leasectl.cli.redaction import redact, scrub, secrets_in
+from leasectl.cli.redaction import Secrets, redact, scrub, secrets_in
 from leasectl.cli.root import PROG
 from leasectl.core.literal import shorten, visible
 
@@ -60,9 +60,9 @@ class _SafeFormatter(logging.Formatter):
     queues and server messages they quote are shown, not acted on (newlines and tabs stay,
     for tracebacks)."""
 
-    def __init__(self, fmt: str, secrets: Sequence[str]) -> None:
+    def __init__(self, fmt: str, secrets: Secrets) -> None:
         super().__init__(fmt)
-        self.secrets = list(secrets)
+        self.secrets = secrets
 
     def format(self, record: logging.LogRecord) -> str:
         return visible(redact(super().format(record), self.secrets), multiline=True)

@@ -138,14 +138,16 @@ def worker(
         settings["worker_id"] = worker_id
     worker_config = WorkerConfig(**settings)
     keep_trying = _duration(start_retry, "--start-retry", allow_zero=True)
+    _setup_logging(log_level, log_format)  # (before the parent's guard: its warning is a log line)
     if parent_pid is not None:
         parent.die_with_parent(parent_pid)
     fn = load_handler(handler)
     dsn, schema = _globals(ctx).resolve()
-    _setup_logging(log_level, log_format)
     runtime = Worker(dsn, schema, worker_config, fn)
     if parent_pid is not None:
-        parent.watch_parent(runtime, parent_pid)
+        parent.watch_parent(
+            parent_pid, runtime.stop, runtime.stopping, runtime.config.grace.total_seconds()
+        )
     failed: list[str] = []
     if ready_file is not None:
         if not ready_file.parent.is_dir():

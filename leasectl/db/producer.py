@@ -9,15 +9,23 @@ retry with its transaction).
 One statement (``jobs_enqueue``) for any number of jobs, or a second one for the unique keys
 the first could not settle: a key whose live job another transaction committed while this one
 waited on it is not visible to the statement that waited, and a new statement sees it.
+
+On a connection in autocommit (and no transaction open) the call is its own transaction: one
+statement, committed by autocommit, the jobs visible and the workers woken when it returns. The
+one exception to "opens no transaction": when unique keys may need that second statement, the
+two run in one transaction (``conn.transaction()``: BEGIN, COMMIT), so that ``enqueue_many``
+stays all or nothing in autocommit too.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import TupleRow, tuple_row
 from psycopg.types.json import Jsonb
 
@@ -212,13 +220,25 @@ def _async(conn: Any, what: str) -> psycopg.AsyncConnection[Any]:
     return conn
 
 
+def _own_transaction(
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], plan: Enqueue
+) -> bool:
+    """Autocommit, no transaction open, and unique keys (which may take two statements): the
+    statements must commit together."""
+    return (
+        plan.keyed and conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
+    )
+
+
 def run_enqueue(conn: psycopg.Connection[Any], plan: Enqueue, statement: Any) -> list[Enqueued]:
-    """Run a checked enqueue on ``conn``, in whatever transaction it has open."""
-    # A cursor of its own: the connection's row factory and cursor class are the caller's.
-    with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
-        while (params := plan.params()) is not None:
-            cur.execute(statement, params)
-            plan.take(cur.fetchall())
+    """Run a checked enqueue on ``conn``, in whatever transaction it has open (in autocommit:
+    its own)."""
+    with conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext():
+        # A cursor of its own: the connection's row factory and cursor class are the caller's.
+        with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+            while (params := plan.params()) is not None:
+                cur.execute(statement, params)
+                plan.take(cur.fetchall())
     return plan.done()
 
 
@@ -236,7 +256,7 @@ def enqueue(
     timeout: timedelta | None = None,
 ) -> Enqueued:
     """Enqueue one job on ``conn``, inside the transaction it has open (the job exists once that
-    commits). See ``NewJob`` for the values."""
+    commits; in autocommit, when this returns). See ``NewJob`` for the values."""
     conn = _sync(conn, "leasectl.enqueue")
     job = _one(payload, queue, priority, delay, max_attempts, unique_key, concurrency_key, timeout)
     plan, statement = _prepare([job], schema)
@@ -246,8 +266,8 @@ def enqueue(
 def enqueue_many(
     conn: psycopg.Connection[Any], jobs: Iterable[NewJob], *, schema: str = DEFAULT_SCHEMA
 ) -> list[Enqueued]:
-    """Enqueue ``jobs`` on ``conn`` in one statement, inside the transaction it has open; a
-    result per job, in their order."""
+    """Enqueue ``jobs`` on ``conn`` in one statement, inside the transaction it has open (in
+    autocommit, a transaction of their own: all or none); a result per job, in their order."""
     conn = _sync(conn, "leasectl.enqueue_many")
     plan, statement = _prepare(jobs, schema)
     return run_enqueue(conn, plan, statement)
@@ -285,7 +305,8 @@ async def enqueue_many_async(
 async def _run_async(
     conn: psycopg.AsyncConnection[Any], plan: Enqueue, statement: Any
 ) -> list[Enqueued]:
-    async with psycopg.AsyncCursor(conn, row_factory=tuple_row) as cur:
+    own = conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext()
+    async with own, psycopg.AsyncCursor(conn, row_factory=tuple_row) as cur:
         while (params := plan.params()) is not None:
             await cur.execute(statement, params)
             plan.take(await cur.fetchall())

@@ -1,8 +1,9 @@
-"""`leasectl worker --parent-pid`: a worker that must not outlive the process that started it.
+"""`leasectl worker --parent-pid` and `leasectl watch --parent-pid`: a process that must not
+outlive the one that started it.
 
 Two guards, so that it goes even when that process is SIGKILLed: PR_SET_PDEATHSIG (Linux: the
-kernel SIGKILLs the worker, which also ends one that is SIGSTOPped) and a watchdog thread that
-stops the worker gracefully when its parent pid changes (everywhere else).
+kernel SIGKILLs it, which also ends one that is SIGSTOPped) and a watchdog thread that stops it
+gracefully when its parent pid changes (everywhere else).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import signal
 import sys
 import threading
 import time
-
-from leasectl.runtime.worker import Worker
+from collections.abc import Callable
 
 log = logging.getLogger("leasectl.parent")
 
@@ -36,15 +36,18 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-def watch_parent(worker: Worker, parent_pid: int) -> None:
-    """Stop the worker when its parent is gone; exit hard if the graceful stop hangs."""
+def watch_parent(
+    parent_pid: int, stop: Callable[[], None], stopping: threading.Event, grace: float
+) -> None:
+    """Call ``stop`` when the parent is gone; exit hard if the graceful stop takes more than
+    ``grace`` seconds (and 5 more)."""
 
     def watch() -> None:
-        while not worker.stopping.wait(0.5):
+        while not stopping.wait(0.5):
             if os.getppid() != parent_pid:
                 log.warning("the parent process (pid %d) is gone: stopping", parent_pid)
-                worker.stop()
-                time.sleep(worker.config.grace.total_seconds() + 5)
+                stop()
+                time.sleep(grace + 5)
                 os._exit(1)
 
     threading.Thread(target=watch, name="leasectl-parent-watch", daemon=True).start()

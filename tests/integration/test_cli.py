@@ -221,6 +221,25 @@ def test_unreachable_server(db_dsn: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 port=1 dbname=leasectl_longhorizon_bench user=app password=bench "
+        "connect_timeout=5",
+        "postgresql://app:bench@127.0.0.1:1/leasectl_longhorizon_bench?connect_timeout=5",
+    ],
+    ids=["key-value", "uri"],
+)
+def test_a_short_password_leaves_the_names_that_hold_it(dsn: str) -> None:
+    """The password `bench` is taken out where it is the password, not from a database name (or
+    a queue, a worker id) that holds its text."""
+    proc = cli("enqueue", "-q", "bench-r0-p0", dsn=dsn)
+    line = assert_one_line_error(
+        proc, 1, "cannot connect to 127.0.0.1:1/leasectl_longhorizon_bench"
+    )
+    assert "***" not in line and "password" not in line
+
+
+@pytest.mark.parametrize(
     ("dsn", "fragment"),
     [
         pytest.param(f"host=127.0.0.1 password='{SECRET}", "invalid DSN", id="kv-open-quote"),

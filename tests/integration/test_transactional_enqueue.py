@@ -323,3 +323,99 @@ def test_recipe_django(db_dsn: str, sql_conn: psycopg.Connection[Any]) -> None:
         connections.close_all()
     assert [r[2] for r in jobs(sql_conn)] == [{"payment": 42}]
     assert sql_conn.execute("SELECT id FROM payments").fetchall() == [(42,)]
+
+
+# -- autocommit ----------------------------------------------------------------------------------
+
+
+def test_autocommit_each_call_is_committed_at_once(
+    db_dsn: str, sql_conn: psycopg.Connection[Any], listener: psycopg.Connection[Any]
+) -> None:
+    """On a connection in autocommit, enqueue and enqueue_many are their own transaction: the
+    jobs are visible from another connection, and the workers' wake-up sent, when the call
+    returns; the connection is left in autocommit, with no transaction open."""
+    with psycopg.connect(db_dsn, autocommit=True) as conn:
+        one = leasectl.enqueue(conn, queue="auto", payload="one")
+        assert [r[0] for r in jobs(sql_conn, "auto")] == [one.id]
+        assert heard_until_marker(listener, sql_conn) == ["auto"]
+        many = leasectl.enqueue_many(
+            conn,
+            [
+                leasectl.NewJob("two", queue="auto"),
+                leasectl.NewJob("three", queue="auto2", unique_key="k"),
+            ],
+        )
+        assert conn.autocommit is True
+        assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+    assert [r[2] for r in jobs(sql_conn)] == ["one", "two", "three"]
+    assert [one.id, *(m.id for m in many)] == [r[0] for r in jobs(sql_conn)]
+    assert sorted(heard_until_marker(listener, sql_conn)) == ["auto", "auto2"]
+
+
+def test_autocommit_async_forms_are_committed_at_once(
+    db_dsn: str, sql_conn: psycopg.Connection[Any], listener: psycopg.Connection[Any]
+) -> None:
+    async def scenario() -> None:
+        aconn = await psycopg.AsyncConnection.connect(db_dsn, autocommit=True)
+        async with aconn:
+            one = await leasectl.enqueue_async(aconn, queue="aauto", payload="one")
+            assert [r[0] for r in jobs(sql_conn, "aauto")] == [one.id]
+            assert heard_until_marker(listener, sql_conn) == ["aauto"]
+            many = await leasectl.enqueue_many_async(
+                aconn,
+                [
+                    leasectl.NewJob("two", queue="aauto"),
+                    leasectl.NewJob("three", queue="aauto", unique_key="k"),
+                ],
+            )
+            assert [r[0] for r in jobs(sql_conn, "aauto")] == [one.id, *(m.id for m in many)]
+            assert heard_until_marker(listener, sql_conn) == ["aauto"]
+            assert aconn.autocommit is True
+            assert aconn.info.transaction_status == pq.TransactionStatus.IDLE
+
+    asyncio.run(scenario())
+
+
+class _FailsAfterTheFirstStatement(Exception):
+    pass
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_autocommit_enqueue_many_with_keys_is_all_or_nothing(
+    db_dsn: str, sql_conn: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    """Unique keys may take a second statement (a key another transaction committed while the
+    first waited on it); in autocommit the two run in one transaction, so a failure after the
+    first (here: injected between them) leaves none of the jobs, and the connection usable."""
+    from leasectl.db import producer
+
+    real_take = producer.Enqueue.take
+
+    def take_then_fail(plan: producer.Enqueue, rows: Any) -> None:
+        real_take(plan, rows)
+        raise _FailsAfterTheFirstStatement
+
+    batch = [leasectl.NewJob("plain", queue="kq"), leasectl.NewJob("keyed", "kq", unique_key="k")]
+    monkeypatch.setattr(producer.Enqueue, "take", take_then_fail)
+    if form == "sync":
+        with psycopg.connect(db_dsn, autocommit=True) as conn:
+            with pytest.raises(_FailsAfterTheFirstStatement):
+                leasectl.enqueue_many(conn, batch)
+            assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+            assert jobs(sql_conn) == []
+            monkeypatch.setattr(producer.Enqueue, "take", real_take)
+            assert len(leasectl.enqueue_many(conn, batch)) == 2
+    else:
+
+        async def scenario() -> None:
+            aconn = await psycopg.AsyncConnection.connect(db_dsn, autocommit=True)
+            async with aconn:
+                with pytest.raises(_FailsAfterTheFirstStatement):
+                    await leasectl.enqueue_many_async(aconn, batch)
+                assert aconn.info.transaction_status == pq.TransactionStatus.IDLE
+                assert jobs(sql_conn) == []
+                monkeypatch.setattr(producer.Enqueue, "take", real_take)
+                assert len(await leasectl.enqueue_many_async(aconn, batch)) == 2
+
+        asyncio.run(scenario())
+    assert [r[2] for r in jobs(sql_conn)] == ["plain", "keyed"]

@@ -156,7 +156,7 @@ def test_the_scrub_finds_every_password(password: str) -> None:
     ],
 )
 def test_secret_candidates(no_dsn_env: pytest.MonkeyPatch, dsn: str, pieces: list[str]) -> None:
-    found = redaction.secrets_in(["status", "--dsn", dsn])
+    found = list(redaction.secrets_in(["status", "--dsn", dsn]))
     assert set(pieces) <= set(found), found
     assert found == sorted(found, key=len, reverse=True)  # a password before its pieces
     assert "app" not in found and "x" not in found  # short pieces would garble messages
@@ -182,3 +182,80 @@ def test_key_value_values_as_libpq_reads_them() -> None:
     text = "password='a\\'b c\\\\' x"
     assert redaction._kv_value(text, len("password=")) == ("a'b c\\", "a\\'b c\\\\")
     assert conninfo.conninfo_to_dict(text.removesuffix(" x"))["password"] == "a'b c\\"
+
+
+# A short common password is taken out where it stands as the password, not wherever its text
+# is: worker ids and queue names that hold it are shown as they are.
+BYSTANDERS = "worker bench-r0-p0 on queue leasectl_longhorizon_bench (bench), a queue of postgres"
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:{p}@db.example:6432/orders",
+        "host=db.example user=app password={p}",
+        "host=db.example user=app password='{p}'",
+        "postgresql://app@db.example/orders?sslmode=disable&password={p}",
+    ],
+)
+@pytest.mark.parametrize("password", ["bench", "a", "postgres"])
+def test_short_password_only_where_it_is_the_password(
+    no_dsn_env: pytest.MonkeyPatch, dsn: str, password: str
+) -> None:
+    given = dsn.format(p=password)
+    secrets = redaction.secrets_in(["--dsn", given])
+    assert password in secrets
+    assert redaction.redact(BYSTANDERS, secrets) == BYSTANDERS
+    said = redaction.redact(f"cannot use {given} for {BYSTANDERS}", secrets)
+    assert said.endswith(f" for {BYSTANDERS}")
+    quoted = {
+        "postgresql://app:{p}@": "postgresql://app:***@",
+        "password={p}": "password=***",
+        "password='{p}'": "password='***'",
+    }
+    form = next(k for k in quoted if k in dsn)
+    assert quoted[form] in said and form.format(p=password) not in said
+
+
+@pytest.mark.parametrize("password", ["bench", "a", "postgres"])
+def test_short_password_in_messages_that_quote_the_dsn(
+    no_dsn_env: pytest.MonkeyPatch, password: str
+) -> None:
+    """What a driver's message quotes of a DSN (its conninfo, escaped and quoted; a URI)."""
+    no_dsn_env.setenv("PGPASSWORD", password)
+    secrets = redaction.secrets_in(["status"])
+    for message, shown in [
+        (
+            f"invalid dsn: host=h password = '{password}' x",
+            "invalid dsn: host=h password = '***' x",
+        ),
+        (
+            f"POSTGRESQL://{password}:{password}@{password}/d",
+            f"POSTGRESQL://{password}:***@{password}/d",
+        ),
+        (f"bench-r0-{password} password={password}", f"bench-r0-{password} password=***"),
+    ]:
+        assert redaction.redact(message, secrets) == shown
+
+
+@pytest.mark.parametrize("password", ["Kq7v/Wm3x", "Kq7v Wm3x", "Kq7v'Wm3x", "Kq7v%Wm3x"])
+def test_a_password_no_name_could_hold_goes_as_a_word_too(
+    no_dsn_env: pytest.MonkeyPatch, password: str
+) -> None:
+    """The second net: a password with punctuation in it, quoted bare by some message."""
+    no_dsn_env.setenv("PGPASSWORD", password)
+    secrets = redaction.secrets_in(["status"])
+    said = redaction.redact(f"cannot use {password} nor '{quote(password, safe='')}'", secrets)
+    assert said == "cannot use *** nor '***'"
+    # As part of a longer name it stays: that name is not the password.
+    assert redaction.redact(f"queue x{password}", secrets) == f"queue x{password}"
+
+
+def test_a_password_from_no_argument_in_a_dsn_on_stderr(no_dsn_env: pytest.MonkeyPatch) -> None:
+    """A DSN on stderr whose password leasectl was never told (a passfile's, say) loses it too."""
+    secrets = redaction.secrets_in(["status"])
+    message = "postgresql://app:Tj5n@h/x and host=h password='Tj5n \\' x' user=app"
+    assert (
+        redaction.redact(message, secrets)
+        == "postgresql://app:***@h/x and host=h password='***' user=app"
+    )
