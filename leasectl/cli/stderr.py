@@ -86,7 +86,7 @@ def _json_line(fields: dict[str, Any]) -> str:
 
 
 def _print_json(
-    level: str, logger: str, message: str, secrets: Sequence[str], *, scrubbed: bool = False
+    level: str, logger: str, message: str, secrets: Secrets, *, scrubbed: bool = False
 ) -> None:
     clean = scrub(message, secrets) if scrubbed else redact(message, secrets)
     line = _json_line({"ts": _now(), "level": level, "logger": logger, "msg": clean})
@@ -103,9 +103,9 @@ class _JsonFormatter(logging.Formatter):
     a job's fields when the line is about one, exc (a traceback) when it has one; every string
     without any of ``secrets``, and escaped (``_json_line``)."""
 
-    def __init__(self, secrets: Sequence[str]) -> None:
+    def __init__(self, secrets: Secrets) -> None:
         super().__init__()
-        self.secrets = list(secrets)
+        self.secrets = secrets
 
     def _clean(self, value: Any) -> Any:
         return redact(value, self.secrets) if isinstance(value, str) else value

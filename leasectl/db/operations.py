@@ -11,17 +11,11 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
+from leasectl.core import counts as bounds
 from leasectl.core import health
 from leasectl.core.actions import ACTIONS, OperatorAction, action_info
 from leasectl.core.config import check_queue_length
-from leasectl.core.counts import (
-    COUNT_BUDGET,
-    COUNT_FLOOR,
-    RECOUNT_BUDGET,
-    RECOUNT_CAP,
-    BoundedCount,
-    count_fields,
-)
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount, count_fields
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
 from leasectl.core.errors import JobNotFound
 from leasectl.core.exposure import WritableSchema
@@ -434,8 +428,8 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
             "floor": COUNT_FLOOR,
             "stuck_floor": max(COUNT_FLOOR, stuck_floor),
             "group_limit": group_limit,
-            "recount_cap": RECOUNT_CAP,
-            "recount_budget": RECOUNT_BUDGET,
+            "recount_cap": bounds.RECOUNT_CAP,
+            "recount_budget": bounds.RECOUNT_BUDGET,
         }
         # read_clock first: the read clock ({now}) of the statements after it; on a hot
         # standby behind its primary, the time of the last transaction it replayed.

@@ -498,6 +498,10 @@ def test_status_json_and_check(db_dsn: str, store: Stores, sql_conn: psycopg.Con
             "due_capped": False,
             "stuck_capped": False,
             "waiting_capped": False,
+            "pending_estimated": False,
+            "due_estimated": False,
+            "stuck_estimated": False,
+            "waiting_estimated": False,
         }
     ]
     assert re.match(r"\d{4}-\d\d-\d\dT.*[+-]\d\d:\d\d$", doc["db_now"])

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from leasectl.cli.redaction import Secrets
 from leasectl.cli.stderr import LOG_FIELDS, _JsonFormatter
 from leasectl.core.models import Job, JobStatus, Lease
 from leasectl.runtime.handler_errors import LOG_ERROR_LIMIT, job_fields
@@ -36,7 +37,9 @@ def test_the_runtime_and_the_cli_agree_on_the_records_key() -> None:
 @pytest.mark.parametrize("text", CORPUS, ids=range(len(CORPUS)))
 def test_hostile_text_is_data(text: str) -> None:
     fields = {"job": 1, "attempt": 2, "queue": text[:200], "outcome": "failed", "error": text}
-    line = _JsonFormatter([]).format(record("job %s: %s", text, text, **{LOG_FIELDS: fields}))
+    line = _JsonFormatter(Secrets()).format(
+        record("job %s: %s", text, text, **{LOG_FIELDS: fields})
+    )
     assert printable(line), repr(line)
     parsed = json.loads(line)
     assert parsed["msg"] == f"job {text}: {text}"
@@ -54,7 +57,7 @@ def test_a_jobs_fields_come_from_its_lease_in_order() -> None:
     )  # fmt: skip
     held = Lease(job=job, owner="w", attempt=3, until=now)
     extra = job_fields(held, "retrying", "ValueError: first line\nsecond" + "x" * 500)
-    line = _JsonFormatter([]).format(record("failed", **extra))
+    line = _JsonFormatter(Secrets()).format(record("failed", **extra))
     parsed = json.loads(line)
     assert list(parsed) == ["ts", "level", "logger", "msg", "job", "attempt", "queue", "outcome",
                             "error"]  # fmt: skip
@@ -66,21 +69,22 @@ def test_a_jobs_fields_come_from_its_lease_in_order() -> None:
 
 
 def test_no_field_shows_the_password() -> None:
-    fields = {"job": 1, "queue": f"q{SECRET}", "outcome": "failed", "error": f"E: {SECRET}"}
+    # (Where it stands as the password: a queue or an id that holds its text is left alone.)
+    fields = {"job": 1, "queue": "q", "outcome": "failed", "error": f"E: password={SECRET}"}
     try:
         raise RuntimeError(f"cannot connect password={SECRET}")
     except RuntimeError:
         exc_info = sys.exc_info()
     rec = record("dsn password=%s", SECRET, **{LOG_FIELDS: fields})
     rec.exc_info = exc_info
-    line = _JsonFormatter([SECRET]).format(rec)
+    line = _JsonFormatter(Secrets(passwords=(SECRET,))).format(rec)
     assert SECRET not in line
     parsed = json.loads(line)
-    assert "Traceback" in parsed["exc"] and parsed["error"] == "E: ***"
+    assert "Traceback" in parsed["exc"] and parsed["error"] == "E: password=***"
 
 
 def test_a_line_about_no_job_has_only_the_four_fields() -> None:
-    parsed = json.loads(_JsonFormatter([]).format(record("worker w started")))
+    parsed = json.loads(_JsonFormatter(Secrets()).format(record("worker w started")))
     assert list(parsed) == ["ts", "level", "logger", "msg"]
     assert parsed["ts"].endswith("Z")
 
