@@ -692,8 +692,11 @@ ADDED_BY_11 = (
 )
 ADDED_BY_12 = (", unique_key", ", queue, status")
 ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
-# (Removed first: it restores the text these pieces were added to.)
-ADDED_BY_17 = (
+# (Removed first: they restore the text later pieces were added to.)
+ADDED_BY_24 = (",\n    {schema}.queue_limit_shards", ", limit_shard")
+# (Removed first: it restores the text these pieces were added to. With migration 24's, which
+# were added to its text.)
+ADDED_BY_17 = ADDED_BY_24 + (
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
     "\nGRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role}",
     "\nGRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}",
@@ -1111,8 +1114,8 @@ def test_operators_limit_queues_only_through_the_audited_functions(
     granted: Roles, db_dsn: str
 ) -> None:
     """An operator limits and lifts limits (audited with its role); a viewer, a worker and a
-    producer cannot; no role may UPDATE or lock queue_limits, so a worker holds a limited
-    queue's row only through claim_budget; a worker role claims within the limits."""
+    producer cannot; no role may UPDATE or lock queue_limits or its shards, so a worker holds a
+    limited queue's shards only through claim_budget; a worker role claims within the limits."""
     seed_pending(db_dsn, 5)
     for kind in ("viewer", "worker", "producer"):
         refused(granted, kind, db_dsn, "limit", "q", "--concurrency", "1", "--reason", "no")
@@ -1127,6 +1130,10 @@ def test_operators_limit_queues_only_through_the_audited_functions(
                 "DELETE FROM leasectl.queue_limits",
                 "INSERT INTO leasectl.queue_limits (queue, concurrency, set_by, reason) "
                 "VALUES ('r', 1, 'x', 'y')",
+                "UPDATE leasectl.queue_limit_shards SET tokens = 100",
+                "SELECT * FROM leasectl.queue_limit_shards FOR UPDATE",
+                "SELECT * FROM leasectl.queue_limit_shards FOR KEY SHARE",
+                "DELETE FROM leasectl.queue_limit_shards",
             ):
                 with pytest.raises(errors.InsufficientPrivilege):
                     conn.execute(statement)
@@ -1135,10 +1142,11 @@ def test_operators_limit_queues_only_through_the_audited_functions(
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.claim_budget('q', 5, '{}', 'x')")
     with Stores.connect(granted.dsn("worker"), "leasectl") as store:
-        # A worker role that holds the row through claim_budget in a transaction it leaves
-        # open: the others' claims wait at most its lock_timeout, then take nothing (no error).
+        # A worker role that holds every shard of the limit (2: a budget of 2 takes one slot
+        # of each) through claim_budget in a transaction it leaves open: the others' claims
+        # wait at most its lock_timeout, then take nothing (no error).
         with psycopg.connect(granted.dsn("worker")) as holder:
-            holder.execute("SELECT * FROM leasectl.claim_budget('q', 1, '{}', 'hostile')")
+            holder.execute("SELECT * FROM leasectl.claim_budget('q', 2, '{}', 'hostile')")
             started = time.monotonic()
             assert store.work.trip([], "q", "w-role", timedelta(seconds=30), 5).leases == []
             assert time.monotonic() - started < 10  # (bounded: 1 s lock_timeout, not forever)
@@ -1178,7 +1186,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_17 + ADDED_BY_18)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            assert store.db.migrate() == [17, 18]
+            assert store.db.migrate() == [m.version for m in every][16:]
             store.ops.enqueue([{}, {}, {}], queue="q")
         proc = cli("limit", "q", "--concurrency", "1", "--reason", "r", dsn=roles.dsn("operator"))
         assert proc.returncode == 0, proc.stderr
@@ -1190,3 +1198,34 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
         with psycopg.connect(roles.dsn("producer"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_limits")
+
+
+def test_roles_granted_at_version_18_claim_a_sharded_limit_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 24 gives what `leasectl grant` now gives to the roles granted before it: a
+    worker claims under a shard of a limit (claim_budget, claim_settle made again, the lease's
+    limit_shard written), a viewer reads the limit's use from its shards. No `leasectl grant`
+    is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v18_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:18])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_24)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][18:]
+            store.ops.enqueue([{}, {}, {}, {}], queue="q")
+        proc = cli("limit", "q", "--concurrency", "2", "--reason", "r", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert len(store.work.claim("q", "w-old", timedelta(seconds=30), 4)) == 2
+        shown = cli("limits", "--json", dsn=roles.dsn("viewer"))
+        assert shown.returncode == 0, shown.stderr
+        [limit] = json.loads(shown.stdout)["limits"]
+        assert limit["now"]["live"] == 2 and limit["throttled"] == 1

@@ -11,7 +11,8 @@
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
+    {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
@@ -23,7 +24,8 @@ GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {schema}.workers,
     {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_events,
-    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits TO {role};
+    {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
+    {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
@@ -40,14 +42,16 @@ GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
 -- (queue_state: every claim looks whether its queue is paused. claim_budget, claim_settle: every
--- claim asks its queue's budget and settles it (migration 17); no UPDATE on queue_limits, so no
--- worker can lock a queue's limits row but through them.)
+-- claim asks its queue's budget and settles it (migrations 17, 24) and writes the shard of the
+-- limit each lease is claimed under (limit_shard); no UPDATE on queue_limits or its shards, so
+-- no worker can lock a queue's limit but through them.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits,
+    {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
-    last_error, updated_at) ON {schema}.jobs TO {role};
+    last_error, updated_at, limit_shard) ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
     UPDATE (outcome, ended_at, heartbeat_at, error, error_detail) ON {schema}.job_attempts
     TO {role};
