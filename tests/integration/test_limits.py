@@ -76,8 +76,7 @@ def test_a_claim_skips_the_shards_other_claims_hold(
     limit(store, concurrency=800)  # 8 shards of 100
     with psycopg.connect(db_dsn) as holder:
         holder.execute(
-            "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND shard <> 5 "
-            "FOR UPDATE",
+            "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND shard <> 5 FOR UPDATE",
             (Q,),
         )
         got = store.work.trip([], Q, "w1", TTL, 3)  # (would wait, and time out, if it queued)
@@ -126,9 +125,7 @@ def test_each_shard_counts_only_its_own_leases(store: Stores) -> None:
     assert store.work.trip([], Q, "w1", TTL, 2).leases == []
 
 
-def test_leases_claimed_before_the_limit_count(
-    store: Stores, sql_conn: psycopg.Connection
-) -> None:
+def test_leases_claimed_before_the_limit_count(store: Stores, sql_conn: psycopg.Connection) -> None:
     """Leases claimed while the queue had no limit (no shard) count in the shard their id
     names, every one of them in one shard."""
     enqueue(store, 10)

@@ -696,7 +696,8 @@ ADDED_BY_18 = (",\n    {schema}.jobs_keys_heal", ", concurrency_key")
 ADDED_BY_24 = (",\n    {schema}.queue_limit_shards", ", limit_shard")
 # (Removed first: it restores the text these pieces were added to. With migration 24's, which
 # were added to its text.)
-ADDED_BY_17 = ADDED_BY_24 + (
+ADDED_BY_17 = (
+    *ADDED_BY_24,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
     "\nGRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role}",
     "\nGRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}",

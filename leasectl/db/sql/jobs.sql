@@ -108,7 +108,7 @@ WITH budget AS (
     SELECT b.budget, b.settle, b.shards, b.held, b.wait
     FROM {schema}.queue_limits AS l
     CROSS JOIN LATERAL {schema}.claim_budget(
-        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
+        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s, l.shards) AS b
     WHERE l.queue = %(queue)s
     UNION ALL
     SELECT %(limit)s, false, NULL::smallint[], NULL::smallint, NULL::double precision
@@ -221,7 +221,8 @@ RETURNING j.id;
 WITH budget AS (
     SELECT b.budget, b.settle, b.shards, b.held, b.wait
     FROM {schema}.queue_limits AS l
-    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s) AS b
+    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s,
+                                             l.shards) AS b
     WHERE l.queue = %(queue)s
     UNION ALL
     SELECT %(limit)s, false, NULL::smallint[], NULL::smallint, NULL::double precision

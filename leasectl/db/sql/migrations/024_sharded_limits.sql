@@ -110,44 +110,50 @@ $$;
 DROP FUNCTION {schema}.claim_settle(text, integer, integer, integer);
 DROP FUNCTION {schema}.claim_budget(text, integer, bigint[], text);
 
+
 -- How many of `wanted` jobs a claim of `queue` may take now (the claim walk's LIMIT) and under
 -- which shards: `shards` has one entry per job of the budget (the claim's k-th job is claimed
 -- under shards[k]). `settle`: the queue is limited (claim_settle settles what was taken);
 -- `held`: a shard this claim holds (its throttled count), `wait`: when the limits cut the
 -- budget short, the seconds to the next token (0: the cap, no time known). No queue_limits
--- row: all of `wanted`, after one primary-key probe.
+-- row: all of `wanted`. `shard_count`: the queue's shards as the claim statement read them
+-- (where to start; NULL: read here); the limits themselves are read once a shard is locked.
 --
--- The shards are tried from the shard of the first lease the statement completes (its slot is
--- free once it commits), else one the owner's name picks, each FOR UPDATE SKIP LOCKED, until
--- the budget is whole or every active shard was tried. Each statement below takes a fresh
--- snapshot (a volatile function in READ COMMITTED): a shard's live leases, counted once it is
--- locked, include every claim under it its previous holder committed. The limits are read
--- after the first shard is locked (a change locks every shard: queue_limit_reshard).
--- `done_ids`: the leases this statement completes (owner `owner_name`), counted as free.
+-- The shards are tried from one the owner's name picks, each FOR UPDATE SKIP LOCKED, until the
+-- budget is whole or every active shard was tried. Each statement below takes a fresh snapshot
+-- (a volatile function in READ COMMITTED): a shard's live leases, counted once it is locked,
+-- include every claim under it its previous holder committed; the limits read after the first
+-- lock are the latest (a change locks every shard: queue_limit_reshard). `done_ids`: the leases
+-- this statement completes (owner `owner_name`), counted as free.
 --
 -- Only when every shard is held by other claims does a claim wait, for one, holding none (no
--- two claims wait on each other): a role that holds every shard (in transactions it leaves
--- open) makes the others wait at most the lock_timeout below; then they take nothing this time.
+-- two claims wait on each other), at most 1 s (lock_timeout, for that wait only): a role that
+-- holds every shard (in transactions it leaves open) makes the others take nothing after it.
+-- (The limits in force are queue_limit_now's and the bucket's shares queue_limit_bucket_share's,
+-- written out here: a claim calls no other function.)
 CREATE FUNCTION {schema}.claim_budget(
     queue_name text, wanted integer, done_ids bigint[], owner_name text,
+    shard_count integer DEFAULT NULL,
     OUT budget integer, OUT settle boolean, OUT shards smallint[], OUT held smallint,
     OUT wait double precision
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
-SET lock_timeout = '1s'
 AS $$
 DECLARE
     l queue_limits;
     s queue_limit_shards;
     want integer := greatest(coalesce(wanted, 0), 0);
-    n integer;
+    n integer := shard_count;
     start integer;
     i integer;
     t timestamptz;
+    f double precision;
     v_cap integer;
     v_rate double precision;
     v_burst double precision;
+    v_whole integer;
+    v_active integer;
     v_share integer;
     v_live integer;
     v_part double precision;
@@ -156,15 +162,18 @@ DECLARE
     v_read boolean := false;
     cap_cut boolean := false;
     next_token double precision;
+    old_timeout text;
 BEGIN
     budget := want;
     settle := false;
     IF want = 0 THEN
         RETURN;
     END IF;
-    SELECT * INTO l FROM queue_limits AS q WHERE q.queue = queue_name;
-    IF NOT FOUND THEN
-        RETURN;
+    IF n IS NULL THEN
+        SELECT q.shards INTO n FROM queue_limits AS q WHERE q.queue = queue_name;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
     END IF;
     -- A pause wins over any limit: the claim takes nothing, spends no token, counts no throttle.
     IF EXISTS (SELECT FROM queue_state AS p WHERE p.queue = queue_name) THEN
@@ -173,12 +182,8 @@ BEGIN
     END IF;
     budget := 0;
     shards := '{}';
-    n := l.shards;
-    IF cardinality(done_ids) > 0 THEN
-        SELECT j.limit_shard INTO start FROM jobs AS j WHERE j.id = done_ids[1];
-    END IF;
-    start := coalesce(start, hashtext(owner_name));
-    start := ((start % n) + n) % n;
+    n := least(greatest(n, 1), 8);
+    start := ((hashtext(owner_name) % n) + n) % n;
     FOR k IN 0..n LOOP
         EXIT WHEN budget >= want;
         IF k < n THEN
@@ -189,12 +194,16 @@ BEGIN
         ELSE
             EXIT WHEN v_read;  -- (this claim held a shard: it waits for none)
             i := start;
+            old_timeout := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '1s', true);
             BEGIN
                 SELECT * INTO s FROM queue_limit_shards AS q
                 WHERE q.queue = queue_name AND q.shard = i FOR UPDATE;
             EXCEPTION WHEN lock_not_available THEN
+                PERFORM set_config('lock_timeout', old_timeout, true);
                 RETURN;  -- held past the lock timeout: nothing this time (the worker polls)
             END;
+            PERFORM set_config('lock_timeout', old_timeout, true);
             IF NOT FOUND THEN  -- cleared meanwhile: not limited
                 budget := want;
                 shards := NULL;
@@ -206,7 +215,21 @@ BEGIN
             SELECT * INTO l FROM queue_limits AS q WHERE q.queue = queue_name;
             settle := true;
             t := clock_timestamp();
-            SELECT c.cap, c.rate, c.burst INTO v_cap, v_rate, v_burst FROM queue_limit_now(l, t) AS c;
+            -- In force at t (queue_limit_now): the ramp's fraction f, the cap, the rate, the
+            -- bucket; then the bucket's whole tokens and the shards they are shared over.
+            f := CASE WHEN l.ramp_until IS NULL OR t >= l.ramp_until THEN 1.0
+                      WHEN t <= l.ramp_from THEN 0.0
+                      ELSE extract(epoch FROM t - l.ramp_from)::double precision
+                           / extract(epoch FROM l.ramp_until - l.ramp_from)::double precision END;
+            IF l.concurrency IS NOT NULL THEN
+                v_cap := greatest(1, ceil(l.concurrency * f))::integer;
+            END IF;
+            IF l.rate IS NOT NULL THEN
+                v_rate := least(l.rate, 1.0) + (l.rate - least(l.rate, 1.0)) * f;
+                v_burst := greatest(1.0, coalesce(l.burst, greatest(1.0, l.rate)) * f);
+                v_whole := greatest(1, floor(v_burst))::integer;
+                v_active := least(l.shards, v_whole);
+            END IF;
         END IF;
         held := i;
         CONTINUE WHEN i >= l.shards;  -- (the limit changed to fewer shards meanwhile)
@@ -225,10 +248,12 @@ BEGIN
             END IF;
         END IF;
         IF v_rate IS NOT NULL THEN
-            v_part := queue_limit_bucket_share(l.shards, i, v_burst);
-            IF v_part = 0 THEN
-                got := 0;
+            IF i >= v_active THEN
+                got := 0;  -- (no share of a bucket this low)
             ELSE
+                v_part := (v_whole / v_active
+                           + CASE WHEN i < v_whole % v_active THEN 1 ELSE 0 END)::double precision
+                          / v_whole;
                 v_tokens := least(v_burst * v_part, s.tokens + v_rate * v_part * greatest(
                     extract(epoch FROM t - s.tokens_at)::double precision, 0.0));
                 IF floor(v_tokens) < got THEN
