@@ -45,6 +45,7 @@ def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
         "job_events",
         "jobs",
         "queue_events",
+        "queue_limit_shards",
         "queue_limits",
         "queue_state",
         "schema_migrations",
