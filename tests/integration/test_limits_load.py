@@ -214,7 +214,7 @@ def test_the_rate_over_a_minute_within_5_percent_across_worker_restarts(
 ) -> None:
     """10 starts a second (one shard) or 200 (two shards, each its own bucket: migration 24)
     with a backlog of far more, three workers of eight slots each, one of them replaced every
-    10 s: the starts of one minute are 60 × rate ± 5%."""
+    10 s: the starts of one minute are 60 times the rate ± 5%."""
     expected = round(60 * rate)
     with Stores.connect(db_dsn, "leasectl") as store:
         store.ops.enqueue([{"i": i} for i in range(2 * expected)], queue=Q)
