@@ -839,8 +839,9 @@ MUTANTS += (
            "coalesce(j.limit_shard::integer, (j.id % 8)::integer)", "j.limit_shard::integer",
            (LIMITS + "test_leases_claimed_before_the_limit_count",)),
     mutant("limits-live-folded", SHARDS_SQL, "claim_budget",
-           "AND ((coalesce(j.limit_shard::integer, (j.id % 8)::integer) % l.shards)",
-           "AND ((coalesce(j.limit_shard::integer, (j.id % 8)::integer) % 8)",
+           "AND ((coalesce(j.limit_shard::integer, (j.id % 8)::integer) % l.shards)\n"
+           "                   + l.shards) % l.shards = i",
+           "AND coalesce(j.limit_shard::integer, (j.id % 8)::integer) = i",
            (LIMITS + "test_a_limit_changed_to_fewer_shards_counts_every_lease",)),
     mutant("limits-cap-share-remainder", SHARDS_SQL, "claim_budget",
            "v_share := v_cap / l.shards + CASE WHEN i < v_cap % l.shards THEN 1 ELSE 0 END;",

@@ -665,11 +665,15 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
     operator = granted.names["operator"]
     assert events == [("q", "pause", "deploy", operator), ("q", "resume", None, operator)]
     assert public == [
+        ("queue_limit_bucket_share", False),
         ("queue_limit_clear", False),
         ("queue_limit_json", False),
         ("queue_limit_now", False),
         ("queue_limit_ramp", False),
+        ("queue_limit_reshard", False),
         ("queue_limit_set", False),
+        ("queue_limit_shard_count", False),
+        ("queue_limit_summed", False),
         ("queue_pause", False),
         ("queue_ramp", False),
         ("queue_resume", False),
