@@ -74,15 +74,24 @@ def test_a_claim_skips_the_shards_other_claims_hold(
     eight shards held by other claims, a claim takes the free one at once, without waiting."""
     enqueue(store, 4)
     limit(store, concurrency=800)  # 8 shards of 100
+    claimed: list[Any] = []
     with psycopg.connect(db_dsn) as holder:
         holder.execute(
             "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND shard <> 5 FOR UPDATE",
             (Q,),
         )
-        got = store.work.trip([], Q, "w1", TTL, 3)  # (would wait, and time out, if it queued)
-        assert len(got.leases) == 3 and got.throttle_wait is None
-        assert shards_of(sql_conn, [lease.job_id for lease in got.leases]) == [5, 5, 5]
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 3))
+        )
+        claimer.start()
+        claimer.join(10)  # (a claim that queued for a held shard would still be waiting)
+        done_while_held = not claimer.is_alive()
         holder.rollback()
+        claimer.join(10)
+    assert done_while_held
+    [got] = claimed
+    assert len(got.leases) == 3 and got.throttle_wait is None
+    assert shards_of(sql_conn, [lease.job_id for lease in got.leases]) == [5, 5, 5]
 
 
 def test_a_claim_waits_for_a_shard_only_when_every_shard_is_held(
