@@ -10,7 +10,7 @@
 -- cap in force split in whole leases: cap / shards, one more for the first cap % shards) and of
 -- the bucket (the burst in force split in whole tokens, the rate in the same proportion). A
 -- claim locks a shard FOR UPDATE SKIP LOCKED, counts the live leases claimed under it, spends
--- its tokens; a claim that wants more than one shard gives goes on to the next unlocked one.
+-- its tokens; a claim that wants more than its shard gives goes on to the next unlocked one.
 -- The shares add up to the limit, and no two claims hold one shard at once: whatever the races,
 -- the live leases never pass the cap and the starts never pass the rate plus the burst.
 
