@@ -1,7 +1,7 @@
 """Flow control's values and rules: a queue's limits (a concurrency cap, a rate with its burst,
 a ramp), as configured and as in force now, and the checks every value passes before any SQL.
 
-PostgreSQL enforces the limits in the claim statements (migration 17, design.md "Flow
+PostgreSQL enforces the limits in the claim statements (migrations 17, 24, design.md "Flow
 control"); here are only the values, their bounds (the table's CHECK constraints) and parsing.
 """
 

@@ -37,9 +37,6 @@ NOTIFY_QUEUE_CHARS = 128
 
 _NO_TTL = timedelta(0)  # the TTL of a call that claims nothing
 CLAIM_MAX = 1000  # jobs one claim may lease (the claim statement's inner LIMIT)
-# Round trips a worker sends a limited queue's completions apart after its claim last waited
-# for another claim of the queue (trip): one statement again once its claims stop contending.
-APART_TRIPS = 50
 # Round trips that may fail on attempts at the integer's maximum, each failing such jobs alone.
 UNCLAIMABLE_TRIES = 4
 # The claim statement's start key when it reads a queue from its head: before every job's
@@ -112,9 +109,6 @@ class WorkerStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._kept: dict[int, HotConnection] = {}  # thread id -> its hot path connection
-        # Limited queues whose claims contend for their limits row -> round trips left to send
-        # their completions apart (trip).
-        self._apart: dict[str, int] = {}
         db.on_close(self._hand_back)
 
     def _hand_back(self) -> None:
@@ -170,15 +164,6 @@ class WorkerStore:
         limits cut the claim short, how long to wait before claiming it again.
         """
         limit = max(0, min(limit, CLAIM_MAX))
-        refused: set[int] = set()
-        split = bool(done and limit and self._apart.get(queue))
-        if split:
-            # A limited queue's claims take turns on its limits row until they commit: while
-            # they contend for it, its completions go first, in a statement of their own that
-            # waits for no one, and the claim that follows completes nothing (so it need not
-            # wait for its WAL flush to let the next claim go: claim_budget, migration 17).
-            refused = {lease.job_id for lease in done} - self.complete(done)
-            done = ()
         fence = self._fence(done, owner)
         params = {
             "done_ids": fence["ids"],
@@ -189,23 +174,9 @@ class WorkerStore:
             "limit": limit,
             **claim_from(from_key),
         }
-        try:
-            rows, names, tolerated = self._round_trip(params)
-        except ConnectionFailed as exc:
-            if not split:
-                raise
-            # The completions went apart and are committed: report them, not a failed trip.
-            log.warning("claiming after the completions failed: %s", exc)
-            return Trip([], refused)
+        rows, names, tolerated = self._round_trip(params)
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()
         throttle_wait = rows[0][names.index("throttle_wait")] if rows else None
-        if limit and rows:  # (a claim of nothing does not ask the queue's limits)
-            if rows[0][names.index("contended")]:
-                self._apart[queue] = APART_TRIPS
-            elif queue in self._apart:
-                self._apart[queue] -= 1
-                if not self._apart[queue]:
-                    del self._apart[queue]
         leases = _leases(rows, names, tolerated) if rows and rows[0][0] is not None else []
         if take_expired and throttle_wait is None and len(leases) < limit:
             params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
@@ -222,7 +193,7 @@ class WorkerStore:
             leases += taken_over
         if len(leases) > 1:  # one batch, in claim order
             leases.sort(key=_claim_order)
-        refused |= {lease.job_id for lease in done} - accepted
+        refused = {lease.job_id for lease in done} - accepted
         return Trip(leases, refused, throttle_wait)
 
     def _round_trip(self, params: dict[str, Any]) -> tuple[list[tuple[Any, ...]], list[str], bool]:

@@ -172,7 +172,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "counter",
         ("queue",),
         "Claims of a limited queue that its cap or rate cut short, since its limits were set "
-        "(kept in queue_limits: clearing the limits resets it).",
+        "(kept in the shards of its limits: clearing the limits resets it).",
     ),
 }
 

@@ -271,10 +271,11 @@ def test_the_limits_read_counts_live_leases_through_the_processing_index(
     from jobs_processing_idx, its Processing rows only (600 of the seed's 68,600 rows); no
     Pending, Stuck or finished row is read."""
     seed(sql_conn)
-    sql_conn.execute(
-        "INSERT INTO leasectl.queue_limits (queue, concurrency, rate, set_by, reason) "
-        "VALUES ('q', 10, 20, 't', 'r'), ('other', NULL, 5, 't', 'r')"
-    )
+    for queue, cap, rate in (("q", 10, 20), ("other", None, 5)):  # (with their shards)
+        sql_conn.execute(
+            "SELECT leasectl.queue_limit_set(%s, %s, %s, NULL, 't', 'r', 'leasectl_test')",
+            (queue, cap, rate),
+        )
     plan = plan_of(sql_conn, "status_limits", {"queue": None, "limits_limit": 1000})
     assert "jobs_processing_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan and "Bitmap" not in plan, plan

@@ -1,4 +1,4 @@
-"""Flow control (migration 17): a queue's concurrency cap, rate and ramp, enforced by the claim
+"""Flow control (migrations 17, 24): a queue's concurrency cap, rate and ramp, enforced by the claim
 statements themselves; set, cleared and ramped through audited functions.
 
 The fast tests here claim by hand (WorkerStore) on a real PostgreSQL; the long and concurrent
@@ -60,43 +60,127 @@ def test_completions_in_the_claim_statement_free_their_slots(store: Stores) -> N
     assert not again.refused and len(again.leases) == 2
 
 
-def test_a_limited_queues_completions_go_apart_and_its_claims_commit_without_waiting(
+def shards_of(sql_conn: psycopg.Connection, ids: list[int]) -> list[int]:
+    rows = sql_conn.execute(
+        "SELECT limit_shard FROM leasectl.jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_claim_skips_the_shards_other_claims_hold(
     store: Stores, sql_conn: psycopg.Connection, db_dsn: str
 ) -> None:
-    """Once a worker's claim waited for another claim of its limited queue, its round trips with
-    completions send them first on their own, then a claim that completes nothing, which
-    claim_budget commits asynchronously (for that transaction only)."""
+    """Migration 24: a limited queue's claims do not take turns on one row. With seven of its
+    eight shards held by other claims, a claim takes the free one at once, without waiting."""
     enqueue(store, 4)
-    limit(store, concurrency=2)
+    limit(store, concurrency=800)  # 8 shards of 100
+    claimed: list[Any] = []
     with psycopg.connect(db_dsn) as holder:
-        holder.execute("SELECT * FROM leasectl.queue_limits FOR UPDATE")
-        claimed: list[Any] = []
+        holder.execute(
+            "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND shard <> 5 FOR UPDATE",
+            (Q,),
+        )
         claimer = threading.Thread(
-            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 5))
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 3))
         )
         claimer.start()
-        wait_for_lock_wait(sql_conn, what="the claim waiting for the limits row")
+        claimer.join(10)  # (a claim that queued for a held shard would still be waiting)
+        done_while_held = not claimer.is_alive()
         holder.rollback()
         claimer.join(10)
-    [first] = claimed
-    assert len(first.leases) == 2
-    assert store.work._apart.get(Q)  # (contended: completions go apart for a while)
-    second = store.work.trip(first.leases, Q, "w1", TTL, 5)
-    assert not second.refused and len(second.leases) == 2
-    rows = sql_conn.execute(
-        "SELECT status::text, count(*) FROM leasectl.jobs GROUP BY 1 ORDER BY 1"
-    ).fetchall()
-    assert rows == [("Completed", 2), ("Processing", 2)]
-    budget = "SELECT * FROM leasectl.claim_budget('pay', 1, %s, 'w1')"
-    with store.db.connection() as conn:
-        conn.execute("SET synchronous_commit = on")  # (the embedded test server's is off)
-        for done, during in (([], "off"), ([second.leases[0].job_id], "on")):
-            with conn.transaction(force_rollback=True):
-                conn.execute(budget, (done,))
-                assert conn.execute("SHOW synchronous_commit").fetchone() == (during,)
-        conn.execute(budget, ([],))
-        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)  # (that one only)
-        conn.execute("RESET synchronous_commit")
+    assert done_while_held
+    [got] = claimed
+    assert len(got.leases) == 3 and got.throttle_wait is None
+    assert shards_of(sql_conn, [lease.job_id for lease in got.leases]) == [5, 5, 5]
+
+
+def test_a_claim_waits_for_a_shard_only_when_every_shard_is_held(
+    store: Stores, sql_conn: psycopg.Connection, db_dsn: str
+) -> None:
+    enqueue(store, 4)
+    limit(store, concurrency=800)
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute("SELECT * FROM leasectl.queue_limit_shards FOR UPDATE")
+        claimed: list[Any] = []
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 2))
+        )
+        claimer.start()
+        wait_for_lock_wait(sql_conn, what="the claim waiting for a shard")
+        holder.rollback()
+        claimer.join(10)
+    [got] = claimed
+    assert len(got.leases) == 2
+
+
+def test_a_claim_takes_its_budget_from_several_shards(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A cap of 10 over 8 shards (2, 2, 1, 1, 1, 1, 1, 1): one claim uses all of it."""
+    enqueue(store, 12)
+    limit(store, concurrency=10)
+    got = store.work.trip([], Q, "w1", TTL, 12)
+    assert len(got.leases) == 10 and got.throttle_wait == 0
+    shards = shards_of(sql_conn, [lease.job_id for lease in got.leases])
+    assert sorted(shards.count(i) for i in range(8)) == [1, 1, 1, 1, 1, 1, 2, 2]
+
+
+def test_each_shard_counts_only_its_own_leases(store: Stores) -> None:
+    """A cap of 4 over 4 shards of 1: two claims of 2 from one owner take all four slots."""
+    enqueue(store, 6)
+    limit(store, concurrency=4)
+    assert len(store.work.trip([], Q, "w1", TTL, 2).leases) == 2
+    assert len(store.work.trip([], Q, "w1", TTL, 2).leases) == 2
+    assert store.work.trip([], Q, "w1", TTL, 2).leases == []
+
+
+def test_leases_claimed_before_the_limit_count(store: Stores, sql_conn: psycopg.Connection) -> None:
+    """Leases claimed while the queue had no limit (no shard) count in the shard their id
+    names, every one of them in one shard."""
+    enqueue(store, 10)
+    held = store.work.trip([], Q, "w1", TTL, 6).leases
+    assert shards_of(sql_conn, [lease.job_id for lease in held]) == [None] * 6
+    limit(store, concurrency=6)
+    assert store.work.trip([], Q, "w2", TTL, 4).leases == []
+    (row,) = store.ops.limits([Q])
+    assert row.live == 6
+
+
+def test_a_limit_changed_to_fewer_shards_counts_every_lease(store: Stores) -> None:
+    """Leases claimed under shards a new limit no longer has are counted by the ones it has: 16
+    leases, 2 in each of 8 shards; then a rate of 200/s makes it 2 shards of 8 (each counts the
+    leases of 4 old ones)."""
+    enqueue(store, 20)
+    limit(store, concurrency=16)
+    assert len(store.work.trip([], Q, "w1", TTL, 16).leases) == 16
+    limit(store, concurrency=16, rate=200.0)
+    assert store.work.trip([], Q, "w2", TTL, 4).leases == []
+    limit(store, concurrency=17, rate=200.0)
+    assert len(store.work.trip([], Q, "w2", TTL, 4).leases) == 1
+
+
+def test_the_bucket_is_shared_in_whole_tokens(store: Stores) -> None:
+    """A rate of 1000/s, burst 20: 8 shards of 3, 3, 3, 3, 2, 2, 2, 2 tokens, each refilling in
+    proportion (150/s, 100/s); one claim spends the whole bucket, then waits for one shard's
+    next token (at most 10 ms)."""
+    enqueue(store, 30)
+    limit(store, rate=1000.0, burst=20)
+    got = store.work.trip([], Q, "w1", TTL, 30)
+    assert 20 <= len(got.leases) < 24  # (what refilled while the claim went round: a few)
+    assert got.throttle_wait is not None and 0 < got.throttle_wait <= 0.01
+
+
+def test_tokens_a_claim_did_not_use_go_back(store: Stores, sql_conn: psycopg.Connection) -> None:
+    """A claim spends its budget's tokens before it walks; those of the jobs it did not find
+    go back to their shards (stored: full shards stay full, the one spent from lost 3)."""
+    enqueue(store, 3)
+    limit(store, rate=1000.0, burst=1000)  # 8 shards of 125
+    got = store.work.trip([], Q, "w1", TTL, 10)
+    assert len(got.leases) == 3 and got.throttle_wait is None
+    (tokens,) = sql_conn.execute(
+        "SELECT sum(tokens) FROM leasectl.queue_limit_shards WHERE queue = %s", (Q,)
+    ).fetchone()
+    assert tokens == 997
 
 
 def test_an_unlimited_queue_is_not_cut(store: Stores) -> None:
@@ -143,10 +227,11 @@ def test_claim_expired_is_capped_too(store: Stores, sql_conn: psycopg.Connection
         "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
         ([h.job_id for h in held],),
     )
-    # Three lapsed leases, none live: the takeover may take two.
+    # Three lapsed leases, none live: the takeover may take two, each under its shard.
     got = store.work.trip([], Q, "w2", TTL, 3)
     assert len(got.leases) == 2
     assert got.throttle_wait == 0
+    assert sorted(shards_of(sql_conn, [lease.job_id for lease in got.leases])) == [0, 1]
 
 
 def test_rate_spends_tokens_and_says_when_the_next_is_due(store: Stores) -> None:
@@ -222,7 +307,7 @@ def test_the_bucket_holds_at_most_its_burst(store: Stores, sql_conn: psycopg.Con
     limit(store, rate=0.5, burst=3)
     # An hour without a claim refills 1,800 tokens' worth: the bucket keeps 3.
     sql_conn.execute(
-        "UPDATE leasectl.queue_limits SET tokens = 0, tokens_at = now() - interval '1 hour'"
+        "UPDATE leasectl.queue_limit_shards SET tokens = 0, tokens_at = now() - interval '1 hour'"
     )
     assert len(store.work.trip([], Q, "w1", TTL, 10).leases) == 3
 

@@ -49,6 +49,7 @@ def test_migrate_twice_is_a_no_op(empty_db_dsn: str) -> None:
         "queue_events",
         "queue_history",
         "queue_history_deltas",
+        "queue_limit_shards",
         "queue_limits",
         "queue_state",
         "schedule_events",

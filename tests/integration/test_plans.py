@@ -384,13 +384,13 @@ def test_the_pause_check_is_one_probe_per_claim_not_one_per_row(
 
 
 def limit_q(conn: psycopg.Connection[Any], cap: int = 100_000) -> None:
-    """Queue q limited (migration 17) by a cap and a rate that do not bind."""
-    conn.execute(
-        "INSERT INTO leasectl.queue_limits (queue, concurrency, rate, burst, tokens, set_by, "
-        "reason) VALUES ('q', %s, 1000000, 1000000, 1000000, 'test', 'plan') "
-        "ON CONFLICT (queue) DO NOTHING",
-        (cap,),
-    )
+    """Queue q limited (migrations 17, 24: its 8 shards) by a cap and a rate that do not bind."""
+    if conn.execute("SELECT FROM leasectl.queue_limits WHERE queue = 'q'").fetchone() is None:
+        conn.execute(
+            "SELECT leasectl.queue_limit_set('q', %s, 1000000, 1000000, 'test', 'plan', "
+            "'leasectl_test')",
+            (cap,),
+        )
 
 
 @pytest.mark.parametrize("name", ["jobs_complete_and_claim", "jobs_claim_expired"])
@@ -410,9 +410,12 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
     assert scans_of_big_tables(plan) == [], plan
     [budget] = [line for line in plan.splitlines() if "Function Scan on claim_budget" in line]
     assert re.search(r"rows=1(\.0+)? loops=1\)", budget), plan
-    # (claim_settle is settled's target: called once per row of budget it keeps, one.)
-    settled = plan.split("CTE settled")[1].splitlines()[1]
-    assert "CTE Scan on budget" in settled and re.search(r"rows=1(\.0+)? loops=1\)", settled)
+    # (claim_settle is settled's target: called once per row of budget it keeps, at most one;
+    # none here: the claim took all it asked for, its tokens spent by claim_budget.)
+    settled = plan.split("CTE settled")[1].split("\n  ->")[0].split("\n  InitPlan")[0]
+    [scan] = [line for line in settled.splitlines() if "CTE Scan on budget" in line]
+    assert re.search(r"rows=1(\.0+)? loops=1\)", scan), plan
+    assert re.search(r"^\s*->  Nested Loop .*rows=0 loops=1\)", settled.splitlines()[1]), plan
     picked = plan.split("CTE picked")[1].split("CTE c")[0]
     walk = "jobs_claimable_idx" if name == "jobs_complete_and_claim" else "jobs_processing_idx"
     assert walk in picked, plan
@@ -422,18 +425,22 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
 def test_claim_budget_counts_live_leases_through_the_processing_index(
     sql_conn: psycopg.Connection[Any],
 ) -> None:
-    """Inside claim_budget, as it ran: the queue's row locked by primary key and its live
-    leases counted from the Processing index (bounded by the fleet), never from history; the
-    walk took only the budget the cap left (cap 560: 550 live leases, 27 of them w-1's, which
-    this statement completes: 37 free)."""
+    """Inside claim_budget, as it ran: each shard of the queue's limit locked by primary key and
+    its live leases counted from the Processing index (bounded by the fleet), never from
+    history; the walk took only the budget the cap left (cap 560 in 8 shards of 70: 550 live
+    leases, 27 of them w-1's, which this statement completes: 37 free in all)."""
     seed(sql_conn)
     seed_leases(sql_conn)
     analyze(sql_conn)
     limit_q(sql_conn, cap=560)
     query = queries.get("jobs_complete_and_claim").render(SCHEMA)
     plans = explain_nested(sql_conn, query, claim_params(sql_conn, 100))
-    [count] = [p for t, p in plans if t.lstrip().startswith("SELECT count(*)")]
-    assert "jobs_processing_idx" in count, count
-    assert scans_of_big_tables(count) == [], count
+    counts = [p for t, p in plans if t.lstrip().startswith("SELECT count(*)")]
+    assert counts, plans
+    for count in counts:  # (one per shard the claim took slots from)
+        assert "jobs_processing_idx" in count, count
+        assert scans_of_big_tables(count) == [], count
+    [lock, *_] = [p for t, p in plans if "FOR UPDATE SKIP LOCKED" in t]
+    assert "queue_limit_shards_pkey" in lock, lock
     *_, (_, outer) = plans
     assert has_rows(37, outer.split("CTE picked")[1].split("CTE changed")[0]), outer

@@ -681,11 +681,15 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
     operator = granted.names["operator"]
     assert events == [("q", "pause", "deploy", operator), ("q", "resume", None, operator)]
     assert public == [
+        ("queue_limit_bucket_share", False),
         ("queue_limit_clear", False),
         ("queue_limit_json", False),
         ("queue_limit_now", False),
         ("queue_limit_ramp", False),
+        ("queue_limit_reshard", False),
         ("queue_limit_set", False),
+        ("queue_limit_shard_count", False),
+        ("queue_limit_summed", False),
         ("queue_pause", False),
         ("queue_ramp", False),
         ("queue_resume", False),
@@ -722,6 +726,12 @@ ADDED_BY_20 = (
 # Migration 21's (snooze, progress, timeouts): removed from every older grant before the rest
 # (every caller stands for a version before 21), since ", concurrency_key" is followed by it.
 ADDED_BY_21 = (", snoozes, max_attempts, progress, progress_message", ",\n    timeout")
+# Migration 24's (the limits' shards): removed from every older grant first, as migration 21's.
+ADDED_BY_24 = (
+    ",\n    {schema}.queue_limit_shards",
+    ", {schema}.queue_limit_shards",
+    ", limit_shard",
+)
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -747,7 +757,7 @@ def grant_as_before(
 ) -> None:
     """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
     text = queries.get(f"grant_{kind}").text
-    for piece in (*ADDED_BY_21, *added):
+    for piece in (*ADDED_BY_24, *ADDED_BY_21, *added):
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
@@ -1162,8 +1172,8 @@ def test_operators_limit_queues_only_through_the_audited_functions(
     granted: Roles, db_dsn: str
 ) -> None:
     """An operator limits and lifts limits (audited with its role); a viewer, a worker and a
-    producer cannot; no role may UPDATE or lock queue_limits, so a worker holds a limited
-    queue's row only through claim_budget; a worker role claims within the limits."""
+    producer cannot; no role may UPDATE or lock queue_limits or its shards, so a worker holds a
+    limited queue's shards only through claim_budget; a worker role claims within the limits."""
     seed_pending(db_dsn, 5)
     for kind in ("viewer", "worker", "producer"):
         refused(granted, kind, db_dsn, "limit", "q", "--concurrency", "1", "--reason", "no")
@@ -1178,6 +1188,10 @@ def test_operators_limit_queues_only_through_the_audited_functions(
                 "DELETE FROM leasectl.queue_limits",
                 "INSERT INTO leasectl.queue_limits (queue, concurrency, set_by, reason) "
                 "VALUES ('r', 1, 'x', 'y')",
+                "UPDATE leasectl.queue_limit_shards SET tokens = 100",
+                "SELECT * FROM leasectl.queue_limit_shards FOR UPDATE",
+                "SELECT * FROM leasectl.queue_limit_shards FOR KEY SHARE",
+                "DELETE FROM leasectl.queue_limit_shards",
             ):
                 with pytest.raises(errors.InsufficientPrivilege):
                     conn.execute(statement)
@@ -1186,10 +1200,11 @@ def test_operators_limit_queues_only_through_the_audited_functions(
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.claim_budget('q', 5, '{}', 'x')")
     with Stores.connect(granted.dsn("worker"), "leasectl") as store:
-        # A worker role that holds the row through claim_budget in a transaction it leaves
-        # open: the others' claims wait at most its lock_timeout, then take nothing (no error).
+        # A worker role that holds every shard of the limit (2: a budget of 2 takes one slot
+        # of each) through claim_budget in a transaction it leaves open: the others' claims
+        # wait at most its lock_timeout, then take nothing (no error).
         with psycopg.connect(granted.dsn("worker")) as holder:
-            holder.execute("SELECT * FROM leasectl.claim_budget('q', 1, '{}', 'hostile')")
+            holder.execute("SELECT * FROM leasectl.claim_budget('q', 2, '{}', 'hostile')")
             started = time.monotonic()
             assert store.work.trip([], "q", "w-role", timedelta(seconds=30), 5).leases == []
             assert time.monotonic() - started < 10  # (bounded: 1 s lock_timeout, not forever)
@@ -1452,3 +1467,34 @@ def test_roles_granted_at_version_20_snooze_report_progress_and_set_timeouts_aft
             assert store.work.snooze(lease, timedelta(0)) is not None
             [again] = store.work.claim("q", "w-old", ttl, 1)
             assert (again.job.snoozes, again.job.progress) == (1, None)
+
+
+def test_roles_granted_at_version_18_claim_a_sharded_limit_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 24 gives what `leasectl grant` now gives to the roles granted before it: a
+    worker claims under a shard of a limit (claim_budget, claim_settle made again, the lease's
+    limit_shard written), a viewer reads the limit's use from its shards. No `leasectl grant`
+    is re-run."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v18s_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:18])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_19)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][18:]
+            store.ops.enqueue([{}, {}, {}, {}], queue="q")
+        proc = cli("limit", "q", "--concurrency", "2", "--reason", "r", dsn=roles.dsn("operator"))
+        assert proc.returncode == 0, proc.stderr
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert len(store.work.claim("q", "w-old", timedelta(seconds=30), 4)) == 2
+        shown = cli("limits", "--json", dsn=roles.dsn("viewer"))
+        assert shown.returncode == 0, shown.stderr
+        [limit] = json.loads(shown.stdout)["limits"]
+        assert limit["now"]["live"] == 2 and limit["throttled"] == 1

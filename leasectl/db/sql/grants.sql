@@ -14,7 +14,7 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {sche
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
     {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events,
     {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,
-    {schema}.queue_backlog_minutes TO {role};
+    {schema}.queue_backlog_minutes, {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 
 -- name: grant_operator
@@ -31,7 +31,7 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.job_events, {sche
     {schema}.counter_totals, {schema}.counter_deltas, {schema}.queue_limits,
     {schema}.schedules, {schema}.schedule_slots, {schema}.schedule_events,
     {schema}.queue_history, {schema}.queue_history_deltas, {schema}.queue_backlog,
-    {schema}.queue_backlog_minutes TO {role};
+    {schema}.queue_backlog_minutes, {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- Taken back: what operators were granted before, which let them change any column of any job,
 -- and write audit rows, directly. (A table-wide REVOKE also takes the column privileges of a
@@ -50,16 +50,18 @@ GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.
 -- (queue_state: every claim looks whether its queue is paused. claim_budget, claim_settle: every
--- claim asks its queue's budget and settles it (migration 17); no UPDATE on queue_limits, so no
--- worker can lock a queue's limits row but through them.)
+-- claim asks its queue's budget and settles it (migrations 17, 24) and writes the shard of the
+-- limit each lease is claimed under (limit_shard); no UPDATE on queue_limits or its shards, so
+-- no worker can lock a queue's limit but through them.)
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
-    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits TO {role};
+    {schema}.schema_migrations, {schema}.queue_state, {schema}.queue_limits,
+    {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- (snoozes, max_attempts: a snooze, job_snooze; progress, progress_message: heartbeats carry
 -- it, claims clear it; migration 21.)
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
-    last_error, updated_at, snoozes, max_attempts, progress, progress_message)
+    last_error, updated_at, snoozes, max_attempts, progress, progress_message, limit_shard)
     ON {schema}.jobs TO {role};
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
     UPDATE (outcome, ended_at, heartbeat_at, error, error_detail) ON {schema}.job_attempts

@@ -99,22 +99,22 @@ ORDER BY r.id;
 -- jobs_claim_expired's, so that the statement every busy worker repeats stays small.
 -- One UPDATE does both completions and claims: each part that changes jobs sets up its
 -- indexes and CHECK constraints anew (BENCHMARKS.md, "One UPDATE of jobs per round trip").
--- Flow control (migration 17): the walk takes at most the queue's budget (claim_budget, for a
--- queue with limits; all of `limit` for one without), and what it took is settled (claim_settle,
--- only for a limited queue); `throttle_wait` says when a limit cut the claim short (seconds to
--- the next token; 0: the cap), NULL otherwise; `contended`, whether the claim waited for
--- another claim of the limited queue (the worker then sends its completions apart for a while:
--- WorkerStore.trip).
+-- Flow control (migrations 17, 24): the walk takes at most the queue's budget (claim_budget,
+-- for a queue with limits; all of `limit` for one without), each job claimed under the shard of
+-- the limit its place in the budget names (`shards`, NULL without limits), and what it took is
+-- settled (claim_settle, only for a limited queue whose claim took less than it asked or than
+-- its budget); `throttle_wait` says when a limit cut the claim short (seconds to the next
+-- token; 0: the cap), NULL otherwise.
 WITH budget AS (
     -- (claim_budget only for a queue whose limits this statement's snapshot sees: a queue
     -- without limits pays one probe of queue_limits' primary key, and no function call.)
-    SELECT b.budget, b.settle, b.contended
+    SELECT b.budget, b.settle, b.shards, b.held, b.wait
     FROM {schema}.queue_limits AS l
     CROSS JOIN LATERAL {schema}.claim_budget(
-        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s) AS b
+        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s, l.shards) AS b
     WHERE l.queue = %(queue)s
     UNION ALL
-    SELECT %(limit)s, false, false
+    SELECT %(limit)s, false, NULL::smallint[], NULL::smallint, NULL::double precision
     WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
 ), picked AS (
     -- The inner LIMIT is a constant (1000, the most a claim takes), so that a generic plan walks
@@ -138,12 +138,15 @@ WITH budget AS (
     -- (An InitPlan: evaluated once, when the walk starts and before it locks any job.)
     LIMIT (SELECT budget FROM budget)
 ), targets AS (
-    -- The finished leases with their attempt (the fence), then the picked jobs with NULL.
+    -- The finished leases with their attempt (the fence), then the picked jobs with NULL and
+    -- the shard each is claimed under (the budget's, in order).
     -- One function scan, not UNION ALL: with UNION ALL the re-check after a concurrent
     -- heartbeat failed, and a completion was refused.
-    SELECT f.id, f.attempt
+    SELECT f.id, f.attempt, f.shard
     FROM unnest(%(done_ids)s::bigint[] || ARRAY(SELECT id FROM picked),
-                %(done_attempts)s::integer[]) AS f(id, attempt)
+                %(done_attempts)s::integer[],
+                array_fill(NULL::smallint, ARRAY[cardinality(%(done_ids)s::bigint[])])
+                    || (SELECT shards FROM budget)) AS f(id, attempt, shard)
 ), changed AS (
     UPDATE {schema}.jobs AS j
     SET status = (CASE WHEN t.attempt IS NULL THEN 'Processing'
@@ -157,6 +160,7 @@ WITH budget AS (
         -- A claim clears what the previous attempt's handler reported (migration 21).
         progress = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress END,
         progress_message = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress_message END,
+        limit_shard = CASE WHEN t.attempt IS NULL THEN t.shard ELSE j.limit_shard END,
         updated_at = now()
     FROM targets AS t
     -- (`IS NOT DISTINCT FROM`, `status::text`: `=` in forms no index serves, so a generic plan
@@ -180,17 +184,18 @@ WITH budget AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
 ), settled AS (
-    -- (A function, not an UPDATE here: claim_budget changed the row in this statement, and an
-    -- UPDATE of the statement itself would skip a row the statement changed.)
-    SELECT {schema}.claim_settle(%(queue)s, (SELECT count(*) FROM changed WHERE NOT completing)::integer,
-                                 b.budget, %(limit)s) AS throttle_wait
-    FROM budget AS b
-    WHERE b.settle
+    -- (A function, not an UPDATE here: claim_budget changed shard rows in this statement, and
+    -- an UPDATE of the statement itself would skip a row the statement changed.) A claim that
+    -- took all it asked for settles nothing: its tokens are spent already.
+    SELECT {schema}.claim_settle(%(queue)s, u.used, b.budget, %(limit)s, b.shards, b.held,
+                                 b.wait) AS throttle_wait
+    FROM budget AS b,
+         (SELECT count(*)::integer AS used FROM changed WHERE NOT completing) AS u
+    WHERE b.settle AND (u.used < b.budget OR b.budget < %(limit)s)
 )
 -- (No ORDER BY: the store puts the few rows of a batch in claim order itself, cheaper than a
 -- Sort node the executor would set up on every call.)
-SELECT c.*, d.ids AS completed_ids, (SELECT throttle_wait FROM settled) AS throttle_wait,
-       (SELECT contended FROM budget) AS contended
+SELECT c.*, d.ids AS completed_ids, (SELECT throttle_wait FROM settled) AS throttle_wait
 FROM (SELECT array_agg(id) FILTER (WHERE completing) AS ids FROM changed) AS d
 LEFT JOIN (SELECT * FROM changed WHERE NOT completing) AS c ON true;
 
@@ -217,14 +222,16 @@ RETURNING j.id;
 -- Take over up to `limit` lapsed leases of one queue (priority order), closing their attempts.
 -- The condition of every lease is re-checked in the UPDATE (a heartbeat may have renewed it);
 -- the lapsed attempt is closed 'expired' and a new one opened, in the same statement.
--- The queue's limits apply as in jobs_complete_and_claim (claim_budget, claim_settle).
+-- The queue's limits apply as in jobs_complete_and_claim (claim_budget, claim_settle: each job
+-- taken over is claimed under its shard of the limit).
 WITH budget AS (
-    SELECT b.budget, b.settle
+    SELECT b.budget, b.settle, b.shards, b.held, b.wait
     FROM {schema}.queue_limits AS l
-    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s) AS b
+    CROSS JOIN LATERAL {schema}.claim_budget(l.queue, %(limit)s, '{}'::bigint[], %(owner)s,
+                                             l.shards) AS b
     WHERE l.queue = %(queue)s
     UNION ALL
-    SELECT %(limit)s, false
+    SELECT %(limit)s, false, NULL::smallint[], NULL::smallint, NULL::double precision
     WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
 ), picked AS (
     SELECT id, heartbeat_at FROM (
@@ -239,12 +246,18 @@ WITH budget AS (
         FOR UPDATE SKIP LOCKED
     ) AS lapsed
     LIMIT (SELECT budget FROM budget)
+), slots AS (
+    -- Each picked job with the shard it is claimed under (the budget's, in order).
+    SELECT u.id, u.heartbeat_at, u.shard
+    FROM unnest(ARRAY(SELECT id FROM picked), ARRAY(SELECT heartbeat_at FROM picked),
+                (SELECT shards FROM budget)) AS u(id, heartbeat_at, shard)
+    WHERE u.id IS NOT NULL
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
-        progress_message = NULL, updated_at = now()
-    FROM picked AS p
+        progress_message = NULL, limit_shard = p.shard, updated_at = now()
+    FROM slots AS p
     -- (`status::text`: not through jobs_processing_idx; see jobs_complete_and_claim.)
     WHERE j.id = ANY (ARRAY[p.id]) AND j.status::text = 'Processing' AND j.lease_until < now()
     RETURNING j.*, p.heartbeat_at AS previous_heartbeat_at
@@ -260,10 +273,10 @@ WITH budget AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
 ), settled AS (
-    SELECT {schema}.claim_settle(%(queue)s, (SELECT count(*) FROM claimed)::integer, b.budget,
-                                 %(limit)s) AS throttle_wait
-    FROM budget AS b
-    WHERE b.settle
+    SELECT {schema}.claim_settle(%(queue)s, u.used, b.budget, %(limit)s, b.shards, b.held,
+                                 b.wait) AS throttle_wait
+    FROM budget AS b, (SELECT count(*)::integer AS used FROM claimed) AS u
+    WHERE b.settle AND (u.used < b.budget OR b.budget < %(limit)s)
 )
 SELECT c.*, (SELECT throttle_wait FROM settled) AS throttle_wait
 FROM claimed AS c
@@ -276,14 +289,15 @@ ORDER BY c.priority, c.run_at, c.id;
 WITH previous AS (
     SELECT id, queue, heartbeat_at FROM {schema}.jobs WHERE id = %(id)s
 ), budget AS (
-    SELECT p.queue, b.budget, b.settle
+    SELECT p.queue, b.budget, b.settle, b.shards, b.held, b.wait
     FROM previous AS p,
          {schema}.claim_budget(p.queue, 1, '{}'::bigint[], %(owner)s) AS b
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
         heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
-        progress_message = NULL, updated_at = now()
+        progress_message = NULL, limit_shard = (SELECT shards[1] FROM budget),
+        updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
       -- (Not one at the integer's maximum: its +1 would fail the statement.)
@@ -304,10 +318,10 @@ WITH previous AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
 ), settled AS (
-    SELECT {schema}.claim_settle(b.queue, (SELECT count(*) FROM claimed)::integer, b.budget, 1)
+    SELECT {schema}.claim_settle(b.queue, u.used, b.budget, 1, b.shards, b.held, b.wait)
         AS throttle_wait
-    FROM budget AS b
-    WHERE b.settle
+    FROM budget AS b, (SELECT count(*)::integer AS used FROM claimed) AS u
+    WHERE b.settle AND (u.used < b.budget OR b.budget < 1)
 )
 SELECT c.*, NULL::timestamptz AS previous_heartbeat_at, s.throttle_wait
 FROM claimed AS c LEFT JOIN settled AS s ON true;

@@ -51,14 +51,31 @@ CROSS JOIN LATERAL {schema}.queue_limit_now(r.limits, now()) AS n;
 -- The limited queues (all, or those named in `queues`), by name: their limits as configured, in force at {now} (ramped), and their use (live leases, tokens refilled to {now}, throttled claims).
 -- (Live leases through jobs_processing_idx: the Processing set, bounded by the fleet.)
 SELECT l.queue, l.concurrency, l.rate, l.burst, l.ramp_from, l.ramp_until, l.set_at, l.set_by,
-       l.reason, l.throttled, n.cap AS cap_now, n.rate AS rate_now, n.burst AS burst_now,
-       CASE WHEN n.rate IS NOT NULL THEN least(n.burst, l.tokens + n.rate * greatest(
-           extract(epoch FROM {now} - l.tokens_at)::double precision, 0.0)) END AS tokens,
+       l.reason, u.throttled, n.cap AS cap_now, n.rate AS rate_now, n.burst AS burst_now,
+       CASE WHEN n.rate IS NOT NULL THEN u.tokens END AS tokens,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.status = 'Processing' AND j.queue = l.queue
           AND j.lease_until >= {now}) AS live,
        {now} AS db_now
 FROM {schema}.queue_limits AS l
 CROSS JOIN LATERAL {schema}.queue_limit_now(l, {now}) AS n
+CROSS JOIN LATERAL (
+    -- Use summed over the shards (migration 24): each active shard's bucket refilled to {now}
+    -- by its share of the burst in force (the shares written out as queue_limit_bucket_share).
+    SELECT coalesce(sum(s.throttled), 0)::bigint AS throttled,
+           sum(least(n.burst * w.part, s.tokens + n.rate * w.part * greatest(
+               extract(epoch FROM {now} - s.tokens_at)::double precision, 0.0))) AS tokens
+    FROM {schema}.queue_limit_shards AS s
+    CROSS JOIN LATERAL (
+        SELECT greatest(1, floor(coalesce(n.burst, 1)))::integer AS w,
+               least(l.shards, greatest(1, floor(coalesce(n.burst, 1)))::integer) AS m
+    ) AS c
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN s.shard >= c.m THEN 0.0::double precision
+                    ELSE (c.w / c.m + CASE WHEN s.shard < mod(c.w, c.m) THEN 1 ELSE 0 END)
+                         ::double precision / c.w END AS part
+    ) AS w
+    WHERE s.queue = l.queue
+) AS u
 WHERE %(queues)s::text[] IS NULL OR l.queue = ANY (%(queues)s::text[])
 ORDER BY l.queue;
