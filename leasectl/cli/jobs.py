@@ -26,6 +26,7 @@ from leasectl.cli.stderr import _warn
 from leasectl.core import config
 from leasectl.core.errors import PermissionDenied, UsageError
 from leasectl.core.literal import echo
+from leasectl.core.schedules import SLOTS_KEEP
 
 # The data layer, the presentation and the runtime are imported by each command as it needs
 # them: `leasectl --help` and a TAB import this module too (cli/commands.py).
@@ -368,7 +369,8 @@ def prune(
     ] = "7d",
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
+    """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches (and old
+    per-minute history and the schedules' slot rows behind their next slot)."""
     from leasectl.runtime import retention
 
     cutoff = _duration(older_than, "--older-than")
@@ -386,6 +388,7 @@ def prune(
             keep_events=not drop_events,
             dry_run=dry_run,
             history_keep=keep,
+            slots=True,
         )
     if as_json:
         _emit_json(
@@ -396,6 +399,7 @@ def prune(
                 "batches": result.batches,
                 "older_than_s": cutoff.total_seconds(),
                 "history_rows": result.history,
+                "schedule_slots": result.slots,
             }
         )
         return
@@ -409,4 +413,9 @@ def prune(
         typer.echo(
             f"deleted {result.history} row(s) of per-minute history older than "
             f"{config.format_duration(keep)}"
+        )
+    if result.slots:
+        typer.echo(
+            f"deleted {result.slots} schedule slot row(s) older than "
+            f"{config.format_duration(SLOTS_KEEP)} (behind their schedule's next slot)"
         )
