@@ -1394,6 +1394,8 @@ def test_operators_manage_schedules_only_through_the_audited_functions(
     status = cli("status", "--json", dsn=granted.dsn("worker"))
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["late_schedules"] is None
+    # Checking them as a worker: refused in one line, not passed for want of reading them.
+    refused(granted, "worker", db_dsn, "status", "--max-late-schedules", "0")
     viewed = cli("status", "--json", dsn=granted.dsn("viewer"))
     assert json.loads(viewed.stdout)["late_schedules"] == []
 
