@@ -997,6 +997,7 @@ MUTANTS += (
 # (the fence that keeps a pruned slot from being enqueued again) and past the retention.
 SLOTS_PRUNE_SQL = "migrations/025_schedule_slots_prune.sql"
 SLOTS_PRUNE = "tests/integration/test_schedule_slots_prune.py::"
+FENCE_BACK = "test_schedule_put_refuses_a_first_slot_that_would_move_the_fence_back"
 
 MUTANTS += (
     mutant("slots-prune-fence", SLOTS_PRUNE_SQL, "schedule_slots_prune",
@@ -1011,6 +1012,10 @@ MUTANTS += (
     mutant("slots-prune-skip-locked", SLOTS_PRUNE_SQL, "schedule_slots_prune",
            "FOR UPDATE OF t SKIP LOCKED", "FOR UPDATE OF t",
            (SLOTS_PRUNE + "test_a_locked_slot_row_is_skipped_not_waited_for",)),
+    mutant("slots-put-first-slot", SLOTS_PRUNE_SQL, "schedule_put",
+           "first_slot IS NULL OR first_slot < statement_timestamp() - interval '1 day'",
+           "first_slot IS NULL",
+           (SLOTS_PRUNE + FENCE_BACK,)),
 )  # fmt: skip
 
 

@@ -153,3 +153,26 @@ def test_the_watcher_prunes_the_slots(store: Stores, sql_conn: Any) -> None:
         watcher.stop()
         thread.join(10)
     assert jobs(sql_conn) == 3
+
+
+def test_schedule_put_refuses_a_first_slot_that_would_move_the_fence_back(
+    store: Stores, sql_conn: Any
+) -> None:
+    """A hand-written call (the CLI computes the first slot after now) with a first slot days
+    old would put next_slot behind slots already pruned: refused, nothing changed."""
+    add(store)
+    enqueue_minutes(store, sql_conn, "s", 0, 3)
+    assert prune_slots(store.ops) == 3
+    call = (
+        "SELECT * FROM leasectl.schedule_put('s', '*/2 * * * *', 'UTC', 'q', 'null', 0, 3, "
+        "'all', 10, %s, true, 'owner', 'by hand')"
+    )
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="first slot"):
+        sql_conn.execute(call, (utc(2026, 1, 1, 12, 0),))
+    [s] = store.ops.schedules()
+    assert (s.cron, s.next_slot) == ("* * * * *", utc(2026, 1, 1, 12, 3))
+    # A first slot after now (what the CLI sends) is taken.
+    later = sql_conn.execute("SELECT now() + interval '2 minutes'").fetchone()[0]
+    sql_conn.execute(call, (later,))
+    [s] = store.ops.schedules()
+    assert (s.cron, s.next_slot) == ("*/2 * * * *", later)
