@@ -1044,6 +1044,32 @@ MUTANTS += (
 )  # fmt: skip
 
 
+# Pruning the schedules' slots (migration 25): a row goes only behind its schedule's next_slot
+# (the fence that keeps a pruned slot from being enqueued again) and past the retention.
+SLOTS_PRUNE_SQL = "migrations/025_schedule_slots_prune.sql"
+SLOTS_PRUNE = "tests/integration/test_schedule_slots_prune.py::"
+FENCE_BACK = "test_schedule_put_refuses_a_first_slot_that_would_move_the_fence_back"
+
+MUTANTS += (
+    mutant("slots-prune-fence", SLOTS_PRUNE_SQL, "schedule_slots_prune",
+           " AND t.slot < s.next_slot", "",
+           (SLOTS_PRUNE + "test_a_slot_at_or_after_next_slot_is_kept_however_old",)),
+    mutant("slots-prune-keep", SLOTS_PRUNE_SQL, "schedule_slots_prune",
+           "WHERE t.slot < cutoff AND ", "WHERE ",
+           (SLOTS_PRUNE + "test_old_slots_behind_next_slot_are_pruned_and_recent_ones_kept",)),
+    mutant("slots-prune-min-keep", SLOTS_PRUNE_SQL, "schedule_slots_prune",
+           "keep < interval '1 day'", "keep < interval '0'",
+           (SLOTS_PRUNE + "test_the_database_refuses_less_than_a_day_of_slots",)),
+    mutant("slots-prune-skip-locked", SLOTS_PRUNE_SQL, "schedule_slots_prune",
+           "FOR UPDATE OF t SKIP LOCKED", "FOR UPDATE OF t",
+           (SLOTS_PRUNE + "test_a_locked_slot_row_is_skipped_not_waited_for",)),
+    mutant("slots-put-first-slot", SLOTS_PRUNE_SQL, "schedule_put",
+           "first_slot IS NULL OR first_slot < statement_timestamp() - interval '1 day'",
+           "first_slot IS NULL",
+           (SLOTS_PRUNE + FENCE_BACK,)),
+)  # fmt: skip
+
+
 class StaleMutant(Exception):
     """The mutant's text is not where the list says it is: the SQL changed under the list."""
 

@@ -24,8 +24,10 @@ from leasectl.cli.root import (
 )
 from leasectl.cli.stderr import _warn
 from leasectl.core import config
+from leasectl.core.checks import MAX_LATE_CHECKED
 from leasectl.core.errors import PermissionDenied, UsageError
 from leasectl.core.literal import echo
+from leasectl.core.schedules import LATE_AFTER, SLOTS_KEEP
 
 # The data layer, the presentation and the runtime are imported by each command as it needs
 # them: `leasectl --help` and a TAB import this module too (cli/commands.py).
@@ -267,11 +269,22 @@ def status(
             show_default=False,
         ),
     ] = None,
+    max_late_schedules: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=MAX_LATE_CHECKED,
+            help="Check (implies --check): fail when more schedules than this are late (next "
+            "slot over 2 minutes overdue, not paused).",
+            show_default=False,
+        ),
+    ] = None,
     read_dsn: ReadDsnOpt = None,
 ) -> None:
     """Counts per queue, oldest due job, expired leases, lease owners' freshness."""
     from leasectl.core.checks import Thresholds, violations
     from leasectl.db.dsn import resolve_read_dsn
+    from leasectl.db.schedules import LATE_READ
     from leasectl.db.stats import pickup_recent
     from leasectl.present.stats import pickup_json, pickup_renderables
     from leasectl.present.status import status_renderables, violation_line
@@ -281,7 +294,12 @@ def status(
     if queue is not None:
         queue = _queue_name(queue)
     limits = None
-    if max_oldest_due is not None or max_expired is not None or max_stuck is not None:
+    if (
+        max_oldest_due is not None
+        or max_expired is not None
+        or max_stuck is not None
+        or max_late_schedules is not None
+    ):
         limits = Thresholds(
             max_expired=max_expired or 0,
             max_stuck=max_stuck or 0,
@@ -290,12 +308,20 @@ def status(
                 if max_oldest_due is not None
                 else None
             ),
+            max_late_schedules=max_late_schedules,
         )
     with _operations(ctx, read_dsn=reads, on_newer=_warn) as ops:
         # A Stuck count stops at its cap: counted past --max-stuck, it decides the check.
         report = ops.status(queue, stuck_floor=limits.max_stuck + 1 if limits is not None else 0)
         writable = ops.writable_schemas()
-        late = ops.late_schedules_if_readable()
+        late_read = LATE_READ
+        if max_late_schedules is None:
+            late = ops.late_schedules_if_readable()
+        else:  # checked: read one past the limit, and a role that may not read them is refused
+            late_read = max(LATE_READ, max_late_schedules + 1)
+            late = ops.late_schedules(LATE_AFTER, late_read)
+        late_count = None if late is None else len(late)
+        late_capped = late_count == late_read
         try:
             recent = pickup_recent(ops.db)
         except PermissionDenied:  # a role granted no history (a worker's): status all the same
@@ -307,7 +333,7 @@ def status(
 
         _emit_json(
             {
-                **status_json(report, limits),
+                **status_json(report, limits, late_count, late_capped),
                 "writable_schemas": [w.as_json() for w in writable],
                 # Schedules whose next slot is overdue (null: this role may not read them).
                 "late_schedules": None if late is None else [schedule_json(s) for s in late],
@@ -327,7 +353,7 @@ def status(
     for exposed in writable:
         _warn(exposed.warning())
     if limits is not None:
-        found = violations(report, limits)
+        found = violations(report, limits, late_count, late_capped)
         for violation in found:
             _warn(violation_line(violation))
         if found:
@@ -368,7 +394,8 @@ def prune(
     ] = "7d",
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches."""
+    """Delete finished (Completed/Failed/Cancelled) jobs and their attempts in batches (and old
+    per-minute history and the schedules' slot rows behind their next slot)."""
     from leasectl.runtime import retention
 
     cutoff = _duration(older_than, "--older-than")
@@ -386,6 +413,7 @@ def prune(
             keep_events=not drop_events,
             dry_run=dry_run,
             history_keep=keep,
+            slots=True,
         )
     if as_json:
         _emit_json(
@@ -396,6 +424,7 @@ def prune(
                 "batches": result.batches,
                 "older_than_s": cutoff.total_seconds(),
                 "history_rows": result.history,
+                "schedule_slots": result.slots,
             }
         )
         return
@@ -409,4 +438,9 @@ def prune(
         typer.echo(
             f"deleted {result.history} row(s) of per-minute history older than "
             f"{config.format_duration(keep)}"
+        )
+    if result.slots:
+        typer.echo(
+            f"deleted {result.slots} schedule slot row(s) older than "
+            f"{config.format_duration(SLOTS_KEEP)} (behind their schedule's next slot)"
         )

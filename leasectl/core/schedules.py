@@ -46,6 +46,13 @@ ON_TIME = timedelta(seconds=60)
 # has not enqueued it (no `watch` running, or one failing). `status` lists it; the exporter
 # exports its lateness either way.
 LATE_AFTER = timedelta(minutes=2)
+# A schedule_slots row (the slot's job id) is kept this long, and then deleted by `watch` and
+# `prune` once its slot is behind the schedule's next_slot: schedule_enqueue refuses any slot
+# before next_slot, so a deleted slot cannot be enqueued again (docs/design.md, migration 25).
+# The database refuses less than a day.
+SLOTS_KEEP = timedelta(days=7)
+# Slot rows one prune statement deletes at most.
+SLOTS_PRUNE_BATCH = 1000
 # Slots a pass walks forward from a schedule's next slot; past it (a frequent schedule whose
 # watcher was down for days) the slots it keeps are found walking back from now.
 MAX_SCAN = 10_000

@@ -155,6 +155,12 @@ class ScheduleOperations:
         rows = self.db.rows("schedules_due", {"limit": limit})
         return [DueSchedule(**{k: r[k] for k in DueSchedule.__dataclass_fields__}) for r in rows]
 
+    def prune_schedule_slots(self, keep: timedelta, batch: int) -> int:
+        """Delete up to ``batch`` slot rows behind their schedule's next slot and older than
+        ``keep`` (one short statement; rows another session locks are skipped); how many."""
+        row = self.db.one("schedule_slots_prune", {"keep": keep, "batch": batch})
+        return int(row["deleted"]) if row else 0
+
     def enqueue_slots(self, due: DueSchedule, plan: SlotPlan) -> list[tuple[datetime, int]]:
         """Enqueue ``plan``'s slots of ``due`` once each and move its next slot on (one
         transaction): the slots this call enqueued and their jobs (none when another watcher

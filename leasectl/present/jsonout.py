@@ -175,20 +175,27 @@ def _counts_json(q: QueueCounts, db_now: datetime) -> dict[str, Any]:
     }
 
 
-def check_json(report: StatusReport, limits: Thresholds | None = None) -> dict[str, Any]:
-    """The check's totals; with thresholds (status --check --max-...), each violation too."""
+def check_json(
+    report: StatusReport,
+    limits: Thresholds | None = None,
+    late_schedules: int | None = None,
+    late_capped: bool = False,
+) -> dict[str, Any]:
+    """The check's totals; with thresholds (status --check --max-...), each violation too
+    (``late_schedules``: how many are late, for --max-late-schedules)."""
     doc: dict[str, Any] = {
         "expired": report.expired,
         "stuck": report.stuck,
         "ok": report.expired == 0 and report.stuck == 0,
     }
     if limits is not None:
-        found = violations(report, limits)
+        found = violations(report, limits, late_schedules, late_capped)
         doc["ok"] = not found
         doc["thresholds"] = {
             "max_expired": limits.max_expired,
             "max_stuck": limits.max_stuck,
             "max_oldest_due_s": jsonable(limits.max_oldest_due),
+            "max_late_schedules": limits.max_late_schedules,
         }
         doc["violations"] = [
             {
@@ -231,7 +238,12 @@ def paused_queue_json(pause: PausedQueue) -> dict[str, Any]:
     }
 
 
-def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[str, Any]:
+def status_json(
+    report: StatusReport,
+    limits: Thresholds | None = None,
+    late_schedules: int | None = None,
+    late_capped: bool = False,
+) -> dict[str, Any]:
     return {
         "db_now": jsonable(report.db_now),
         "recent_window_s": report.recent_window.total_seconds(),
@@ -242,7 +254,7 @@ def status_json(report: StatusReport, limits: Thresholds | None = None) -> dict[
         # The first paused queues by name (at most 1,000) and how many there are.
         "paused": [paused_queue_json(p) for p in report.paused],
         "paused_total": report.paused_total,
-        "check": check_json(report, limits),
+        "check": check_json(report, limits, late_schedules, late_capped),
         "truncated": report.truncated,
         # Read from a hot standby (--read-dsn): seconds behind its primary (null: a primary),
         # and whether that is more than a lease TTL (db_now is then its replay time).

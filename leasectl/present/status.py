@@ -20,6 +20,7 @@ from leasectl.core.models import (
     StatusReport,
 )
 from leasectl.core.readlag import countdowns_stale
+from leasectl.core.schedules import LATE_AFTER
 from leasectl.core.statuses import ESTIMATED
 from leasectl.core.statuses import finished_estimate as estimate_of
 from leasectl.present.styles import (
@@ -328,7 +329,13 @@ def pause_renderables(
 
 def violation_line(v: Violation) -> str:
     """One line of ``status --check``'s stderr for one queue past one threshold."""
-    where = f"check failed: queue {echo(v.queue)}: "
+    if v.measure is Measure.LATE_SCHEDULES:
+        assert isinstance(v.value, int)
+        return (
+            f"check failed: {count_text(v.value, v.capped)} late schedule(s) (next slot over "
+            f"{format_duration(LATE_AFTER)} overdue), more than --max-late-schedules {v.limit:,}"
+        )
+    where = f"check failed: queue {echo(v.queue or '')}: "
     if v.measure is Measure.OLDEST_DUE:
         return (
             f"{where}the oldest due job has waited {format_duration(v.value)}, "

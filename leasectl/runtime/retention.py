@@ -8,6 +8,7 @@ from datetime import timedelta
 from leasectl.core.errors import UsageError
 from leasectl.db import stats as history
 from leasectl.db.operations import Operations
+from leasectl.runtime.schedules import prune_slots
 
 
 @dataclass(frozen=True)
@@ -17,6 +18,7 @@ class PruneResult:
     batches: int
     dry_run: bool = False
     history: int = 0  # rows of the per-minute history deleted (migration 20)
+    slots: int = 0  # schedule_slots rows deleted (migration 25)
 
 
 def prune(
@@ -28,6 +30,7 @@ def prune(
     keep_events: bool = True,
     dry_run: bool = False,
     history_keep: timedelta | None = None,
+    slots: bool = False,
 ) -> PruneResult:
     """Delete Completed/Failed/Cancelled jobs finished before ``older_than`` ago, one batch per
     statement.
@@ -35,6 +38,8 @@ def prune(
     Each batch is its own short transaction, so row locks and WAL bursts stay small and
     workers keep running meanwhile. Audit events are kept unless ``keep_events`` is false.
     ``history_keep``: also delete the per-minute history older than that (not in a dry run).
+    ``slots``: also delete the schedules' slot rows behind their next slot and older than
+    SLOTS_KEEP (not in a dry run; a deleted slot is never enqueued again, migration 25).
     """
     if not 1 <= batch <= 100_000:
         raise UsageError("--batch must be between 1 and 100000")
@@ -49,4 +54,5 @@ def prune(
         if deleted < batch:
             break
     pruned = history.prune(ops.db, history_keep) if history_keep is not None else 0
-    return PruneResult(jobs, events, batches, history=pruned)
+    slot_rows = prune_slots(ops) if slots else 0
+    return PruneResult(jobs, events, batches, history=pruned, slots=slot_rows)

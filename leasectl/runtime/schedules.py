@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from leasectl.core.errors import ConnectionFailed, LeasectlError
 from leasectl.core.literal import echo
-from leasectl.core.schedules import plan_slots
+from leasectl.core.schedules import SLOTS_KEEP, SLOTS_PRUNE_BATCH, plan_slots
 from leasectl.db.operations import Operations
 
 log = logging.getLogger("leasectl.watcher")
@@ -66,3 +66,25 @@ def schedule_pass(
         enqueued += len(done)
         passed_over += plan.passed_over
     return SchedulePass(len(due), enqueued, passed_over, failed)
+
+
+def prune_slots(
+    ops: Operations,
+    *,
+    keep: timedelta = SLOTS_KEEP,
+    batch: int = SLOTS_PRUNE_BATCH,
+    max_batches: int | None = None,
+    stopping: threading.Event | None = None,
+) -> int:
+    """Delete the schedule_slots rows behind their schedule's next slot and older than ``keep``,
+    ``batch`` a statement, until fewer than ``batch`` go (or ``max_batches`` ran, or
+    ``stopping`` is set); how many. A deleted slot is never enqueued again: it is before its
+    schedule's next_slot, which schedule_enqueue refuses (migration 25)."""
+    total = batches = 0
+    while max_batches is None or batches < max_batches:
+        deleted = ops.prune_schedule_slots(keep, batch)
+        total += deleted
+        batches += 1
+        if deleted < batch or (stopping is not None and stopping.is_set()):
+            break
+    return total

@@ -20,7 +20,7 @@ from leasectl.core.stats import DEFAULT_KEEP
 from leasectl.db import stats as history
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import Operations
-from leasectl.runtime.schedules import schedule_pass
+from leasectl.runtime.schedules import prune_slots, schedule_pass
 
 log = logging.getLogger("leasectl.watcher")
 
@@ -165,6 +165,8 @@ class Watcher:
         self._pruned_at: float | None = None  # time.monotonic() of the last history prune
         self._heal_failed = False
         self._schedules_failed = False
+        self._slots_failed = False
+        self._slots_pruned_at: float | None = None  # time.monotonic() of the last slots prune
         self.scheduled = 0
         self._heal_after: tuple[str, str] | None = None
         self.promoted = 0
@@ -197,6 +199,7 @@ class Watcher:
             self._run_schedules()
             self._fold_counters()
             self._prune_history()
+            self._prune_slots()
             self.stopping.wait(self.config.interval.total_seconds())
 
     def _heal_keys(self) -> None:
@@ -273,6 +276,29 @@ class Watcher:
         if deleted:
             log.info("watcher: pruned %d row(s) of history", deleted)
 
+    def _prune_slots(self) -> None:
+        """Delete the schedules' slot rows behind their next slot and older than SLOTS_KEEP,
+        at most SLOTS_PRUNE_BATCHES batches once every HISTORY_PRUNE_EVERY (what is left goes the
+        next time). Failures are logged once, as folds."""
+        now = time.monotonic()
+        if self._slots_pruned_at is not None and now - self._slots_pruned_at < HISTORY_PRUNE_EVERY:
+            return
+        try:
+            deleted = prune_slots(self.ops, max_batches=SLOTS_PRUNE_BATCHES, stopping=self.stopping)
+        except Exception as exc:
+            if not self._slots_failed:
+                log.warning("watcher: pruning the schedules' slots failed: %s", exc)
+            self._slots_failed = True
+            return
+        self._slots_failed = False
+        self._slots_pruned_at = now
+        if deleted:
+            log.info("watcher: pruned %d schedule slot(s)", deleted)
+
+
+# Batches of SLOTS_PRUNE_BATCH slot rows the watcher deletes at most a minute: 10,000 rows, more
+# than a hundred every-minute schedules add in a day.
+SLOTS_PRUNE_BATCHES = 10
 
 # Seconds between two prunes of the history by the watcher.
 HISTORY_PRUNE_EVERY = 60.0

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input
+from textual.widgets import DataTable, Input, Static
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.screens.schedules import ScheduleConfirmScreen, SchedulesScreen
@@ -129,6 +130,34 @@ def test_a_read_only_console_refuses_schedule_actions() -> None:
         await pilot.press("r", "p")
         await pilot.pause()
         assert app.screen is screen and source.calls == []
+
+    run(app, scenario)
+
+
+def test_the_open_view_reads_again_every_refresh_interval() -> None:
+    """A schedule that falls late (or is removed) while the view is open shows without ctrl+r."""
+    source = StaticSource(sample_snapshot(), schedule_rows=rows())
+    app = ConsoleApp(source, refresh=timedelta(milliseconds=100), clock=lambda: 1000.0)
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        screen = await open_view(app, pilot)
+        assert screen.calls.every == 0.1
+        status = screen.query_one("#schedules-status", Static)
+        assert str(status.render()) == "3 schedules · 1 late · 1 paused"
+        first = rows()
+        source.schedule_rows = (
+            first[0],
+            replace(first[0], name="hourly", next_slot=NOW - timedelta(minutes=30)),
+        )
+        await wait_until_pilot(
+            pilot, lambda: [s.name for s in screen.schedules] == ["nightly-report", "hourly"],
+            "the next read",
+        )  # fmt: skip
+        assert [row[:2] for row in cells(screen)] == [["nightly-report", "ok"],
+                                                      ["hourly", "late 30m00s"]]  # fmt: skip
+        assert str(status.render()) == "2 schedules · 1 late · 0 paused"
+        reads = screen.reads
+        await wait_until_pilot(pilot, lambda: screen.reads >= reads + 2, "two more reads")
 
     run(app, scenario)
 

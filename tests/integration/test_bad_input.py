@@ -250,9 +250,10 @@ REJECTED: list[tuple[list[str], int, list[str]]] = [
     *durations("status", "--max-oldest-due", zero_ok=True, values=ALL_BAD_DURATIONS),
     *[
         (["status", option, value], 2, [f"'{option}'"])
-        for option in ("--max-expired", "--max-stuck")
+        for option in ("--max-expired", "--max-stuck", "--max-late-schedules")
         for value in ("-1", "x", "1.5", SQLI)
     ],
+    (["status", "--max-late-schedules", "1001"], 2, ["'--max-late-schedules'"]),
     # The guarded actions on a filter (cli/bulk.py): ids or a filter, never neither nor both.
     *[
         (args, 2, fragments)

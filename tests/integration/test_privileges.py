@@ -732,6 +732,9 @@ ADDED_BY_24 = (
     ", {schema}.queue_limit_shards",
     ", limit_shard",
 )
+# Migration 25's (pruning the schedules' slots): removed first too, as 21's (every caller stands
+# for a version before it), since the schedule functions' line is followed by it.
+ADDED_BY_25 = (",\n    {schema}.schedule_slots_prune",)
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -757,7 +760,7 @@ def grant_as_before(
 ) -> None:
     """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
     text = queries.get(f"grant_{kind}").text
-    for piece in (*ADDED_BY_24, *ADDED_BY_21, *added):
+    for piece in (*ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
@@ -1367,6 +1370,7 @@ def test_operators_manage_schedules_only_through_the_audited_functions(
                     if kind == "operator"  # (`watch` runs it: an operator's watcher)
                     else (
                         "SELECT * FROM leasectl.schedule_enqueue('s', now(), '{}', now(), 0, 'c')",
+                        "SELECT leasectl.schedule_slots_prune(interval '7 days', 10)",
                     )
                 ),
             ):
@@ -1377,10 +1381,11 @@ def test_operators_manage_schedules_only_through_the_audited_functions(
             "UPDATE leasectl.schedules SET next_slot = date_trunc('minute', now()) - "
             "interval '2 minutes'"
         )
-    from leasectl.runtime.schedules import schedule_pass
+    from leasectl.runtime.schedules import prune_slots, schedule_pass
 
     with Stores.connect(granted.dsn("operator"), "leasectl") as store:
         assert schedule_pass(store.ops).enqueued == 1
+        assert prune_slots(store.ops) == 0  # (its `watch` and `prune` prune the slots)
     shown = cli("schedule", "list", "--json", dsn=granted.dsn("viewer"))
     assert shown.returncode == 0, shown.stderr
     [listed] = json.loads(shown.stdout)["schedules"]
@@ -1404,6 +1409,8 @@ def test_operators_manage_schedules_only_through_the_audited_functions(
     status = cli("status", "--json", dsn=granted.dsn("worker"))
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["late_schedules"] is None
+    # Checking them as a worker: refused in one line, not passed for want of reading them.
+    refused(granted, "worker", db_dsn, "status", "--max-late-schedules", "0")
     viewed = cli("status", "--json", dsn=granted.dsn("viewer"))
     assert json.loads(viewed.stdout)["late_schedules"] == []
 
@@ -1436,6 +1443,33 @@ def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(
             with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
                 with pytest.raises(errors.InsufficientPrivilege):
                     conn.execute("SELECT * FROM leasectl.schedule_events")
+
+
+def test_roles_granted_at_version_24_prune_the_schedule_slots_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 25 gives the prune of the schedules' slots to whoever runs their watcher step
+    (an operator granted before it), and to no other role, with no second `leasectl grant`."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v24_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:24])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_as_before(conn, kind, name, ())
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][24:]
+        prune = "SELECT leasectl.schedule_slots_prune(interval '7 days', 10)"
+        with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
+            assert conn.execute(prune).fetchone() == (0,)
+        for kind in ("viewer", "worker", "producer"):
+            with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(prune)
 
 
 def test_roles_granted_at_version_20_snooze_report_progress_and_set_timeouts_after_the_upgrade(

@@ -4,12 +4,13 @@ listing's and `status`'s last-job lookups (jobs' primary key)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
 import pytest
 
-from bench.plans import generic_plan
+from bench.plans import explain_nested, generic_plan
 from leasectl.db import sql as queries
 from tests.conftest import SCHEMA
 from tests.integration.test_plans import analyze, scans_of_big_tables, seed
@@ -70,3 +71,26 @@ def test_the_last_jobs_are_read_by_primary_key(
         assert "Index Scan using schedules_due_idx" in plan, plan
     if name == "schedule_get":
         assert "Index Cond: (name = " in plan, plan
+
+
+def test_the_slots_prune_walks_the_slot_index_to_its_batch(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """`watch` runs it once a minute: the oldest slots by schedule_slots_slot_idx (migration
+    25), each one's schedule by its key, a batch's worth read, not the table: 300,000 slot rows
+    (a year of an every-minute schedule is 525,000), most of them past the retention."""
+    seed_schedules(sql_conn, 3000)
+    sql_conn.execute(
+        "INSERT INTO leasectl.schedule_slots (schedule, slot, job_id) "
+        "SELECT 's' || (i % 3000 + 1), now() - interval '1 minute' * (i / 3000 + 1) "
+        "- interval '30 days', i FROM generate_series(0, 299999) AS i"
+    )
+    sql_conn.execute("VACUUM ANALYZE leasectl.schedule_slots")
+    plans = explain_nested(sql_conn, "SELECT leasectl.schedule_slots_prune(interval '7 days', 500)")
+    [(_, plan)] = [(t, p) for t, p in plans if "DELETE FROM schedule_slots" in t]
+    assert "Seq Scan on schedule_slots" not in plan, plan
+    assert "Seq Scan on schedules" not in plan, plan
+    assert "Index Scan using schedule_slots_slot_idx on schedule_slots t" in plan, plan
+    assert "schedules_pkey" in plan, plan
+    walked = re.search(r"schedule_slots_slot_idx on schedule_slots t .*actual rows=(\d+)", plan)
+    assert walked is not None and int(walked.group(1)) == 500, plan  # a batch, not the table

@@ -365,3 +365,29 @@ def test_sync_dry_run_changes_nothing_and_sync_is_idempotent(
     assert_one_line_error(run(db_dsn, "schedule", "sync", str(bad)), 2, "unknown time zone",
                           prefix="leasectl: ")  # fmt: skip
     assert snapshot(db_dsn) == before
+
+
+def test_a_step_that_fails_is_deferred_to_the_next_pass_not_lost(
+    store: Stores, db_dsn: str
+) -> None:
+    """A step that cannot have its schedule's row (held past schedule_enqueue's lock_timeout, as
+    a loaded server can make a step fail) counts as failed, changes nothing, and the next pass
+    enqueues every slot the policy keeps: 100 schedules x 10 catch-up slots give 1,000 jobs."""
+    for i in range(100):
+        add(store, f"s{i:03}", catch_up="all", catch_up_limit=10)
+    with psycopg.connect(db_dsn, autocommit=True) as sql_conn:
+        sql_conn.execute("UPDATE leasectl.schedules SET next_slot = %s", (utc(2026, 1, 1, 11, 51),))
+        with psycopg.connect(db_dsn) as holder:
+            holder.execute("SELECT 1 FROM leasectl.schedules WHERE name = 's042' FOR UPDATE")
+            first = schedule_pass(store.ops, now=utc(2026, 1, 1, 12, 0, 30))
+            holder.rollback()
+        assert (first.schedules, first.failed, first.enqueued) == (100, 1, 990)
+        assert slots(sql_conn, "s042") == []
+        second = schedule_pass(store.ops, now=utc(2026, 1, 1, 12, 0, 40))
+        # (All 100 still due on the server's clock, later than these fixed ones: the 98 done
+        # enqueue nothing more, their slots being before next_slot.)
+        assert (second.failed, second.enqueued) == (0, 10)
+        assert jobs(sql_conn) == 1000
+        expected = [utc(2026, 1, 1, 11, 51 + i) for i in range(9)] + [utc(2026, 1, 1, 12, 0)]
+        for name in ("s000", "s041", "s042"):
+            assert slots(sql_conn, name) == expected

@@ -85,7 +85,12 @@ def test_thresholds_in_json(db_dsn: str, store: Stores, sql_conn: psycopg.Connec
         "expired": 3,
         "stuck": 1,
         "ok": False,
-        "thresholds": {"max_expired": 1, "max_stuck": 1, "max_oldest_due_s": None},
+        "thresholds": {
+            "max_expired": 1,
+            "max_stuck": 1,
+            "max_oldest_due_s": None,
+            "max_late_schedules": None,
+        },
         "violations": [
             {"queue": "a", "measure": "expired", "value": 2, "capped": False, "limit": 1}
         ],
@@ -112,3 +117,59 @@ def test_hostile_queue_names_in_violations_are_literal(
     assert "\x1b" not in proc.stderr and "\x9b" not in proc.stderr and "\x07" not in proc.stderr
     for name in names:
         assert any(f"queue {echo(name)}: the oldest due job" in line for line in lines), name
+
+
+def late_schedules(store: Stores, sql_conn: psycopg.Connection, late: int) -> None:
+    """``late`` schedules 10 minutes overdue; one paused and as overdue (not late); one whose
+    next slot is 1 minute overdue (within LATE_AFTER: not late)."""
+    from leasectl.core.schedules import ScheduleSpec
+
+    for i in range(late):
+        store.ops.put_schedule(ScheduleSpec(f"late{i}", "* * * * *", "q"), actor="t", reason="r")
+    for name in ("paused", "recent"):
+        store.ops.put_schedule(ScheduleSpec(name, "* * * * *", "q"), actor="t", reason="r")
+    store.ops.pause_schedule("paused", actor="t", reason="r")
+    sql_conn.execute(
+        "UPDATE leasectl.schedules SET next_slot = now() - CASE WHEN name = 'recent' "
+        "THEN interval '1 minute' ELSE interval '10 minutes' END"
+    )
+
+
+def test_late_schedules_fail_the_check_only_past_max_late_schedules(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    late_schedules(store, sql_conn, 2)
+    # Not checked unless asked: --check alone passes.
+    assert cli("status", "--check", dsn=db_dsn).returncode == 0
+    proc = cli("status", "--max-late-schedules", "1", dsn=db_dsn)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "leasectl: check failed: 2 late schedule(s) (next slot over 2m00s overdue), "
+        "more than --max-late-schedules 1"
+    ]
+    ok = cli("status", "--max-late-schedules", "2", dsn=db_dsn)
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    shown = cli("status", "--max-late-schedules", "0", "--json", dsn=db_dsn)
+    assert shown.returncode == 3, shown.stderr
+    check = json.loads(shown.stdout)["check"]
+    assert check["ok"] is False and check["thresholds"]["max_late_schedules"] == 0
+    assert check["violations"] == [
+        {"queue": None, "measure": "late_schedules", "value": 2, "capped": False, "limit": 0}
+    ]
+
+
+def test_more_late_schedules_than_read_are_a_lower_bound(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """`status` reads 100 late schedules (or the limit + 1): past that the count is `N+`."""
+    late_schedules(store, sql_conn, 103)
+    proc = cli("status", "--max-late-schedules", "5", dsn=db_dsn)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "leasectl: check failed: 100+ late schedule(s) (next slot over 2m00s overdue), "
+        "more than --max-late-schedules 5"
+    ]
+    wide = cli("status", "--max-late-schedules", "101", "--json", dsn=db_dsn)
+    assert wide.returncode == 3, wide.stderr
+    assert json.loads(wide.stdout)["check"]["violations"][0]["value"] == 102
+    assert cli("status", "--max-late-schedules", "103", dsn=db_dsn).returncode == 0

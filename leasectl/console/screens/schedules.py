@@ -2,7 +2,8 @@
 and its job's outcome, late or paused; `r` runs one now, `p` pauses or resumes it, each after a
 confirmation with a reason (dialog.py's rules: Enter never confirms, ctrl+y does, keys typed
 land in the reason box). Its rows are read on a thread of their own (the actions' connection),
-when it opens, on ctrl+r and after an action; the screen never touches the database itself."""
+when it opens, every refresh interval of the console while it is open (a read still running is
+not doubled), on ctrl+r and after an action; the screen never touches the database itself."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class ScheduleCalls:
     pause: Callable[[str, str], bool | None]
     resume: Callable[[str, str], bool | None]
     read_only: Callable[[], str | None]
+    every: float = 2.0  # seconds between two reads while the view is open (the console's refresh)
 
 
 class ScheduleConfirmScreen(ReasonDialog):
@@ -110,6 +112,8 @@ class SchedulesScreen(Screen[None]):
         self.calls = calls
         self.schedules: list[Schedule] = []
         self.acting = False
+        self.reading = False
+        self.reads = 0  # reads finished (rows or an error)
 
     def compose(self) -> ComposeResult:
         yield Static(Text("Schedules", style="bold"), id="schedules-title")
@@ -123,11 +127,17 @@ class SchedulesScreen(Screen[None]):
         for column in COLUMNS:
             table.add_column(column, key=column)
         self.action_refresh()
+        self.set_interval(self.calls.every, self._poll)
+
+    def _poll(self) -> None:
+        if not self.reading:
+            self.action_refresh()
 
     def action_back(self) -> None:
         self.dismiss(None)
 
     def action_refresh(self) -> None:
+        self.reading = True
         self._read()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="schedules")
@@ -140,6 +150,8 @@ class SchedulesScreen(Screen[None]):
             self.post_message(SchedulesRead(found))
 
     def on_schedules_read(self, message: SchedulesRead) -> None:
+        self.reading = False
+        self.reads += 1
         status = self.query_one("#schedules-status", Static)
         if message.schedules is None:
             status.update(lit(f"could not read the schedules: {message.error}", "red"))

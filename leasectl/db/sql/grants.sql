@@ -45,7 +45,8 @@ GRANT EXECUTE ON FUNCTION {schema}.jobs_operator_requeue, {schema}.jobs_operator
     {schema}.jobs_keys_heal, {schema}.history_fold, {schema}.history_prune,
     {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp,
     {schema}.schedule_put, {schema}.schedule_remove, {schema}.schedule_pause,
-    {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue TO {role};
+    {schema}.schedule_resume, {schema}.schedule_run, {schema}.schedule_enqueue,
+    {schema}.schedule_slots_prune TO {role};
 
 -- name: grant_worker
 -- What `leasectl worker` needs: claim, heartbeat, complete, fail, release, its workers row.

@@ -77,3 +77,7 @@ LIMIT %(limit)s;
 -- name: schedule_clock
 -- The database's clock: the moment a new or resumed schedule's first slot comes after.
 SELECT now() AS db_now;
+
+-- name: schedule_slots_prune
+-- Delete up to %(batch)s slot rows behind their schedule's next_slot and older than %(keep)s (schedule_slots_prune, migration 25).
+SELECT {schema}.schedule_slots_prune(%(keep)s::interval, %(batch)s) AS deleted;
