@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Label, Static
 
 from leasectl.console import view
-from leasectl.console.screens.dialog import ReasonDialog
+from leasectl.console.screens.dialog import ReasonDialog, settings_fields
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.actions import action_info
 from leasectl.core.bulk import DEFAULT_BATCH, BulkPlan
@@ -38,6 +38,7 @@ class BulkConfirmScreen(ReasonDialog):
         self.filter = flt
         self.plan = plan
         self.count_error = count_error
+        self.takes_settings = action_info(action).settings
 
     @property
     def title_text(self) -> str:
@@ -52,6 +53,8 @@ class BulkConfirmScreen(ReasonDialog):
                 yield Static(self._how(), id="confirm-condition")
             yield Label("Reason (recorded in job_events with your name and the filter):")
             yield LiteralInput(placeholder="e.g. payments gateway back, INC-1234", id="reason")
+            if self.takes_settings:
+                yield from settings_fields()
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
                 yield self.hint()
