@@ -409,7 +409,7 @@ MUTANTS += (
     _settings("attempts-ignored", "WHEN more_attempts IS NULL", "WHEN TRUE",
               "test_requeue_with_attempts_gives_that_many_more_from_now"),
     _settings("attempts-always", "WHEN more_attempts IS NULL", "WHEN FALSE",
-              "test_requeue_without_attempts_gives_a_spent_budget_one_more"),
+              "test_requeue_without_attempts_keeps_a_budget_not_spent"),
     _settings("attempts-from-budget",
               "ELSE LEAST(j.attempts + LEAST(", "ELSE LEAST(j.max_attempts + LEAST(",
               "test_requeue_with_attempts_counts_from_the_attempts_made_not_the_old_budget"),

@@ -106,6 +106,18 @@ def test_requeue_without_attempts_gives_a_spent_budget_one_more(store: Stores) -
     assert store.ops.get_job(job_id).max_attempts == 2
 
 
+def test_requeue_without_attempts_keeps_a_budget_not_spent(store: Stores) -> None:
+    """A Stuck job that made 1 of 10 attempts, requeued without --attempts: still 10 (one
+    more is given only to a spent budget), not attempts + 1."""
+    [job_id] = store.ops.enqueue([{}], queue=Q, max_attempts=10)
+    store.work.claim(Q, "w1", TTL)
+    seen = store.ops.get_job(job_id).seen()
+    assert store.ops.operator_mark_stuck([seen], actor="op", reason=None, force=True).changed
+    assert requeue(store, job_id) == (job_id,)
+    job = store.ops.get_job(job_id)
+    assert (job.attempts, job.max_attempts) == (1, 10)
+
+
 def test_requeue_with_attempts_stays_within_the_largest_budget(
     store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:

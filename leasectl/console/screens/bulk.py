@@ -45,7 +45,7 @@ class BulkConfirmScreen(ReasonDialog):
         return f"{action_info(self.action).verb} {count_phrase(self.plan)} matching the filter?"
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
+        with Vertical(id="confirm-dialog", classes="-settings" if self.takes_settings else ""):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             with VerticalScroll(id="confirm-body"):
                 yield Static(self._filter_text(), id="bulk-filter")

@@ -55,7 +55,7 @@ class ConfirmScreen(ReasonDialog):
         return f"{self.action.verb} {n} {noun}?"
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
+        with Vertical(id="confirm-dialog", classes="-settings" if self.takes_settings else ""):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             # The long part scrolls; the reason and the buttons stay in sight at any size.
             with VerticalScroll(id="confirm-body"):

@@ -36,8 +36,8 @@ SETTING_FIELDS = ("priority", "attempts")
 def settings_fields() -> ComposeResult:
     """The two optional fields of an action that takes settings (in a dialog's compose)."""
     labels = {
-        "priority": ("Priority (optional; smaller runs first)", "e.g. -10 (empty: kept)"),
-        "attempts": ("More attempts (optional; 1-1000)", "e.g. 3 (empty: 1 if spent)"),
+        "priority": ("New priority (optional)", "e.g. -10: smaller runs first"),
+        "attempts": ("More attempts (optional)", "1 to 1000 (empty: 1 if spent)"),
     }
     with Horizontal(id="settings-fields"):
         for name in SETTING_FIELDS:
