@@ -110,7 +110,7 @@ PARAMS: dict[str, dict[str, Any]] = {
         "detail": False,
         "owner": None,
     },
-    "jobs_operator_requeue": OPERATOR,
+    "jobs_operator_requeue": {**OPERATOR, "priority": None, "more_attempts": None},
     "jobs_operator_mark_stuck": OPERATOR,
     "jobs_expired_list": {"limit": 500, "queue": None, "owner": None},
     "status_live_counts": {

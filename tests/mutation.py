@@ -347,41 +347,54 @@ MUTANTS: tuple[Mutant, ...] = (
 def _operator(action: str, statement: str, statuses: str, only_statuses: str) -> list[Mutant]:
     """The guards shared by the two operator actions, with each action's own tests."""
     p = f"[{action}]"
+    file = REQUEUE if action == "requeue" else AUDITED
     return [
-        mutant(f"{action}-seen-status", AUDITED, statement,
+        mutant(f"{action}-seen-status", file, statement,
                "WHERE j.status::text = s.status\n", "WHERE TRUE\n",
                fence("test_requeue_after_the_watcher_quarantined_the_job_is_skipped"
                      if action == "requeue" else
                      "test_mark_stuck_after_the_watcher_requeued_the_job_is_skipped")),
-        mutant(f"{action}-seen-attempts", AUDITED, statement,
+        mutant(f"{action}-seen-attempts", file, statement,
                "AND j.attempts = s.attempts\n", "AND TRUE\n",
                fence("test_an_action_on_a_later_attempt_than_the_operator_saw_is_skipped" + p)),
-        mutant(f"{action}-seen-owner", AUDITED, statement,
+        mutant(f"{action}-seen-owner", file, statement,
                "AND j.lease_owner IS NOT DISTINCT FROM s.lease_owner", "AND TRUE",
                fence("test_an_action_on_another_owner_than_the_operator_saw_is_skipped" + p)),
-        mutant(f"{action}-statuses", AUDITED, statement,
+        mutant(f"{action}-statuses", file, statement,
                f"AND j.status IN ({statuses})", "AND TRUE",
                fence(only_statuses)),
-        mutant(f"{action}-force-guard", AUDITED, statement,
+        mutant(f"{action}-force-guard", file, statement,
                "(force OR j.status <> 'Processing' OR j.lease_until < now())", "TRUE",
                fence("test_an_action_on_a_live_lease_needs_force" + p)),
-        mutant(f"{action}-force-ignored", AUDITED, statement,
+        mutant(f"{action}-force-ignored", file, statement,
                "(force OR j.status", "(FALSE OR j.status",
                fence("test_an_action_on_a_live_lease_needs_force" + p)),
-        mutant(f"{action}-force-unless-leased-off", AUDITED, statement,
+        mutant(f"{action}-force-unless-leased-off", file, statement,
                "OR j.status <> 'Processing' OR", "OR FALSE OR",
                fence("test_requeue_of_stuck_and_failed_jobs_needs_no_force"
                      if action == "requeue" else only_statuses)),
-        mutant(f"{action}-force-unless-expired-off", AUDITED, statement,
+        mutant(f"{action}-force-unless-expired-off", file, statement,
                "OR j.lease_until < now())", "OR FALSE)",
                fence("test_an_action_on_an_expired_lease_needs_no_force" + p)),
-        mutant(f"{action}-seen-id", AUDITED, statement,
+        mutant(f"{action}-seen-id", file, statement,
                "JOIN seen AS s ON s.id = j.id", "JOIN seen AS s ON TRUE",
                fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
-        mutant(f"{action}-update-id", AUDITED, statement,
+        mutant(f"{action}-update-id", file, statement,
                "WHERE j.id = t.id", "WHERE TRUE",
                fence("test_an_action_changes_only_the_job_the_operator_named" + p)),
     ]  # fmt: skip
+
+
+# Requeue as migration 26 replaced it (a new priority, N more attempts): migration 6's copy no
+# longer runs, so its mutants would survive. Its new SET expressions and audit fields, each
+# against the test that fails without it.
+REQUEUE = "migrations/026_requeue_priority_attempts.sql"
+SETTINGS = "tests/integration/test_requeue_settings.py"
+
+
+def _settings(name: str, text: str, replacement: str, test: str) -> Mutant:
+    return mutant(f"requeue-{name}", REQUEUE, "jobs_operator_requeue", text, replacement,
+                  (f"{SETTINGS}::{test}",))  # fmt: skip
 
 
 MUTANTS += (
@@ -389,6 +402,27 @@ MUTANTS += (
                "test_requeue_applies_only_to_processing_stuck_and_failed_jobs"),
     *_operator("mark-stuck", "jobs_operator_mark_stuck", "'Processing', 'Pending'",
                "test_mark_stuck_applies_only_to_pending_and_processing_jobs"),
+    _settings("priority-ignored", "priority = COALESCE(new_priority, j.priority)",
+              "priority = j.priority", "test_requeue_with_a_priority_sets_it"),
+    _settings("priority-reset", "priority = COALESCE(new_priority, j.priority)",
+              "priority = COALESCE(new_priority, 0)", "test_requeue_without_a_priority_keeps_it"),
+    _settings("attempts-ignored", "WHEN more_attempts IS NULL", "WHEN TRUE",
+              "test_requeue_with_attempts_gives_that_many_more_from_now"),
+    _settings("attempts-always", "WHEN more_attempts IS NULL", "WHEN FALSE",
+              "test_requeue_without_attempts_keeps_a_budget_not_spent"),
+    _settings("attempts-from-budget",
+              "ELSE LEAST(j.attempts + LEAST(", "ELSE LEAST(j.max_attempts + LEAST(",
+              "test_requeue_with_attempts_counts_from_the_attempts_made_not_the_old_budget"),
+    _settings("attempts-unbounded",
+              "ELSE LEAST(j.attempts + LEAST(GREATEST(more_attempts, 1), 1000), 1000)",
+              "ELSE j.attempts + LEAST(GREATEST(more_attempts, 1), 1000)",
+              "test_requeue_with_attempts_stays_within_the_largest_budget"),
+    _settings("attempts-floor", "GREATEST(more_attempts, 1)", "more_attempts",
+              "test_the_function_gives_at_least_one_more_attempt_whatever_its_caller_passes"),
+    _settings("audit-before-priority", "'priority', t.priority,", "",
+              "test_the_event_records_priority_and_budget_before_and_after"),
+    _settings("audit-after-priority", "'priority', m.priority,", "",
+              "test_the_event_records_priority_and_budget_before_and_after"),
 )  # fmt: skip
 
 

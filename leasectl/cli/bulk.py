@@ -8,6 +8,7 @@ options being the ones of `leasectl list` (``FilterOpts``, parsed by ``filters.p
 
 from __future__ import annotations
 
+import inspect
 import signal
 import sys
 import threading
@@ -22,7 +23,14 @@ from leasectl.cli.completion import complete_queue, complete_state
 from leasectl.cli.root import EXIT_INTERRUPTED, JsonOpt, _duration, _emit_json, _operations, _show
 from leasectl.cli.stderr import _warn
 from leasectl.core import bulk, config, filters, statuses
-from leasectl.core.actions import OperatorAction, action_info
+from leasectl.core.actions import (
+    NO_SETTINGS,
+    JobSettings,
+    OperatorAction,
+    action_info,
+    check_settings,
+    parse_settings,
+)
 from leasectl.core.errors import UsageError
 from leasectl.core.models import ActionResult
 from leasectl.core.statuses import FINISHED
@@ -145,6 +153,26 @@ IdsArg = Annotated[
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Also override a live lease (the holder loses the job).")
 ]
+PriorityOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--priority",
+        metavar="N",
+        help="The jobs' new priority (smaller runs first; an integer of 32 bits). Audited.",
+        show_default=False,
+    ),
+]
+AttemptsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--attempts",
+        metavar="N",
+        help="A fresh attempt budget, 1 to 1000: N more attempts from now (max_attempts := "
+        "attempts + N, at most 1000; the attempt count never goes back). Default: one more "
+        "when the budget is spent. Audited.",
+        show_default=False,
+    ),
+]
 ReasonOpt = Annotated[
     str | None,
     typer.Option(
@@ -210,6 +238,7 @@ def on_ids(
     force: bool,
     reason: str | None,
     as_json: bool,
+    settings: JobSettings = NO_SETTINGS,
 ) -> None:
     from leasectl.present.actions import action_renderables
     from leasectl.present.skips import action_json
@@ -219,7 +248,9 @@ def on_ids(
     act = engine.action(name)
     with _operations(ctx) as ops:
         seen = ops.seen_now(ids)
-        result = act.run(ops, seen, actor=config.operator_actor(), reason=reason, force=force)
+        result = act.run(
+            ops, seen, actor=config.operator_actor(), reason=reason, force=force, settings=settings
+        )
     if as_json:
         _emit_json(action_json(result))
     else:
@@ -269,6 +300,7 @@ def on_filter(
     force: bool,
     reason: str | None,
     as_json: bool,
+    settings: JobSettings = NO_SETTINGS,
 ) -> None:
     from leasectl.present.bulk import (
         plan_json,
@@ -310,6 +342,7 @@ def on_filter(
                 actor=config.operator_actor(),
                 reason=reason,
                 force=force,
+                settings=settings,
                 batch_size=batch_size,
                 after=after,
                 timeout=wait,
@@ -366,10 +399,14 @@ def guarded_command(action: OperatorAction) -> Callable[..., None]:
         timeout: TimeoutOpt = "5s",
         force: ForceOpt = False,
         reason: ReasonOpt = None,
+        priority: PriorityOpt = None,
+        attempts: AttemptsOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         if force and not forceable:
             raise UsageError(f"--force does not apply to {name}")
+        settings = parse_settings(priority, attempts)  # a bad value: exit 2, nothing read
+        check_settings(entry, settings)
         # A dry run changes nothing and so needs no reason; one given is still checked.
         if not (dry_run and reason is None):
             reason = reason_rule(reason)
@@ -388,7 +425,7 @@ def guarded_command(action: OperatorAction) -> Callable[..., None]:
             ]
             if extra:
                 raise UsageError(f"{', '.join(extra)}: only with a filter, not with job ids")
-            on_ids(ctx, name, ids, force=force, reason=reason, as_json=as_json)
+            on_ids(ctx, name, ids, force=force, reason=reason, as_json=as_json, settings=settings)
             return
         on_filter(
             ctx,
@@ -402,6 +439,7 @@ def guarded_command(action: OperatorAction) -> Callable[..., None]:
             force=force,
             reason=reason,
             as_json=as_json,
+            settings=settings,
         )
 
     command.__doc__ = (
@@ -411,4 +449,13 @@ def guarded_command(action: OperatorAction) -> Callable[..., None]:
         "(Ctrl-C), the same command continues. Exit 1 if any job is skipped, 130 if stopped."
     )
     command.__name__ = name.replace("-", "_")
+    if not entry.settings:
+        # --priority and --attempts are options of the actions that take settings only: Typer
+        # reads the options from the signature, so the others' help never shows them.
+        signature = inspect.signature(command, eval_str=True)
+        command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[
+                p for p in signature.parameters.values() if p.name not in ("priority", "attempts")
+            ]
+        )
     return command

@@ -48,6 +48,7 @@ from leasectl.console.view import Action, ConsoleFilter, DbClock
 from leasectl.console.widgets.bars import Status
 from leasectl.console.widgets.tables import RowContext
 from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
+from leasectl.core.actions import JobSettings
 from leasectl.core.errors import ConnectionFailed, LeasectlError, TerminalGone
 from leasectl.core.literal import visible
 from leasectl.core.models import ActionResult, PanelJob, SeenState, Snapshot
@@ -470,24 +471,28 @@ class ConsoleApp(LimitActions, ScheduleView):
                 f"{self.snapshot.limit} rows loaded; press R again afterwards for the rest."
             )
         seen = [j.seen() for j in jobs]
+        screen = ConfirmScreen(action, jobs, now, view.owners_by_id(self.snapshot), note=note)
         self.push_screen(
-            ConfirmScreen(action, jobs, now, view.owners_by_id(self.snapshot), note=note),
-            callback=lambda reason: self._confirmed(action, seen, reason),
+            screen, callback=lambda reason: self._confirmed(action, seen, reason, screen.settings)
         )
 
-    def _confirmed(self, action: Action, seen: list[SeenState], reason: str | None) -> None:
+    def _confirmed(
+        self, action: Action, seen: list[SeenState], reason: str | None, settings: JobSettings
+    ) -> None:
         if reason is None:
             return
         if self.read_only is not None:
             self.refuse(action.verb.lower())
             return
         self.acting = True
-        self._act(action, seen, reason)
+        self._act(action, seen, reason, settings)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="action")
-    def _act(self, action: Action, seen: list[SeenState], reason: str) -> None:
+    def _act(
+        self, action: Action, seen: list[SeenState], reason: str, settings: JobSettings
+    ) -> None:
         try:
-            result = self.source.act(action.operator, seen, reason)
+            result = self.source.act(action.operator, seen, reason, settings)
         except LeasectlError as exc:
             self.post_message(ActionFailed(action, str(exc)))
         except Exception as exc:

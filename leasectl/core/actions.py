@@ -15,7 +15,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from leasectl.core.config import MAX_ATTEMPTS
+from leasectl.core.errors import UsageError
+from leasectl.core.literal import echo
 from leasectl.core.models import JobStatus
+
+# A job's priority is a PostgreSQL integer (smaller runs first), as enqueue's is.
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
 
 
 class OperatorAction(enum.StrEnum):
@@ -36,7 +42,7 @@ class ActionInfo:
     (forced: over a live lease). ``key``: its key in the console's main, detail and find
     screens; ``bulk_key``: the find screen's key for every matching job (None: not offered).
     ``summary``: its command's help; ``effect``: what the confirmation says it does besides
-    the guard."""
+    the guard. ``settings``: it takes ``--priority`` and ``--attempts`` (``JobSettings``)."""
 
     action: OperatorAction
     verb: str
@@ -53,6 +59,7 @@ class ActionInfo:
     bulk_key: str | None
     summary: str
     effect: str
+    settings: bool = False
 
     @property
     def name(self) -> str:
@@ -83,6 +90,7 @@ ACTIONS: dict[OperatorAction, ActionInfo] = {
             summary="Put Stuck, Failed or expired jobs back to Pending (guarded; exit 1 if any "
             "is skipped).",
             effect="A live lease is never overridden.",
+            settings=True,
         ),
         ActionInfo(
             OperatorAction.MARK_STUCK,
@@ -165,3 +173,53 @@ def action_info(action: str) -> ActionInfo:
 AUDIT_ACTIONS: tuple[str, ...] = tuple(
     name for a in ACTIONS.values() for name in (a.audit, a.audit_forced) if name is not None
 )
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What an action that takes settings (``ActionInfo.settings``: requeue) sets besides the
+    status. ``priority``: the job's new priority (None: kept). ``attempts``: a fresh attempt
+    budget, N more attempts from now: max_attempts := attempts + N, within MAX_ATTEMPTS (None:
+    a spent budget gets one more attempt). The attempt counter never goes back: it is the
+    lease's fencing token. Migration 26's requeue applies them; the job event records both."""
+
+    priority: int | None = None
+    attempts: int | None = None
+
+    def given(self) -> bool:
+        return self.priority is not None or self.attempts is not None
+
+
+NO_SETTINGS = JobSettings()
+
+
+def _bounded(text: str | int | None, option: str, low: int, high: int) -> int | None:
+    if text is None:
+        return None
+    value: int | None
+    if isinstance(text, int):
+        value = text
+    else:
+        stripped = text.strip()
+        try:
+            value = int(stripped, 10)
+        except ValueError:
+            value = None
+    if value is None or not low <= value <= high:
+        raise UsageError(f"{option}: an integer from {low:,} to {high:,}, not {echo(str(text))}")
+    return value
+
+
+def parse_settings(priority: str | int | None, attempts: str | int | None) -> JobSettings:
+    """``--priority`` and ``--attempts`` as typed (text, or a console field's value), checked
+    before anything is read: a bad one is a UsageError (exit 2) and nothing changes."""
+    return JobSettings(
+        priority=_bounded(priority, "--priority", PRIORITY_MIN, PRIORITY_MAX),
+        attempts=_bounded(attempts, "--attempts", 1, MAX_ATTEMPTS),
+    )
+
+
+def check_settings(info: ActionInfo, settings: JobSettings) -> None:
+    """Settings given to an action that takes none: a UsageError, never silently dropped."""
+    if settings.given() and not info.settings:
+        raise UsageError(f"--priority and --attempts apply to requeue only, not {info.name}")

@@ -13,7 +13,13 @@ from psycopg.rows import dict_row
 
 from leasectl.core import counts as bounds
 from leasectl.core import health
-from leasectl.core.actions import ACTIONS, OperatorAction, action_info
+from leasectl.core.actions import (
+    ACTIONS,
+    NO_SETTINGS,
+    JobSettings,
+    OperatorAction,
+    check_settings,
+)
 from leasectl.core.config import check_queue_length
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount, count_fields
 from leasectl.core.enqueue import CheckedJob, Enqueued, NewJob, check_job
@@ -32,8 +38,6 @@ from leasectl.core.models import (
     PausedQueue,
     QueueCounts,
     SeenState,
-    SkipCode,
-    Skipped,
     StatusReport,
 )
 from leasectl.core.statuses import RECENT_FIELD
@@ -53,6 +57,7 @@ from leasectl.db.rows import (
     paused_from_row,
 )
 from leasectl.db.schedules import ScheduleOperations
+from leasectl.db.skips import held_skip, skip_of
 
 # The paused queues `status` reads (its JSON lists them, its text the first PAUSED_SHOWN): a
 # role with 20,000 paused queues made it print 20,000 lines.
@@ -230,16 +235,37 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
         actor: str,
         reason: str | None,
         force: bool = False,
+        settings: JobSettings = NO_SETTINGS,
     ) -> ActionResult:
         """The guarded operation of ``action`` (core/actions.py: its statement, the statuses
-        it applies to, whether ``force`` means anything to it)."""
-        return self._guarded(ACTIONS[action].query, action.value, seen, actor, reason, force)
+        it applies to, whether ``force`` means anything to it, whether it takes ``settings``:
+        given to one that takes none, a UsageError before any statement)."""
+        info = ACTIONS[action]
+        check_settings(info, settings)
+        extra = (
+            {"priority": settings.priority, "more_attempts": settings.attempts}
+            if info.settings
+            else {}
+        )
+        return self._guarded(info.query, action.value, seen, actor, reason, force, extra)
 
     def operator_requeue(
-        self, seen: Sequence[SeenState], *, actor: str, reason: str | None, force: bool = False
+        self,
+        seen: Sequence[SeenState],
+        *,
+        actor: str,
+        reason: str | None,
+        force: bool = False,
+        settings: JobSettings = NO_SETTINGS,
     ) -> ActionResult:
+        """Requeue; ``settings``: a new priority, N more attempts (migration 26)."""
         return self.operator_action(
-            OperatorAction.REQUEUE, seen, actor=actor, reason=reason, force=force
+            OperatorAction.REQUEUE,
+            seen,
+            actor=actor,
+            reason=reason,
+            force=force,
+            settings=settings,
         )
 
     def operator_mark_stuck(
@@ -276,6 +302,7 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
         actor: str,
         reason: str | None,
         force: bool,
+        extra: dict[str, Any],
     ) -> ActionResult:
         unique = list({s.id: s for s in seen}.values())
 
@@ -288,6 +315,7 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
                 "force": force,
                 "actor": actor,
                 "reason": reason,
+                **extra,
             }
 
         # A job another session holds is skipped, never waited for.
@@ -529,58 +557,6 @@ class Operations(LimitOperations, KeyOperations, ScheduleOperations):
     def prune_count(self, older_than: timedelta, queue: str | None) -> int:
         row = self.db.one("jobs_prune_count", {"older_than": older_than, "queue": queue})
         return int(row["jobs"]) if row else 0
-
-
-def held_skip(action: str, seen: SeenState, now: Job | None) -> Skipped:
-    """A job left alone because another session held it past the lock timeout."""
-    if now is None:
-        return Skipped(seen.id, SkipCode.HELD, action)
-    return Skipped(
-        seen.id,
-        SkipCode.HELD,
-        action,
-        seen_status=seen.status,
-        status=now.status,
-        owner=now.lease_owner,
-        seen_attempts=seen.attempts,
-        attempts=now.attempts,
-    )
-
-
-def skip_of(action: str, seen: SeenState, now: Job | None, force: bool, db_now: Any) -> Skipped:
-    """Why a guarded action left a job alone, from the state the operator saw and the job as
-    it is now (None: no such job); ``db_now``: the database time it was read at."""
-    if now is None:
-        return Skipped(seen.id, SkipCode.NOT_FOUND, action)
-    facts: dict[str, Any] = {
-        "seen_status": seen.status,
-        "status": now.status,
-        "owner": now.lease_owner,
-        "seen_attempts": seen.attempts,
-        "attempts": now.attempts,
-    }
-    if now.status != seen.status:
-        return Skipped(seen.id, SkipCode.MOVED, action, **facts)
-    if now.attempts != seen.attempts or now.lease_owner != seen.lease_owner:
-        return Skipped(seen.id, SkipCode.RENEWED, action, **facts)
-    entry = action_info(action)  # (an unknown action: a ValueError, never another's rules)
-    if now.status not in entry.eligible:
-        return Skipped(seen.id, SkipCode.NOT_ELIGIBLE, action, **facts)
-    if now.status == JobStatus.PROCESSING and not force and entry.forceable:
-        age = (
-            db_now - now.heartbeat_at
-            if db_now is not None and now.heartbeat_at is not None
-            else None
-        )
-        return Skipped(
-            seen.id,
-            SkipCode.LEASE_LIVE,
-            action,
-            **facts,
-            lease_until=now.lease_until,
-            heartbeat_age=age,
-        )
-    return Skipped(seen.id, SkipCode.RACED, action, **facts)
 
 
 def _cuts(

@@ -22,7 +22,14 @@ from datetime import timedelta
 from typing import Protocol
 
 from leasectl.core.actions import ACTIONS as OPERATOR_ACTIONS
-from leasectl.core.actions import ActionInfo, OperatorAction, action_info
+from leasectl.core.actions import (
+    NO_SETTINGS,
+    ActionInfo,
+    JobSettings,
+    OperatorAction,
+    action_info,
+    check_settings,
+)
 from leasectl.core.bulk import (
     SAMPLE,
     BulkPlan,
@@ -53,6 +60,7 @@ class Guarded(Protocol):
         actor: str,
         reason: str | None,
         force: bool = False,
+        settings: JobSettings = NO_SETTINGS,
     ) -> ActionResult: ...
 
 
@@ -71,8 +79,11 @@ class _Operate:
         actor: str,
         reason: str | None,
         force: bool = False,
+        settings: JobSettings = NO_SETTINGS,
     ) -> ActionResult:
-        return ops.operator_action(self.action, seen, actor=actor, reason=reason, force=force)
+        return ops.operator_action(
+            self.action, seen, actor=actor, reason=reason, force=force, settings=settings
+        )
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,7 @@ def run(
     actor: str,
     reason: str | None,
     force: bool = False,
+    settings: JobSettings = NO_SETTINGS,
     batch_size: int,
     after: int | None = None,
     timeout: timedelta = DEFAULT_TIMEOUT,
@@ -139,6 +151,7 @@ def run(
     """Run ``act`` on every job ``flt`` matches (ids below ``after``), a batch at a time,
     until the last page or until ``stop`` is set (checked between batches: a batch, once
     started, commits or rolls back whole)."""
+    check_settings(act.info, settings)  # before any batch: nothing changes
     narrowed = narrow(flt, act.name, act.eligible)
     reason_text = audit_reason(flt, reason)
     history = History(ops.db)
@@ -165,7 +178,9 @@ def run(
         if page.jobs:
             seen = [SeenState(j.id, j.status, j.attempts, j.lease_owner) for j in page.jobs]
             t0 = time.monotonic()
-            result = act.run(ops, seen, actor=actor, reason=reason_text, force=force)
+            result = act.run(
+                ops, seen, actor=actor, reason=reason_text, force=force, settings=settings
+            )
             seconds.append(time.monotonic() - t0)
             batches += 1
             matched += len(seen)

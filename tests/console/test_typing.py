@@ -191,6 +191,18 @@ async def open_confirm(pilot: Pilot[None]) -> Screen[Any]:
     return await top(pilot, ConfirmScreen)
 
 
+async def open_requeue(pilot: Pilot[None]) -> Screen[Any]:
+    """The requeue's confirmation, typed into its priority box (what is typed into its reason
+    box is the "confirm" opener's case)."""
+    app = pilot.app
+    assert isinstance(app, ConsoleApp) and app.snapshot is not None
+    app.request_action(Action.REQUEUE, [app.snapshot.pending[0]])
+    screen = await top(pilot, ConfirmScreen)
+    await pilot.pause()
+    screen.query_one("#priority", Input).focus()
+    return screen
+
+
 async def open_pause(pilot: Pilot[None]) -> Screen[Any]:
     app = pilot.app
     assert isinstance(app, ConsoleApp)
@@ -219,6 +231,7 @@ OPENERS: dict[str, Callable[[Pilot[None]], Awaitable[Screen[Any]]]] = {
     "filter": open_filter,
     "help": open_help,
     "confirm": open_confirm,
+    "requeue": open_requeue,
     "pause": open_pause,
     "limit": open_limit,
     "bulk": open_bulk,

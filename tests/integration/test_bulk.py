@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from leasectl.core.actions import NO_SETTINGS, JobSettings
 from leasectl.core.bulk import audit_reason
 from leasectl.core.filters import JobFilter, parse_filter
 from leasectl.core.models import ActionResult, SeenState
@@ -176,11 +177,12 @@ def test_a_job_that_moved_after_the_read_is_skipped_not_forced(store: Stores) ->
 
     def meddling(
         ops: Operations, seen: Sequence[SeenState], /, *, actor: str, reason: str | None,
-        force: bool = False,
+        force: bool = False, settings: JobSettings = NO_SETTINGS,
     ) -> ActionResult:  # fmt: skip
         if any(s.id == racer for s in seen):
             ops.operator_requeue(ops.seen_now([racer]), actor="someone", reason="first")
-        return ops.operator_requeue(seen, actor=actor, reason=reason, force=force)
+        return ops.operator_requeue(seen, actor=actor, reason=reason, force=force,
+                                    settings=settings)  # fmt: skip
 
     act = bulk.BulkAction("requeue", meddling)
     result = bulk.run(

@@ -111,6 +111,43 @@ BAD_INPUT = [
     pytest.param(["inspect", "abc"], 2, ["invalid job id 'abc'"], id="inspect-non-numeric"),
     pytest.param(["requeue", "{stuck}", "x1"], 2, ["invalid job id 'x1'"], id="requeue-non-num"),
     pytest.param(["mark-stuck", "{pending}", "0"], 2, ["invalid job id '0'"], id="mark-zero-id"),
+    # requeue's settings: bounds checked before anything is read, ids and filter forms alike
+    pytest.param(
+        ["requeue", "{stuck}", "--priority", "high"],
+        2,
+        ["--priority: an integer from -2,147,483,648 to 2,147,483,647, not 'high'"],
+        id="requeue-priority-text",
+    ),
+    pytest.param(
+        ["requeue", "{stuck}", "--priority", "2147483648"],
+        2,
+        ["--priority"],
+        id="requeue-priority-past-int32",
+    ),
+    pytest.param(
+        ["requeue", "{stuck}", "--attempts", "0"],
+        2,
+        ["--attempts: an integer from 1 to 1,000, not '0'"],
+        id="requeue-attempts-0",
+    ),
+    pytest.param(
+        ["requeue", "--state", "stuck", "--attempts", "1001"],
+        2,
+        ["--attempts: an integer from 1 to 1,000, not '1001'"],
+        id="requeue-filter-attempts-1001",
+    ),
+    pytest.param(
+        ["requeue", "--state", "stuck", "--attempts", "-3", "--dry-run"],
+        2,
+        ["--attempts"],
+        id="requeue-dry-run-attempts-negative",
+    ),
+    pytest.param(
+        ["cancel", "{stuck}", "--priority", "1", "--reason", "x"],
+        2,
+        ["No such option: --priority"],
+        id="cancel-priority",
+    ),
     pytest.param(["enqueue", "-q", "q", "--delay", "5x"], 2, ["invalid --delay '5x'"], id="delay"),
     pytest.param(
         ["worker", "-q", "q", "--handler", "os:getcwd", "--lease-ttl", "abc"],
@@ -210,6 +247,28 @@ def test_requeue_unknown_id_is_skipped(
     assert "not requeued" in line
     assert "no such job" in proc.stdout
     assert snapshot(db_dsn) == before
+
+
+def test_requeue_with_priority_and_attempts(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """The id form: the Stuck job (1 attempt made) is Pending with priority -5 and 2 more
+    attempts; its event records both, before and after."""
+    seeded = seed_states(store, sql_conn)
+    proc = cli(
+        "requeue", str(seeded.stuck), "--priority", "-5", "--attempts", "2", "--reason", "INC-1",
+        "--json", dsn=db_dsn,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["changed"] == [seeded.stuck]
+    job = store.ops.get_job(seeded.stuck)
+    assert (job.status, job.priority, job.attempts, job.max_attempts) == ("Pending", -5, 1, 3)
+    before, after = sql_conn.execute(
+        "SELECT before, after FROM leasectl.job_events WHERE job_id = %s AND action = 'requeue'",
+        (seeded.stuck,),
+    ).fetchone()
+    assert (before["priority"], before["max_attempts"]) == (0, 5)
+    assert (after["priority"], after["max_attempts"]) == (-5, 3)
 
 
 def test_unreachable_server(db_dsn: str) -> None:

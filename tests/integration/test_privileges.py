@@ -1532,3 +1532,50 @@ def test_roles_granted_at_version_18_claim_a_sharded_limit_after_the_upgrade(
         assert shown.returncode == 0, shown.stderr
         [limit] = json.loads(shown.stdout)["limits"]
         assert limit["now"]["live"] == 2 and limit["throttled"] == 1
+
+
+def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 26 drops the operator's requeue and creates it again (a new priority, more
+    attempts): the roles that could run it before still can, with no `leasectl grant` re-run,
+    and it is still closed to PUBLIC and to the other roles."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v25_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:25])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():  # today's grants: version 25 has every object
+                conn.execute(
+                    sql.SQL(
+                        queries.get(f"grant_{kind}")
+                        .text.replace("{schema}", "{s}")
+                        .replace("{role}", "{r}")
+                    ).format(s=sql.Identifier("leasectl"), r=sql.Identifier(name))
+                )
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][25:]
+            [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)
+            [lease] = store.work.claim("q", "w-old", timedelta(seconds=30))
+            assert store.work.fail(lease, "x", retry_delay=timedelta(0), retry=False)
+        proc = cli(
+            "requeue", str(job), "--priority", "-3", "--attempts", "2", "--json",
+            dsn=roles.dsn("operator"),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT status::text, priority, max_attempts FROM leasectl.jobs WHERE id = %s",
+                (job,),
+            ).fetchone()
+            allowed = conn.execute(
+                "SELECT has_function_privilege(r, 'leasectl.jobs_operator_requeue'::regproc, "
+                "'EXECUTE') FROM unnest(%s::text[]) AS r",
+                [["public", *(names[kind] for kind in KINDS)]],
+            ).fetchall()
+        assert row == ("Pending", -3, 3)
+        assert [a for (a,) in allowed] == [False, *(kind == "operator" for kind in KINDS)]

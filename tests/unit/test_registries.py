@@ -18,7 +18,8 @@ from leasectl.core.filters import FINISHED as FILTER_FINISHED
 from leasectl.core.models import Job, JobStatus, QueueCounts, SeenState, SkipCode, StatusReport
 from leasectl.db import sql as queries
 from leasectl.db.history import STATE_PARAMS
-from leasectl.db.operations import Operations, skip_of
+from leasectl.db.operations import Operations
+from leasectl.db.skips import skip_of
 from leasectl.present.status import finished_estimate
 from leasectl.present.styles import STATUS_KEY_STYLE, STATUS_STYLE
 from leasectl.runtime import bulk

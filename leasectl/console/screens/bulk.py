@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Label, Static
 
 from leasectl.console import view
-from leasectl.console.screens.dialog import ReasonDialog
+from leasectl.console.screens.dialog import ReasonDialog, settings_fields
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.actions import action_info
 from leasectl.core.bulk import DEFAULT_BATCH, BulkPlan
@@ -38,13 +38,14 @@ class BulkConfirmScreen(ReasonDialog):
         self.filter = flt
         self.plan = plan
         self.count_error = count_error
+        self.takes_settings = action_info(action).settings
 
     @property
     def title_text(self) -> str:
         return f"{action_info(self.action).verb} {count_phrase(self.plan)} matching the filter?"
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
+        with Vertical(id="confirm-dialog", classes="-settings" if self.takes_settings else ""):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             with VerticalScroll(id="confirm-body"):
                 yield Static(self._filter_text(), id="bulk-filter")
@@ -52,6 +53,8 @@ class BulkConfirmScreen(ReasonDialog):
                 yield Static(self._how(), id="confirm-condition")
             yield Label("Reason (recorded in job_events with your name and the filter):")
             yield LiteralInput(placeholder="e.g. payments gateway back, INC-1234", id="reason")
+            if self.takes_settings:
+                yield from settings_fields()
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
                 yield self.hint()

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Label, Static
 
 from leasectl.console import view
-from leasectl.console.screens.dialog import ReasonDialog
+from leasectl.console.screens.dialog import ReasonDialog, settings_fields
 from leasectl.console.view import Action, Verdict
 from leasectl.console.widgets import LiteralInput
 from leasectl.core.config import format_duration
@@ -42,6 +42,7 @@ class ConfirmScreen(ReasonDialog):
         self.now = now
         self.owners = owners
         self.note = note
+        self.takes_settings = action.info.settings
 
     @property
     def title_text(self) -> str:
@@ -54,7 +55,7 @@ class ConfirmScreen(ReasonDialog):
         return f"{self.action.verb} {n} {noun}?"
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
+        with Vertical(id="confirm-dialog", classes="-settings" if self.takes_settings else ""):
             yield Static(Text(self.title_text, style="bold"), id="confirm-title")
             # The long part scrolls; the reason and the buttons stay in sight at any size.
             with VerticalScroll(id="confirm-body"):
@@ -69,6 +70,8 @@ class ConfirmScreen(ReasonDialog):
                     yield Static(warnings, id="confirm-warnings")
             yield Label("Reason (recorded in job_events with your name):")
             yield LiteralInput(placeholder="e.g. worker w-7 OOM-killed, INC-1234", id="reason")
+            if self.takes_settings:
+                yield from settings_fields()
             yield Static("", id="confirm-error")
             with Horizontal(id="confirm-buttons"):
                 yield self.hint()

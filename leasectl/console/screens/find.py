@@ -38,7 +38,7 @@ from leasectl.console.messages import (
 from leasectl.console.screens.bulk import BulkConfirmScreen
 from leasectl.console.widgets import LiteralInput
 from leasectl.console.widgets.tables import FindTable, RowContext
-from leasectl.core.actions import ACTIONS, OperatorAction, action_info
+from leasectl.core.actions import ACTIONS, NO_SETTINGS, JobSettings, OperatorAction, action_info
 from leasectl.core.bulk import BulkPlan, BulkProgress, BulkResult
 from leasectl.core.errors import LeasectlError, QueryTimeout
 from leasectl.core.filters import JobFilter, JobPage
@@ -77,6 +77,7 @@ class BulkSource(Protocol):
         reason: str,
         stop: threading.Event,
         progress: Callable[[BulkProgress], None],
+        settings: JobSettings = NO_SETTINGS,
     ) -> BulkResult: ...
 
 
@@ -417,30 +418,31 @@ class FindScreen(Screen[str]):
             return
         self._status(self._page_text(self.page) if self.page is not None else Text(""))
 
+        screen = BulkConfirmScreen(message.action, message.filter, message.plan, message.error)
+
         def confirmed(reason: str | None) -> None:
             if reason is not None:
-                self._start_bulk(message.action, message.filter, reason)
+                self._start_bulk(message.action, message.filter, reason, screen.settings)
 
-        self.app.push_screen(
-            BulkConfirmScreen(message.action, message.filter, message.plan, message.error),
-            callback=confirmed,
-        )
+        self.app.push_screen(screen, callback=confirmed)
 
-    def _start_bulk(self, action: str, flt: JobFilter, reason: str) -> None:
+    def _start_bulk(self, action: str, flt: JobFilter, reason: str, settings: JobSettings) -> None:
         self.bulk_running = action
         self.bulk_stop = threading.Event()
         self._bulk_line(Text(f" {action_info(action).past}: starting… (esc stops)", style="dim"))
-        self._run_bulk(action, flt, reason, self.bulk_stop)
+        self._run_bulk(action, flt, reason, self.bulk_stop, settings)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="bulk")
-    def _run_bulk(self, action: str, flt: JobFilter, reason: str, stop: threading.Event) -> None:
+    def _run_bulk(
+        self, action: str, flt: JobFilter, reason: str, stop: threading.Event, settings: JobSettings
+    ) -> None:
         assert self.bulk is not None
 
         def progress(p: BulkProgress) -> None:
             self.post_message(BulkProgressed(action, p))
 
         try:
-            result = self.bulk.bulk_run(action, flt, reason, stop, progress)
+            result = self.bulk.bulk_run(action, flt, reason, stop, progress, settings)
         except LeasectlError as exc:
             self.post_message(BulkFailed(action, str(exc)))
         except Exception as exc:

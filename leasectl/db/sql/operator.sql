@@ -4,10 +4,11 @@
 -- database role that made it. Every caller, the owner too, goes through them.
 
 -- name: jobs_operator_requeue
--- Operator requeue, guarded by the state the operator saw (status, attempts, lease_owner); ids moved.
+-- Operator requeue, guarded by the state the operator saw (status, attempts, lease_owner), with a new priority and N more attempts when given (migration 26); ids moved.
 SELECT id FROM {schema}.jobs_operator_requeue(
     %(ids)s::bigint[], %(statuses)s::text[], %(attempts)s::integer[], %(owners)s::text[],
-    %(force)s::boolean, %(actor)s::text, %(reason)s::text
+    %(force)s::boolean, %(actor)s::text, %(reason)s::text, %(priority)s::integer,
+    %(more_attempts)s::integer
 );
 
 -- name: jobs_operator_cancel
