@@ -87,6 +87,7 @@ def test_prune_cli_can_drop_events_and_prints_json(
         "batches": 1,
         "older_than_s": 604800.0,
         "history_rows": 0,
+        "schedule_slots": 0,
     }
     bad = subprocess.run(
         [sys.executable, "-m", "leasectl", "prune", "--older-than", "soon"],
