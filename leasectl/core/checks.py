@@ -40,6 +40,7 @@ class Violation:
     value: int | timedelta
     limit: int | timedelta
     capped: bool = False  # ``value`` is a lower bound (a count stopped at its cap)
+    estimated: bool = False  # capped, and ``value`` the planner's estimate (at least the cap + 1)
 
 
 def violations(
@@ -59,7 +60,14 @@ def violations(
         # many as the limit is already past it (status counts Stuck up to the limit + 1).
         if q.stuck > limits.max_stuck or (q.stuck_capped and q.stuck >= limits.max_stuck):
             found.append(
-                Violation(q.queue, Measure.STUCK, q.stuck, limits.max_stuck, q.stuck_capped)
+                Violation(
+                    q.queue,
+                    Measure.STUCK,
+                    q.stuck,
+                    limits.max_stuck,
+                    q.stuck_capped,
+                    q.stuck_estimated,
+                )
             )
         if limits.max_oldest_due is not None and q.oldest_due_at is not None:
             waited = report.db_now - q.oldest_due_at

@@ -203,6 +203,7 @@ def check_json(
                 "measure": v.measure.value,
                 "value": jsonable(v.value),
                 "capped": v.capped,
+                "estimated": v.estimated,
                 "limit": jsonable(v.limit),
             }
             for v in found

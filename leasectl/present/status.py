@@ -344,4 +344,5 @@ def violation_line(v: Violation) -> str:
     what = "expired lease(s)" if v.measure is Measure.EXPIRED else "Stuck job(s)"
     option = "--max-expired" if v.measure is Measure.EXPIRED else "--max-stuck"
     assert isinstance(v.value, int)
-    return f"{where}{count_text(v.value, v.capped)} {what}, more than {option} {v.limit:,}"
+    shown = count_text(v.value, v.capped, v.estimated)
+    return f"{where}{shown} {what}, more than {option} {v.limit:,}"

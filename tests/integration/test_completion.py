@@ -141,7 +141,7 @@ def test_commands_complete() -> None:
     assert complete_bash("leasectl ", dsn=None) == names
     assert "requeue-stuck" in names
     assert complete_bash("leasectl req", dsn=None) == ["requeue-stuck", "requeue"]
-    assert complete_bash("leasectl st", dsn=None) == ["status"]
+    assert complete_bash("leasectl st", dsn=None) == ["status", "stats"]
 
 
 def test_every_option_of_every_command_completes() -> None:
@@ -222,7 +222,7 @@ def test_no_database_completes_nothing(dsn: str) -> None:
     for line in ("leasectl status --queue ", "leasectl enqueue -q e"):
         assert complete_bash(line, dsn=dsn) == []
     # Commands and options still complete.
-    assert complete_bash("leasectl st", dsn=dsn) == ["status"]
+    assert complete_bash("leasectl st", dsn=dsn) == ["status", "stats"]
 
 
 def test_no_dsn_and_no_schema_complete_nothing(empty_db_dsn: str) -> None:

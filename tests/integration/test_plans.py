@@ -415,7 +415,8 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
     settled = plan.split("CTE settled")[1].split("\n  ->")[0].split("\n  InitPlan")[0]
     [scan] = [line for line in settled.splitlines() if "CTE Scan on budget" in line]
     assert re.search(r"rows=1(\.0+)? loops=1\)", scan), plan
-    assert re.search(r"^\s*->  Nested Loop .*rows=0 loops=1\)", settled.splitlines()[1]), plan
+    nested = settled.splitlines()[1]
+    assert re.search(r"^\s*->  Nested Loop .*rows=0(\.0+)? loops=1\)", nested), plan
     picked = plan.split("CTE picked")[1].split("CTE c")[0]
     walk = "jobs_claimable_idx" if name == "jobs_complete_and_claim" else "jobs_processing_idx"
     assert walk in picked, plan

@@ -92,7 +92,14 @@ def test_thresholds_in_json(db_dsn: str, store: Stores, sql_conn: psycopg.Connec
             "max_late_schedules": None,
         },
         "violations": [
-            {"queue": "a", "measure": "expired", "value": 2, "capped": False, "limit": 1}
+            {
+                "queue": "a",
+                "measure": "expired",
+                "value": 2,
+                "capped": False,
+                "estimated": False,
+                "limit": 1,
+            }
         ],
     }
     aged = cli(
@@ -154,7 +161,14 @@ def test_late_schedules_fail_the_check_only_past_max_late_schedules(
     check = json.loads(shown.stdout)["check"]
     assert check["ok"] is False and check["thresholds"]["max_late_schedules"] == 0
     assert check["violations"] == [
-        {"queue": None, "measure": "late_schedules", "value": 2, "capped": False, "limit": 0}
+        {
+            "queue": None,
+            "measure": "late_schedules",
+            "value": 2,
+            "capped": False,
+            "estimated": False,
+            "limit": 0,
+        }
     ]
 
 
