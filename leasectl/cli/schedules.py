@@ -16,6 +16,7 @@ from leasectl.core.schedules import (
     DEFAULT_CATCH_UP,
     DEFAULT_CATCH_UP_LIMIT,
     MAX_CATCH_UP_LIMIT,
+    Schedule,
 )
 
 app = typer.Typer(
@@ -134,38 +135,20 @@ def pause(
     ],
 ) -> None:
     """Pause a schedule: no slot of it is enqueued until `resume` (exit 1 if already paused)."""
-    from leasectl.present.schedules import change_line
-
     why = config.check_reason(reason, required="say why the schedule is paused")
     assert why is not None
     with _operations(ctx) as ops:
         done = ops.pause_schedule(name, actor=config.operator_actor(), reason=why)
-    if done is None:
-        _warn(f"no schedule {echo(name)}; nothing changed")
-        raise typer.Exit(1)
-    schedule, changed = done
-    if not changed:
-        _warn(f"schedule {echo(name)} is already paused; nothing changed")
-        raise typer.Exit(1)
-    _show([change_line("paused", schedule)])
+    _show_toggle(name, done, "paused", "is already paused")
 
 
 @app.command()
 def resume(ctx: typer.Context, name: NameArg, reason: ReasonOpt = None) -> None:
     """Resume a paused schedule; the slots of its pause are skipped (exit 1 if not paused)."""
-    from leasectl.present.schedules import change_line
-
     why = config.check_reason(reason, required=None)
     with _operations(ctx) as ops:
         done = ops.resume_schedule(name, actor=config.operator_actor(), reason=why)
-    if done is None:
-        _warn(f"no schedule {echo(name)}; nothing changed")
-        raise typer.Exit(1)
-    schedule, changed = done
-    if not changed:
-        _warn(f"schedule {echo(name)} is not paused; nothing changed")
-        raise typer.Exit(1)
-    _show([change_line("resumed", schedule)])
+    _show_toggle(name, done, "resumed", "is not paused")
 
 
 @app.command()
@@ -200,3 +183,18 @@ def sync(
 
     why = config.check_reason(reason, required=None)
     run_sync(ctx, file, dry_run=dry_run, prune=prune, reason=why, as_json=as_json)
+
+
+def _show_toggle(name: str, done: tuple[Schedule, bool] | None, verb: str, unchanged: str) -> None:
+    """The outcome of a pause or a resume: the schedule changed, else why nothing did (exit 1:
+    no such schedule, or it ``unchanged`` already)."""
+    from leasectl.present.schedules import change_line
+
+    if done is None:
+        _warn(f"no schedule {echo(name)}; nothing changed")
+        raise typer.Exit(1)
+    schedule, changed = done
+    if not changed:
+        _warn(f"schedule {echo(name)} {unchanged}; nothing changed")
+        raise typer.Exit(1)
+    _show([change_line(verb, schedule)])
