@@ -36,6 +36,7 @@ HISTORY_ROW_LIMIT = QUEUE_LIMIT * 61
 ERRORS_SCAN = 5_000
 EVENTS_SCAN = 5_000
 EVENTS_SHOWN = 50
+LEASE_LIMIT = 2000  # (queue, owner) rows of leases, most expired first
 TIMEOUT = timedelta(seconds=5)
 RISK_WINDOW = timedelta(seconds=10)
 
@@ -84,7 +85,7 @@ class QueuesReads:
             "floor": COUNT_FLOOR,
             "group_limit": 1000,
             "queue_limit": self.queue_limit,
-            "lease_limit": 2000,
+            "lease_limit": LEASE_LIMIT,
             "risk_window": RISK_WINDOW,
             "paused_limit": self.queue_limit,
             "limits_limit": self.queue_limit,
@@ -113,7 +114,7 @@ class QueuesReads:
             name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]
         }
         for name, limit in (
-            ("leases", limits["lease_limit"]),
+            ("leases", LEASE_LIMIT),
             ("pickup", PICKUP_ROW_LIMIT),
             ("history", HISTORY_ROW_LIMIT),
             ("backlog", HISTORY_ROW_LIMIT),
