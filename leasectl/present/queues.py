@@ -58,7 +58,7 @@ class Layout:
             "proc",
             "p95",
             "state" if not self.narrow else "",
-            "done/min, last hour",
+            "done/min, last hour" if not self.narrow else "done/min",
         )
 
 
@@ -142,7 +142,7 @@ def overview_summary(view: QueuesOverview) -> Text:
     ):
         text.append(" · ", "dim")
         text.append(f"{n} {what}", style if n else "dim")
-    text.append(f" · most urgent first · as of {clock(view.db_now)}", "dim")
+    text.append(f" · as of {clock(view.db_now)}", "dim")
     if view.truncated:
         left = ", ".join(sorted(view.truncated))
         text.append(f" · some reads stopped at their limit ({left}): not every queue", "yellow")

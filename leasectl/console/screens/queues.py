@@ -100,7 +100,7 @@ class QueuesScreen(_Polled):
 
     def compose(self) -> ComposeResult:
         title = Text("Queues", style="bold")
-        title.append(" · the last hour · enter: a queue's minutes, errors and events", "dim")
+        title.append(" · most urgent first · the last hour · enter: a queue's detail", "dim")
         yield Static(title, id="queues-title")
         table: DataTable[Text] = DataTable(id="queues-table", cursor_type="row")
         yield table
