@@ -22,6 +22,8 @@ START = NOW.replace(second=0) - WINDOW
 
 
 def pickup(ms: float, n: int) -> tuple[int, ...]:
+    if not n:
+        return ()
     histogram = [0] * BUCKETS
     histogram[bucket_of(ms)] = n
     return tuple(histogram)
@@ -100,7 +102,7 @@ def rows() -> tuple[QueueRow, ...]:
             [30] * 49 + [0] * 12,
             enqueued=[100] * 61,
             backlog=[(900 + 30 * i, False) for i in range(11)],
-        ),  # fmt: skip
+        ),
         pickup=None,
     )
     webhooks = QueueRow(
@@ -116,7 +118,7 @@ def rows() -> tuple[QueueRow, ...]:
             [200 + (i % 7) * 10 for i in range(61)],
             enqueued=[150] * 61,
             backlog=[(800 - 56 * i, False) for i in range(11)],
-        ),  # fmt: skip
+        ),
         pickup=PickupLatency("webhooks", 410, 210.0, 850.0),
     )
     reports = QueueRow(
@@ -130,7 +132,7 @@ def rows() -> tuple[QueueRow, ...]:
         limit=None,
         minutes=minutes(
             [20 + (i % 3) for i in range(61)], enqueued=[21] * 61, backlog=[(2, False)] * 11
-        ),  # fmt: skip
+        ),
         pickup=PickupLatency("reports", 42, 40.0, 120.0),
     )
     hostile = QueueRow(

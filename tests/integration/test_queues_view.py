@@ -17,7 +17,9 @@ from leasectl.db import counters
 from leasectl.db.connection import Database
 from leasectl.db.queues_view import QueuesReads
 from tests.conftest import SCHEMA
-from tests.integration.test_privileges import Roles, granted, roles  # noqa: F401 (fixtures)
+from tests.integration.test_privileges import Roles
+from tests.integration.test_privileges import granted as granted  # (fixtures)
+from tests.integration.test_privileges import roles as roles
 from tests.stores import Stores
 
 TTL = timedelta(seconds=30)
