@@ -8,7 +8,7 @@
 -- it). Minutes are UTC minutes, from date_trunc('minute', now() - %(since)s, 'UTC') on.
 
 -- name: queues_view_history
--- Per queue and minute of the window: jobs enqueued, completed and failed for good (folded history plus unfolded deltas), at most %(row_limit)s rows, by queue then minute.
+-- Per queue and minute of the window: jobs enqueued, completed and failed for good (folded history plus unfolded deltas), at most %(row_limit)s rows, the newest minutes first (a cut drops the oldest).
 SELECT c.queue, c.minute, sum(c.enqueued)::bigint AS enqueued,
        sum(c.completed)::bigint AS completed, sum(c.failed)::bigint AS failed
 FROM (
@@ -26,15 +26,16 @@ FROM (
 ) AS c
 GROUP BY c.queue, c.minute
 HAVING sum(c.enqueued) + sum(c.completed) + sum(c.failed) > 0
-ORDER BY c.queue, c.minute
+ORDER BY c.minute DESC, c.queue
 LIMIT %(row_limit)s;
 
 -- name: queues_view_backlog
--- Per queue and minute sampled in the window: its due Pending jobs as the fold counted them (capped: a lower bound), at most %(row_limit)s rows, by queue then minute.
+-- Per queue and minute sampled in the window: its due Pending jobs as the fold counted them (capped: a lower bound), at most %(row_limit)s rows, the newest minutes first.
+-- (Ordered by queue first, the walk would be the primary key's, whole: every minute kept.)
 SELECT b.queue, b.minute, b.pending, b.capped
 FROM {schema}.queue_backlog AS b
 WHERE b.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
-ORDER BY b.queue, b.minute
+ORDER BY b.minute DESC, b.queue
 LIMIT %(row_limit)s;
 
 -- name: queues_view_paused
