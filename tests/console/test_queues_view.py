@@ -12,7 +12,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from rich.console import Console
+from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
@@ -25,6 +27,13 @@ from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import visible
 from tests.console.queues_sample import HOSTILE, details, overview
 from tests.console.sample import sample_snapshot
+from tests.console.test_hostile import (
+    assert_shown,
+    drive,
+    screen_text,
+    seed_hostile,
+    widget_text,
+)
 from tests.console.test_screens import SnapCompare, settle
 from tests.util import wait_until_pilot
 
@@ -232,3 +241,40 @@ def test_queue_screen_at_160x48(snap_compare: SnapCompare) -> None:
 def test_queue_screen_at_80x24(snap_compare: SnapCompare) -> None:
     app, _ = queues_app()
     assert snap_compare(app, terminal_size=(80, 24), run_before=open_queue)
+
+
+def test_hostile_queues_errors_and_events_from_postgresql_are_text(
+    db_dsn: str, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The hostile corpus (tests/hostile.py) as queue names, failed attempts' errors, audit
+    actors and reasons, read by the real console: every segment of both screens is text (no
+    action, no link, no raw control), and each name is there, escaped, cut to its column."""
+    seeded = seed_hostile(sql_conn)
+
+    async def scenario(app: ConsoleApp, pilot: Pilot[None]) -> None:
+        screen = await open_view(app, pilot)
+        await wait_until_pilot(
+            pilot, lambda: screen.view is not None and len(screen.view.rows) >= len(seeded), "all"
+        )
+        screen_text(app, "the Queues view")
+        table = screen.query_one("#queues-table", DataTable)
+        assert screen.view is not None
+        shown = {row.queue: table.get_row_at(i)[0] for i, row in enumerate(screen.view.rows)}
+        for h in seeded:
+            cell = shown[h.name]
+            expected = Text(visible(h.name))
+            expected.truncate(40, overflow="ellipsis")
+            assert cell.plain == expected.plain, (h.name, cell.plain)
+        # The queue of the most hostile text: its screen's every line is text too.
+        target = next(h for h in seeded if "[@click" in h.name)
+        table.move_cursor(row=[r.queue for r in screen.view.rows].index(target.name))
+        await pilot.press("enter")
+        await wait_until_pilot(pilot, lambda: _opened(app), "its screen")
+        queue = app.screen
+        assert isinstance(queue, QueueScreen) and queue.detail is not None
+        assert queue.detail.errors.groups and queue.detail.events.entries
+        body = widget_text(queue.query_one("#queue-body", Static), "the queue screen")
+        assert_shown(body, target.name, "the queue screen")
+        screen_text(app, "the queue screen")
+
+    drive(db_dsn, scenario)
