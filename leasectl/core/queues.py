@@ -152,7 +152,8 @@ class QueueDetail:
     stats: QueueStats
     errors: ErrorReport
     events: Timeline
-    due: BoundedCount  # due Pending jobs now
+    # Which reads of the live counts stopped at their limit (its counts may miss some).
+    truncated: frozenset[str] = frozenset()
 
     @property
     def db_now(self) -> datetime:

@@ -19,6 +19,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.limits import QueueLimit
+from leasectl.core.models import PausedQueue
 from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, attention_order
 from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, fill, minute_of
 from leasectl.db import sql as queries
@@ -61,9 +63,13 @@ class QueuesReads:
         self.queue_limit = queue_limit
 
     def _read(
-        self, reads: list[tuple[str, str, dict[str, Any]]], timeout: timedelta
+        self,
+        reads: list[tuple[str, str, dict[str, Any]]],
+        timeout: timedelta,
+        defaults: dict[str, Any],
     ) -> dict[str, list[dict[str, Any]]]:
-        """``reads`` (label, statement, parameters) in one read-only snapshot, one round trip."""
+        """``reads`` (label, statement, parameters over ``defaults``) in one read-only snapshot,
+        one round trip."""
         schema = self.db.schema
         message = f"the queues' read took longer than {timeout.total_seconds():g}s"
         with self.db.connection(timeout=message) as conn:
@@ -72,15 +78,14 @@ class QueuesReads:
                 cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
                 for label, name, params in reads:
                     cursors[label] = conn.cursor(row_factory=dict_row)
-                    cursors[label].execute(queries.get(name).render(schema), params)
+                    statement = queries.get(name).render(schema)
+                    cursors[label].execute(statement, {**defaults, **params})
             return {label: cur.fetchall() for label, cur in cursors.items()}
 
-    def overview(
-        self, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
-    ) -> QueuesOverview:
-        """Every queue with live jobs, a pause, a limit or history in ``window``, in attention
-        order (at most ``queue_limit``)."""
-        limits = {
+    def _limits(self) -> dict[str, Any]:
+        """The scrape's statements' parameters (metrics.sql), and the paused and limited
+        queues' and the recent pickup latency's."""
+        return {
             "budget": COUNT_BUDGET,
             "floor": COUNT_FLOOR,
             "group_limit": 1000,
@@ -92,14 +97,18 @@ class QueuesReads:
             "queue": None,
             "row_limit": PICKUP_ROW_LIMIT,
         }
+
+    def overview(
+        self, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
+    ) -> QueuesOverview:
+        """Every queue with live jobs, a pause, a limit or history in ``window``, in attention
+        order (at most ``queue_limit``)."""
+        limits = self._limits()
         history = {"since": window, "row_limit": HISTORY_ROW_LIMIT}
         rows = self._read(
             [
                 ("settings", "console_settings", _settings(timeout, custom=False)),
-                ("clock", "metrics_clock", {}),
-                ("pending", "metrics_pending", limits),
-                ("stuck", "metrics_stuck", limits),
-                ("leases", "metrics_leases", limits),
+                *_LIVE_READS,
                 ("paused", "console_paused", limits),
                 ("limits", "status_limits", limits),
                 ("pickup", "history_pickup_recent", limits),
@@ -108,13 +117,11 @@ class QueuesReads:
                 ("sampled", "stats_sampled", history),
             ],
             timeout,
+            limits,
         )
         db_now: datetime = rows["clock"][0]["db_now"]
-        truncated = {
-            name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]
-        }
+        truncated = _truncated(rows)
         for name, limit in (
-            ("leases", LEASE_LIMIT),
             ("pickup", PICKUP_ROW_LIMIT),
             ("history", HISTORY_ROW_LIMIT),
             ("backlog", HISTORY_ROW_LIMIT),
@@ -124,27 +131,17 @@ class QueuesReads:
         for name in ("paused", "limits"):
             if rows[name] and int(rows[name][0]["total"]) > len(rows[name]):
                 truncated.add(name)
-        pending = {r["queue"]: r for r in rows["pending"]}
-        stuck = {r["queue"]: _bounded(r) for r in rows["stuck"]}
-        leases: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-        for r in rows["leases"]:
-            leases[r["queue"]][0] += int(r["processing"])
-            leases[r["queue"]][1] += int(r["expired"])
+        live = _Live(rows)
         paused = {p.queue: p for p in map(paused_from_row, rows["paused"])}
         limited = {lim.queue: lim for lim in map(limit_from_row, rows["limits"])}
         pickup = {p.queue: p for p in pickup_from_rows(rows["pickup"])}
         minutes = _per_queue(rows["history"], rows["backlog"])
         since = db_now - window
         sampled = [r["minute"] for r in rows["sampled"]]
-        names = {*pending, *stuck, *leases, *paused, *limited, *minutes}
+        names = {*live.names, *paused, *limited, *minutes}
         found = [
-            QueueRow(
-                queue=name,
-                pending=_bounded(pending[name]) if name in pending else BoundedCount(0, False),
-                oldest_due_age=pending[name]["oldest_due_age"] if name in pending else None,
-                processing=leases[name][0] if name in leases else 0,
-                expired=leases[name][1] if name in leases else 0,
-                stuck=stuck.get(name, BoundedCount(0, False)),
+            live.row(
+                name,
                 paused=paused.get(name),
                 limit=limited.get(name),
                 minutes=fill(since, db_now, minutes.get(name, ()), sampled),
@@ -165,24 +162,20 @@ class QueuesReads:
     def queue(
         self, queue: str, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
     ) -> QueueDetail:
-        """One queue: its counts now, the window's minutes, its error groups and audit events."""
-        one = {
-            "queue": queue,
-            "budget": COUNT_BUDGET,
-            "group_limit": 1000,
-            "risk_window": RISK_WINDOW,
-            "limits_limit": 1,
-            "since": window,
-        }
+        """One queue: its counts now (the overview's, every queue's statements as the scrape
+        runs them: generic plans), the window's minutes, its error groups and audit events
+        (one queue's statements: a custom plan each, its name folding the other branches)."""
+        one = {"queue": queue, "limits_limit": 1, "since": window}
         errors = errors_params(window, queue, ERRORS_SCAN)
         events = events_params(window, None, queue, EVENTS_SCAN, EVENTS_SHOWN)
         rows = self._read(
             [
-                ("settings", "console_settings", _settings(timeout, custom=True)),
-                ("counts", "console_counts", one),
+                ("settings", "console_settings", _settings(timeout, custom=False)),
+                *_LIVE_READS,
+                ("custom", "console_settings", _settings(timeout, custom=True)),
                 ("paused", "queues_view_paused", one),
                 ("limits", "status_limits", one),
-                ("counts_minutes", "stats_counts", one),
+                ("counts", "stats_counts", one),
                 ("pickup", "stats_pickup", one),
                 ("backlog", "stats_backlog", one),
                 ("sampled", "stats_sampled", one),
@@ -191,30 +184,20 @@ class QueuesReads:
                 ("queue_events", "events_queues", events),
             ],
             timeout,
+            self._limits(),
         )
-        counts = rows["counts"][0]
-        db_now: datetime = counts["db_now"]
-        cap = int(counts["cap"])
+        db_now: datetime = rows["clock"][0]["db_now"]
         minutes = fill(
             db_now - window,
             db_now,
-            minutes_from_rows(rows["counts_minutes"], rows["pickup"], rows["backlog"]),
+            minutes_from_rows(rows["counts"], rows["pickup"], rows["backlog"]),
             (r["minute"] for r in rows["sampled"]),
         )
         recent: tuple[int, ...] = ()
         for m in minutes[-2:]:  # the current and the previous minute, as the overview's
             recent = add(recent, m.pickup)
-        row = QueueRow(
-            queue=queue,
-            pending=BoundedCount.read(int(counts["pending"]), cap, counts["pending_estimate"]),
-            oldest_due_age=(
-                None
-                if counts["oldest_due_at"] is None
-                else max(0.0, (db_now - counts["oldest_due_at"]).total_seconds())
-            ),
-            processing=int(counts["processing"]),
-            expired=int(counts["expired"]),
-            stuck=BoundedCount.read(int(counts["stuck"]), cap, counts["stuck_estimate"]),
+        row = _Live(rows).row(
+            queue,
             paused=next(map(paused_from_row, rows["paused"]), None),
             limit=next(map(limit_from_row, rows["limits"]), None),
             minutes=minutes,
@@ -236,7 +219,63 @@ class QueuesReads:
                 scan=EVENTS_SCAN,
                 limit=EVENTS_SHOWN,
             ),
-            due=BoundedCount.read(int(counts["due"]), cap, counts["due_estimate"]),
+            truncated=frozenset(_truncated(rows)),
+        )
+
+
+# The live counts of every queue, as the scrape reads them (metrics.sql; ``_Live``), with the
+# clock. (Not console_counts for one queue: its loose index scan seeks by the pair (queue,
+# priority) only in a generic plan, and a custom one walks the queue's whole Pending index.)
+_LIVE_READS: list[tuple[str, str, dict[str, Any]]] = [
+    ("clock", "metrics_clock", {}),
+    ("pending", "metrics_pending", {}),
+    ("stuck", "metrics_stuck", {}),
+    ("leases", "metrics_leases", {}),
+]
+
+
+def _truncated(rows: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """Which of the live reads stopped at their limit of queues or rows."""
+    found = {name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]}
+    if len(rows["leases"]) >= LEASE_LIMIT:
+        found.add("leases")
+    return found
+
+
+class _Live:
+    """The live reads' rows, by queue."""
+
+    def __init__(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        self.pending = {r["queue"]: r for r in rows["pending"]}
+        self.stuck = {r["queue"]: _bounded(r) for r in rows["stuck"]}
+        self.leases: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for r in rows["leases"]:
+            self.leases[r["queue"]][0] += int(r["processing"])
+            self.leases[r["queue"]][1] += int(r["expired"])
+        self.names = {*self.pending, *self.stuck, *self.leases}
+
+    def row(
+        self,
+        name: str,
+        *,
+        paused: PausedQueue | None,
+        limit: QueueLimit | None,
+        minutes: tuple[MinuteStats, ...],
+        pickup: PickupLatency | None,
+    ) -> QueueRow:
+        pending = self.pending.get(name)
+        processing, expired = self.leases.get(name, (0, 0))
+        return QueueRow(
+            queue=name,
+            pending=_bounded(pending) if pending else BoundedCount(0, False),
+            oldest_due_age=pending["oldest_due_age"] if pending else None,
+            processing=processing,
+            expired=expired,
+            stuck=self.stuck.get(name, BoundedCount(0, False)),
+            paused=paused,
+            limit=limit,
+            minutes=minutes,
+            pickup=pickup,
         )
 
 

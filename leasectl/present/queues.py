@@ -149,14 +149,12 @@ def overview_summary(view: QueuesOverview) -> Text:
     return text
 
 
-def _row_facts(row: QueueRow, due: BoundedCount | None) -> Text:
+def _row_facts(row: QueueRow) -> Text:
     text = Text("Pending ", style="bold")
     text.append_text(pending_text(row.pending))
-    if due is not None:
-        text.append(f" (due {due}", "dim")
-        if row.oldest_due_age is not None:
-            text.append(", oldest ", "dim")
-            text.append_text(oldest_text(row.oldest_due_age))
+    if row.oldest_due_age is not None:
+        text.append(" (oldest due ", "dim")
+        text.append_text(oldest_text(row.oldest_due_age))
         text.append(")", "dim")
     text.append(" · Processing ", style="bold")
     text.append(f"{row.processing:,}")
@@ -180,7 +178,7 @@ def queue_head(detail: QueueDetail) -> list[RenderableType]:
     title = Text("Queue ", style="bold")
     title.append_text(lit(row.queue, "bold"))
     title.append(f"  as of {clock(detail.db_now)}", "dim")
-    parts: list[RenderableType] = [title, _row_facts(row, detail.due)]
+    parts: list[RenderableType] = [title, _row_facts(row)]
     if row.paused is not None:
         p = row.paused
         line = Text("⏸ paused", PAUSED_STYLE)

@@ -188,8 +188,7 @@ def detail(row: QueueRow) -> QueueDetail:
         shown_all=True,
     )  # fmt: skip
     stats = QueueStats(queue=row.queue, since=NOW - WINDOW, until=NOW, minutes=row.minutes)
-    due = BoundedCount(6000, True, 1_900_000) if row.pending.capped else row.pending
-    return QueueDetail(row=row, stats=stats, errors=errors, events=events, due=due)
+    return QueueDetail(row=row, stats=stats, errors=errors, events=events)
 
 
 def details() -> dict[str, QueueDetail]:

@@ -3,8 +3,8 @@ generic plans for the overview, a custom plan per execution for one queue's scre
 window's history of every queue by its minute index, one queue's by its primary key, and no
 statement of either read walks finished history or a whole live index: the plans PostgreSQL
 really uses, on history and jobs much larger than the rows read. (The scrape's statements the
-overview shares are test_metrics_plans.py's; `errors` and `events`' are test_incident_plans.py's,
-run here again under the queue screen's settings.)"""
+overview and the queue screen share are test_metrics_plans.py's; `errors` and `events`' are
+test_incident_plans.py's, run here again under the queue screen's settings.)"""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ ONE: dict[str, Any] = {
 @pytest.mark.parametrize(
     ("name", "params"),
     [
-        ("console_counts", ONE),
+        ("status_limits", {**ONE, "limits_limit": 1}),
         ("stats_counts", {**ONE, "queue": "q7"}),
         ("stats_pickup", {**ONE, "queue": "q7"}),
         ("stats_backlog", {**ONE, "queue": "q7"}),
