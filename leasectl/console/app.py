@@ -35,7 +35,7 @@ from leasectl.console.messages import (
     SnapshotLoaded,
 )
 from leasectl.console.poller import PollSchedule
-from leasectl.console.scheduling import ScheduleView
+from leasectl.console.queueing import QueueViews
 from leasectl.console.screens.confirm import ConfirmScreen, QueueConfirmScreen
 from leasectl.console.screens.detail import DetailScreen
 from leasectl.console.screens.filter import FilterScreen
@@ -84,7 +84,7 @@ def run(
         raise TerminalGone(f"the console's terminal went away ({watch.reason})")
 
 
-class ConsoleApp(LimitActions, ScheduleView):
+class ConsoleApp(LimitActions, QueueViews):
     CSS_PATH = "app.tcss"
     TITLE = "leasectl"
     ENABLE_COMMAND_PALETTE = True

@@ -37,12 +37,14 @@ from leasectl.core.models import (
     SeenState,
     Snapshot,
 )
+from leasectl.core.queues import QueueDetail, QueuesOverview
 from leasectl.core.schedules import Schedule
 from leasectl.db.connection import Database
 from leasectl.db.console import ConsoleReads
 from leasectl.db.dsn import safe_dsn
 from leasectl.db.history import History
 from leasectl.db.operations import Operations
+from leasectl.db.queues_view import QueuesReads
 from leasectl.runtime import bulk
 
 T = TypeVar("T")
@@ -134,6 +136,14 @@ class ConsoleSource(Protocol):
 
     def resume_schedule(self, name: str, reason: str) -> bool | None:
         """Resume ``name`` (audited): whether this call resumed it; None: no such schedule."""
+        ...
+
+    def queues(self) -> QueuesOverview:
+        """Every queue, the most urgent first, and its last hour (the Queues view)."""
+        ...
+
+    def queue(self, name: str) -> QueueDetail:
+        """One queue's figures, last hour, error groups and audit events (its screen)."""
         ...
 
     def can_update(self) -> bool: ...
@@ -341,6 +351,16 @@ class DatabaseSource:
             ACTION_ROLE, db, lambda: ops.resume_schedule(name, actor=self.actor, reason=why)
         )
         return None if done is None else done[1]
+
+    def queues(self) -> QueuesOverview:
+        """Read where the panels are (a standby with --read-dsn), on the poll's connection: the
+        main screen does not poll while the Queues view is in front of it."""
+        db, _ = self._panels()
+        return self._call(POLL_ROLE, db, QueuesReads(db).overview)
+
+    def queue(self, name: str) -> QueueDetail:
+        db, _ = self._panels()
+        return self._call(POLL_ROLE, db, lambda: QueuesReads(db).queue(name))
 
     def can_update(self) -> bool:
         db, ops = self._operations()

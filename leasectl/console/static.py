@@ -14,6 +14,7 @@ from leasectl.core.errors import JobNotFound
 from leasectl.core.filters import JobFilter, JobPage, ListedJob
 from leasectl.core.limits import LimitSpec, QueueLimit
 from leasectl.core.models import ActionResult, JobDetail, PausedQueue, SeenState, Skipped, Snapshot
+from leasectl.core.queues import QueueDetail, QueuesOverview
 from leasectl.core.schedules import Schedule
 from leasectl.runtime import bulk
 
@@ -41,6 +42,9 @@ class StaticSource:
     limit_calls: list[tuple[str, LimitSpec | None]] = field(default_factory=list)
     # The Schedules view's rows.
     schedule_rows: tuple[Schedule, ...] = ()
+    # The Queues view's rows and each queue's screen (a queue not there: an error).
+    queue_view: QueuesOverview | None = None
+    queue_details: dict[str, QueueDetail] = field(default_factory=dict)
     # A bulk run's batch; the batch before which it holds until ``release`` (-1: never).
     bulk_batch: int = 50
     hold_batch: int = -1
@@ -191,6 +195,17 @@ class StaticSource:
         self.calls.append(("schedule-resume", (), reason))
         found = next((s for s in self.schedule_rows if s.name == name), None)
         return None if found is None else found.paused
+
+    def queues(self) -> QueuesOverview:
+        if self.queue_view is None:
+            return QueuesOverview(self.data.db_now, self.data.db_now, ())
+        return self.queue_view
+
+    def queue(self, name: str) -> QueueDetail:
+        try:
+            return self.queue_details[name]
+        except KeyError:
+            raise JobNotFound(f"no figures for queue {name}") from None
 
     def can_update(self) -> bool:
         return self.writable

@@ -55,28 +55,9 @@ class Incident:
     ) -> ErrorReport:
         """The failed attempts of the last ``since`` (of ``queue``), grouped by kind; at most
         ``scan`` of them read, the newest."""
-        params = {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
+        params = errors_params(since, queue, scan)
         db_now, (rows,) = self._read(timeout, [("errors_failures", params)])
-        scanned = int(rows[0]["scanned"]) if rows else 0
-        attempts = [
-            FailedAttempt(
-                job_id=r["job_id"],
-                queue=r["queue"],
-                ended_at=r["ended_at"],
-                error=r["error"],
-                traced=r["traced"],
-            )
-            for r in rows
-            if r["job_id"] is not None
-        ]
-        return ErrorReport(
-            queue=queue,
-            since=since,
-            db_now=db_now,
-            groups=errorgroups.group_failures(attempts),
-            scanned=scanned,
-            scan_cap=scan,
-        )
+        return error_report(rows, queue=queue, since=since, db_now=db_now, scan=scan)
 
     def events(
         self,
@@ -90,55 +71,123 @@ class Incident:
     ) -> Timeline:
         """The operator and watcher actions of the last ``since`` (of ``actor``, on
         ``queue``), newest first; at most ``scan`` rows of each audit table read."""
-        params = {"since": since, "actor": actor, "queue": queue, "scan": scan, "limit": limit + 1}
+        params = events_params(since, actor, queue, scan, limit)
         db_now, (job_rows, queue_rows) = self._read(
             timeout, [("events_jobs", params), ("events_queues", params)]
         )
-        start = db_now - since
-        complete = all(
-            not rows or int(rows[0]["scanned"]) < scan or rows[0]["oldest"] < start
-            for rows in (job_rows, queue_rows)
-        )
-        jobs = [
-            TimelineEntry(
-                at=r["at"],
-                kind="job",
-                actor=r["actor"],
-                db_role=r["db_role"],
-                action=r["action"],
-                reason=r["reason"],
-                queues=tuple(sorted(r["queues"] or ())),
-                jobs=int(r["jobs"]),
-                first_job=r["first_job"],
-                last_job=r["last_job"],
-            )
-            for r in job_rows
-            if r["at"] is not None
-        ]
-        queues = [
-            TimelineEntry(
-                at=r["at"],
-                kind="queue",
-                actor=r["actor"],
-                db_role=r["db_role"],
-                action=r["action"],
-                reason=r["reason"],
-                queues=(r["queue"],),
-                jobs=0,
-                first_job=None,
-                last_job=None,
-            )
-            for r in queue_rows
-            if r["at"] is not None
-        ]
-        entries, shown_all = timeline.merge(jobs, queues, limit)
-        return Timeline(
+        return timeline_of(
+            job_rows,
+            queue_rows,
             since=since,
             actor=actor,
             queue=queue,
             db_now=db_now,
-            entries=entries,
-            scanned=sum(int(rows[0]["scanned"]) for rows in (job_rows, queue_rows) if rows),
-            complete=complete,
-            shown_all=shown_all,
+            scan=scan,
+            limit=limit,
         )
+
+
+def errors_params(since: timedelta, queue: str | None, scan: int) -> dict[str, Any]:
+    """``errors_failures``' parameters."""
+    return {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
+
+
+def error_report(
+    rows: list[dict[str, Any]],
+    *,
+    queue: str | None,
+    since: timedelta,
+    db_now: datetime,
+    scan: int,
+) -> ErrorReport:
+    """``errors_failures``' rows as the groups of failures they hold."""
+    scanned = int(rows[0]["scanned"]) if rows else 0
+    attempts = [
+        FailedAttempt(
+            job_id=r["job_id"],
+            queue=r["queue"],
+            ended_at=r["ended_at"],
+            error=r["error"],
+            traced=r["traced"],
+        )
+        for r in rows
+        if r["job_id"] is not None
+    ]
+    return ErrorReport(
+        queue=queue,
+        since=since,
+        db_now=db_now,
+        groups=errorgroups.group_failures(attempts),
+        scanned=scanned,
+        scan_cap=scan,
+    )
+
+
+def events_params(
+    since: timedelta, actor: str | None, queue: str | None, scan: int, limit: int
+) -> dict[str, Any]:
+    """``events_jobs``' and ``events_queues``' parameters (one row more than ``limit``: whether
+    there were more)."""
+    return {"since": since, "actor": actor, "queue": queue, "scan": scan, "limit": limit + 1}
+
+
+def timeline_of(
+    job_rows: list[dict[str, Any]],
+    queue_rows: list[dict[str, Any]],
+    *,
+    since: timedelta,
+    actor: str | None,
+    queue: str | None,
+    db_now: datetime,
+    scan: int,
+    limit: int,
+) -> Timeline:
+    """``events_jobs``' and ``events_queues``' rows as one timeline, newest first."""
+    start = db_now - since
+    complete = all(
+        not rows or int(rows[0]["scanned"]) < scan or rows[0]["oldest"] < start
+        for rows in (job_rows, queue_rows)
+    )
+    jobs = [
+        TimelineEntry(
+            at=r["at"],
+            kind="job",
+            actor=r["actor"],
+            db_role=r["db_role"],
+            action=r["action"],
+            reason=r["reason"],
+            queues=tuple(sorted(r["queues"] or ())),
+            jobs=int(r["jobs"]),
+            first_job=r["first_job"],
+            last_job=r["last_job"],
+        )
+        for r in job_rows
+        if r["at"] is not None
+    ]
+    queues = [
+        TimelineEntry(
+            at=r["at"],
+            kind="queue",
+            actor=r["actor"],
+            db_role=r["db_role"],
+            action=r["action"],
+            reason=r["reason"],
+            queues=(r["queue"],),
+            jobs=0,
+            first_job=None,
+            last_job=None,
+        )
+        for r in queue_rows
+        if r["at"] is not None
+    ]
+    entries, shown_all = timeline.merge(jobs, queues, limit)
+    return Timeline(
+        since=since,
+        actor=actor,
+        queue=queue,
+        db_now=db_now,
+        entries=entries,
+        scanned=sum(int(rows[0]["scanned"]) for rows in (job_rows, queue_rows) if rows),
+        complete=complete,
+        shown_all=shown_all,
+    )

@@ -54,17 +54,19 @@ def read_stats(
         minutes=fill(
             until - since,
             until,
-            _minutes(rows["stats_counts"], rows["stats_pickup"], rows["stats_backlog"]),
+            minutes_from_rows(rows["stats_counts"], rows["stats_pickup"], rows["stats_backlog"]),
             (r["minute"] for r in rows["stats_sampled"]),
         ),
     )
 
 
-def _minutes(
+def minutes_from_rows(
     counts: Iterable[dict[str, Any]],
     pickup: Iterable[dict[str, Any]],
     backlog: Iterable[dict[str, Any]],
 ) -> list[MinuteStats]:
+    """``stats_counts``', ``stats_pickup``'s and ``stats_backlog``'s rows as the minutes they
+    describe (only those with a row)."""
     found: dict[Any, dict[str, Any]] = defaultdict(dict)
     for r in counts:
         found[minute_of(r["minute"])].update(

@@ -27,9 +27,11 @@ from leasectl.console.screens.filter import FilterScreen
 from leasectl.console.screens.find import FindScreen
 from leasectl.console.screens.help import HelpScreen
 from leasectl.console.screens.limit import LimitScreen
+from leasectl.console.screens.queues import QueueScreen, QueuesScreen
 from leasectl.console.source import StaticSource
 from leasectl.console.view import Action
 from leasectl.console.widgets.tables import FindTable
+from tests.console import queues_sample
 from tests.console.sample import sample_detail, sample_found, sample_snapshot
 from tests.console.test_console_db import drive
 from tests.seed import seed_console
@@ -134,7 +136,13 @@ def test_typing_the_incidents_filters_on_the_results_changes_no_job(
 
 
 def static_app() -> tuple[ConsoleApp, StaticSource]:
-    source = StaticSource(sample_snapshot(), details={1042: sample_detail()}, found=sample_found())
+    source = StaticSource(
+        sample_snapshot(),
+        details={1042: sample_detail()},
+        found=sample_found(),
+        queue_view=queues_sample.overview(),
+        queue_details=queues_sample.details(),
+    )
     return ConsoleApp(source, clock=lambda: 1000.0), source
 
 
@@ -217,6 +225,19 @@ async def open_limit(pilot: Pilot[None]) -> Screen[Any]:
     return await top(pilot, LimitScreen)
 
 
+async def open_queues(pilot: Pilot[None]) -> Screen[Any]:
+    await pilot.press("Q")
+    screen = await top(pilot, QueuesScreen)
+    await wait_until_pilot(pilot, lambda: screen.reads >= 1, "its rows")  # type: ignore[attr-defined]
+    return screen
+
+
+async def open_queue(pilot: Pilot[None]) -> Screen[Any]:
+    await open_queues(pilot)
+    await pilot.press("enter")
+    return await top(pilot, QueueScreen)
+
+
 async def open_bulk(pilot: Pilot[None]) -> Screen[Any]:
     await open_results(pilot)
     await pilot.press("R")
@@ -235,6 +256,8 @@ OPENERS: dict[str, Callable[[Pilot[None]], Awaitable[Screen[Any]]]] = {
     "pause": open_pause,
     "limit": open_limit,
     "bulk": open_bulk,
+    "queues": open_queues,
+    "queue": open_queue,
 }
 
 

@@ -45,6 +45,12 @@ KEYS = (
         "schedules: expression, time zone, next and last slot, last job's outcome, late or "
         "paused; r runs the highlighted one now, p pauses or resumes it (confirmed, a reason)",
     ),
+    (
+        "Q",
+        "queues: every queue's Pending, oldest due, backlog trend, failures in the last hour, "
+        "Processing, pickup p95, paused or limited, completions a minute; most urgent first; "
+        "enter: the queue's last hour per minute, its error groups and audit events",
+    ),
     ("ctrl+y", "confirm an action's dialog (its reason box has the focus; Enter does not confirm)"),
     ("/", "filter: queue:NAME, owner:PREFIX, id:N (shown above the panels until cleared)"),
     ("1 2 3 4 5, tab", "Pending, Processing, Expired & Stuck, Owners, Failed panel"),

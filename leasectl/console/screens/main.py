@@ -84,6 +84,7 @@ class MainScreen(Screen[None]):
         Binding("P", "toggle_pause", "Pause/resume"),
         Binding("L", "limit", "Limit", show=False),
         Binding("S", "schedules", "Schedules", show=False),
+        Binding("Q", "queues", "Queues", show=False),
         Binding("space", "toggle_select", "Select", show=False),
         Binding("escape", "clear", "Clear selection, else filter", show=False),
         Binding("ctrl+r", "refresh", "Refresh", show=False),
@@ -367,6 +368,9 @@ class MainScreen(Screen[None]):
 
     def action_schedules(self) -> None:
         self.host.open_schedules()
+
+    def action_queues(self) -> None:
+        self.host.open_queues()
 
     def action_filter(self) -> None:
         self.host.open_filter()

@@ -1,0 +1,110 @@
+"""The console's Queues view at scale: its two reads (``db/queues_view.py``), each one
+transaction, on a database of N finished jobs (1 in 50 Failed, each with its failed attempt)
+and M Pending, with a week of per-minute history for Q queues.
+
+    python -m bench.queues_view ADMIN_DSN [--finished 10000000] [--pending 2000000]
+        [--queues 40] [--runs 50]
+
+Prints the p50 and p95 (ms) of the overview (`Q`: every queue) and of one queue's screen
+(`enter`), as the console runs them (its poll connection, its settings), and the load average.
+The database is created afresh and dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import psycopg
+
+from bench.common import leasectl_init, log, percentile
+from bench.explain import seed
+from leasectl.db.connection import Database
+from leasectl.db.queues_view import QueuesReads
+
+
+def seed_history(dsn: str, queues: int) -> None:
+    """A week of minutes of ``queues`` queues (and the three of the jobs), each with counts, a
+    pickup histogram and a backlog sample; failed attempts for the Failed jobs."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.queue_history (queue, minute, enqueued, started, completed, "
+            "failed, pickup) "
+            "SELECT q, date_trunc('minute', now(), 'UTC') - make_interval(mins => m), 100, 100, "
+            "98, 2, ARRAY[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 30, 20]::bigint[] "
+            "FROM unnest(ARRAY['payments', 'emails', 'reports'] || ARRAY(SELECT 'q' || i "
+            "FROM generate_series(1, %s) AS i)) AS q, generate_series(0, 7 * 1440 - 1) AS m",
+            (queues,),
+        )
+        conn.execute(
+            "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
+            "SELECT queue, minute, 5000, false FROM leasectl.queue_history"
+        )
+        conn.execute(
+            "INSERT INTO leasectl.queue_backlog_minutes (minute) "
+            "SELECT DISTINCT minute FROM leasectl.queue_history"
+        )
+        conn.execute(
+            "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at, "
+            "ended_at, outcome, error, error_detail) "
+            "SELECT id, 1, 'w', finished_at, finished_at, 'failed', "
+            "'PSPError: 503 for invoice ' || id, 'Traceback' "
+            "FROM leasectl.jobs WHERE status = 'Failed'"
+        )
+        for table in ("jobs", "job_attempts", "queue_history", "queue_backlog"):
+            conn.execute(f"VACUUM ANALYZE leasectl.{table}")
+
+
+def times(fn: object, runs: int) -> list[float]:
+    assert callable(fn)
+    for _ in range(3):
+        fn()  # warm: plans, caches
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dsn")
+    parser.add_argument("--finished", type=int, default=10_000_000)
+    parser.add_argument("--pending", type=int, default=2_000_000)
+    parser.add_argument("--queues", type=int, default=40)
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+    name = f"bench_queues_view_{os.getpid()}"
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=name)
+    try:
+        leasectl_init(dsn)
+        log(f"seeding {args.finished:,} finished, {args.pending:,} pending")
+        seed(dsn, args.finished, args.pending, 2000, 500)
+        log(f"seeding a week of history of {args.queues + 3} queues, the failed attempts")
+        seed_history(dsn, args.queues)
+        log("measuring")
+        with Database.connect(dsn, "leasectl", max_size=1) as db:
+            reads = QueuesReads(db)
+            view = reads.overview()
+            overview = times(reads.overview, args.runs)
+            detail = reads.queue("payments")
+            queue = times(lambda: reads.queue("payments"), args.runs)
+        print(f"database: {args.finished:,} finished + {args.pending:,} pending, "
+              f"{args.queues + 3} queues' week of minutes; {args.runs} runs each")  # fmt: skip
+        print(f"overview ({len(view.rows)} queues): p50 {percentile(overview, 50):.1f} ms, "
+              f"p95 {percentile(overview, 95):.1f} ms")  # fmt: skip
+        print(f"queue screen ({len(detail.errors.groups)} error groups, "
+              f"{detail.errors.scanned:,} failures read): p50 {percentile(queue, 50):.1f} ms, "
+              f"p95 {percentile(queue, 95):.1f} ms")  # fmt: skip
+        print(f"load average: {os.getloadavg()}")
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""The console's Queues view and queue screen: each read in one round trip, one read-only
+REPEATABLE READ transaction under the console's settings (index paths only) and a statement
+timeout, as facts (``core/queues.py``).
+
+The overview reuses the scrape's bounded reads (``metrics.sql``: each queue's Pending and Stuck
+jobs counted to a shared cap, then estimated; its leases, exact), the paused and limited
+queues, the recent pickup latency, and reads the window's per-minute history of every queue
+(``queues_view.sql``). The queue screen reads one queue: the console's counts, `stats`' minutes,
+`errors`' groups and `events`' timeline of it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.limits import QueueLimit
+from leasectl.core.models import PausedQueue
+from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, attention_order
+from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, fill, minute_of
+from leasectl.db import sql as queries
+from leasectl.db.connection import Database
+from leasectl.db.incident import error_report, errors_params, events_params, timeline_of
+from leasectl.db.rows import limit_from_row, paused_from_row
+from leasectl.db.stats import PICKUP_ROW_LIMIT, minutes_from_rows, pickup_from_rows
+
+# The most queues the overview lists (the attention order decides which), and the most rows
+# of history it reads: that many queues' window of minutes.
+QUEUE_LIMIT = 500
+HISTORY_ROW_LIMIT = QUEUE_LIMIT * 61
+# The queue screen reads at most this many failed attempts (of every queue, the newest) and
+# audit rows of each table: a tenth of a second at most, every refresh.
+ERRORS_SCAN = 5_000
+EVENTS_SCAN = 5_000
+EVENTS_SHOWN = 50
+LEASE_LIMIT = 2000  # (queue, owner) rows of leases, most expired first
+TIMEOUT = timedelta(seconds=5)
+RISK_WINDOW = timedelta(seconds=10)
+
+
+def _settings(timeout: timedelta, *, custom: bool) -> dict[str, Any]:
+    """console_settings' parameters: the console's settings, a custom plan per execution when
+    ``custom`` (one queue's reads: its name folds the plans' other branches away), and the
+    statement and lock timeouts."""
+    settings = dict(queries.CONSOLE_SETTINGS)
+    if custom:
+        settings["plan_cache_mode"] = "force_custom_plan"
+    ms = str(max(1, int(timeout.total_seconds() * 1000)))
+    settings |= {"statement_timeout": ms, "lock_timeout": ms}
+    return {"setting_names": list(settings), "setting_values": list(settings.values())}
+
+
+class QueuesReads:
+    """The Queues view's reads, over a ``Database`` (the console's poll connection)."""
+
+    def __init__(self, db: Database, *, queue_limit: int = QUEUE_LIMIT) -> None:
+        self.db = db
+        self.queue_limit = queue_limit
+
+    def _read(
+        self,
+        reads: list[tuple[str, str, dict[str, Any]]],
+        timeout: timedelta,
+        defaults: dict[str, Any],
+    ) -> dict[str, list[dict[str, Any]]]:
+        """``reads`` (label, statement, parameters over ``defaults``) in one read-only snapshot,
+        one round trip."""
+        schema = self.db.schema
+        message = f"the queues' read took longer than {timeout.total_seconds():g}s"
+        with self.db.connection(timeout=message) as conn:
+            with conn.pipeline(), conn.transaction():
+                conn.execute(queries.get("console_snapshot_begin").render(schema))
+                cursors: dict[str, psycopg.Cursor[dict[str, Any]]] = {}
+                for label, name, params in reads:
+                    cursors[label] = conn.cursor(row_factory=dict_row)
+                    statement = queries.get(name).render(schema)
+                    cursors[label].execute(statement, {**defaults, **params})
+            return {label: cur.fetchall() for label, cur in cursors.items()}
+
+    def _limits(self) -> dict[str, Any]:
+        """The scrape's statements' parameters (metrics.sql), and the paused and limited
+        queues' and the recent pickup latency's."""
+        return {
+            "budget": COUNT_BUDGET,
+            "floor": COUNT_FLOOR,
+            "group_limit": 1000,
+            "queue_limit": self.queue_limit,
+            "lease_limit": LEASE_LIMIT,
+            "risk_window": RISK_WINDOW,
+            "paused_limit": self.queue_limit,
+            "limits_limit": self.queue_limit,
+            "queue": None,
+            "row_limit": PICKUP_ROW_LIMIT,
+        }
+
+    def overview(
+        self, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
+    ) -> QueuesOverview:
+        """Every queue with live jobs, a pause, a limit or history in ``window``, in attention
+        order (at most ``queue_limit``)."""
+        limits = self._limits()
+        history = {"since": window, "row_limit": HISTORY_ROW_LIMIT}
+        rows = self._read(
+            [
+                ("settings", "console_settings", _settings(timeout, custom=False)),
+                *_LIVE_READS,
+                ("paused", "console_paused", limits),
+                ("limits", "status_limits", limits),
+                ("pickup", "history_pickup_recent", limits),
+                ("history", "queues_view_history", history),
+                ("backlog", "queues_view_backlog", history),
+                ("sampled", "stats_sampled", history),
+            ],
+            timeout,
+            limits,
+        )
+        db_now: datetime = rows["clock"][0]["db_now"]
+        truncated = _truncated(rows)
+        for name, limit in (
+            ("pickup", PICKUP_ROW_LIMIT),
+            ("history", HISTORY_ROW_LIMIT),
+            ("backlog", HISTORY_ROW_LIMIT),
+        ):
+            if len(rows[name]) >= limit:
+                truncated.add(name)
+        for name in ("paused", "limits"):
+            if rows[name] and int(rows[name][0]["total"]) > len(rows[name]):
+                truncated.add(name)
+        live = _Live(rows)
+        paused = {p.queue: p for p in map(paused_from_row, rows["paused"])}
+        limited = {lim.queue: lim for lim in map(limit_from_row, rows["limits"])}
+        pickup = {p.queue: p for p in pickup_from_rows(rows["pickup"])}
+        minutes = _per_queue(rows["history"], rows["backlog"])
+        since = db_now - window
+        sampled = [r["minute"] for r in rows["sampled"]]
+        names = {*live.names, *paused, *limited, *minutes}
+        found = [
+            live.row(
+                name,
+                paused=paused.get(name),
+                limit=limited.get(name),
+                minutes=fill(since, db_now, minutes.get(name, ()), sampled),
+                pickup=pickup.get(name),
+            )
+            for name in names
+        ]
+        ordered = attention_order(found)
+        if len(ordered) > self.queue_limit:
+            truncated.add("queues")
+        return QueuesOverview(
+            db_now=db_now,
+            since=minute_of(since),
+            rows=tuple(ordered[: self.queue_limit]),
+            truncated=frozenset(truncated),
+        )
+
+    def queue(
+        self, queue: str, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
+    ) -> QueueDetail:
+        """One queue: its counts now (the overview's, every queue's statements as the scrape
+        runs them: generic plans), the window's minutes, its error groups and audit events
+        (one queue's statements: a custom plan each, its name folding the other branches)."""
+        one = {"queue": queue, "limits_limit": 1, "since": window}
+        errors = errors_params(window, queue, ERRORS_SCAN)
+        events = events_params(window, None, queue, EVENTS_SCAN, EVENTS_SHOWN)
+        rows = self._read(
+            [
+                ("settings", "console_settings", _settings(timeout, custom=False)),
+                *_LIVE_READS,
+                ("custom", "console_settings", _settings(timeout, custom=True)),
+                ("paused", "queues_view_paused", one),
+                ("limits", "status_limits", one),
+                ("counts", "stats_counts", one),
+                ("pickup", "stats_pickup", one),
+                ("backlog", "stats_backlog", one),
+                ("sampled", "stats_sampled", one),
+                ("errors", "errors_failures", errors),
+                ("job_events", "events_jobs", events),
+                ("queue_events", "events_queues", events),
+            ],
+            timeout,
+            self._limits(),
+        )
+        db_now: datetime = rows["clock"][0]["db_now"]
+        minutes = fill(
+            db_now - window,
+            db_now,
+            minutes_from_rows(rows["counts"], rows["pickup"], rows["backlog"]),
+            (r["minute"] for r in rows["sampled"]),
+        )
+        recent: tuple[int, ...] = ()
+        for m in minutes[-2:]:  # the current and the previous minute, as the overview's
+            recent = add(recent, m.pickup)
+        row = _Live(rows).row(
+            queue,
+            paused=next(map(paused_from_row, rows["paused"]), None),
+            limit=next(map(limit_from_row, rows["limits"]), None),
+            minutes=minutes,
+            pickup=PickupLatency.of(queue, recent) if sum(recent) else None,
+        )
+        return QueueDetail(
+            row=row,
+            stats=QueueStats(queue=queue, since=db_now - window, until=db_now, minutes=minutes),
+            errors=error_report(
+                rows["errors"], queue=queue, since=window, db_now=db_now, scan=ERRORS_SCAN
+            ),
+            events=timeline_of(
+                rows["job_events"],
+                rows["queue_events"],
+                since=window,
+                actor=None,
+                queue=queue,
+                db_now=db_now,
+                scan=EVENTS_SCAN,
+                limit=EVENTS_SHOWN,
+            ),
+            truncated=frozenset(_truncated(rows)),
+        )
+
+
+# The live counts of every queue, as the scrape reads them (metrics.sql; ``_Live``), with the
+# clock. (Not console_counts for one queue: its loose index scan seeks by the pair (queue,
+# priority) only in a generic plan, and a custom one walks the queue's whole Pending index.)
+_LIVE_READS: list[tuple[str, str, dict[str, Any]]] = [
+    ("clock", "metrics_clock", {}),
+    ("pending", "metrics_pending", {}),
+    ("stuck", "metrics_stuck", {}),
+    ("leases", "metrics_leases", {}),
+]
+
+
+def _truncated(rows: dict[str, list[dict[str, Any]]]) -> set[str]:
+    """Which of the live reads stopped at their limit of queues or rows."""
+    found = {name for name in ("pending", "stuck") if rows[name] and rows[name][0]["truncated"]}
+    if len(rows["leases"]) >= LEASE_LIMIT:
+        found.add("leases")
+    return found
+
+
+class _Live:
+    """The live reads' rows, by queue."""
+
+    def __init__(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        self.pending = {r["queue"]: r for r in rows["pending"]}
+        self.stuck = {r["queue"]: _bounded(r) for r in rows["stuck"]}
+        self.leases: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for r in rows["leases"]:
+            self.leases[r["queue"]][0] += int(r["processing"])
+            self.leases[r["queue"]][1] += int(r["expired"])
+        self.names = {*self.pending, *self.stuck, *self.leases}
+
+    def row(
+        self,
+        name: str,
+        *,
+        paused: PausedQueue | None,
+        limit: QueueLimit | None,
+        minutes: tuple[MinuteStats, ...],
+        pickup: PickupLatency | None,
+    ) -> QueueRow:
+        pending = self.pending.get(name)
+        processing, expired = self.leases.get(name, (0, 0))
+        return QueueRow(
+            queue=name,
+            pending=_bounded(pending) if pending else BoundedCount(0, False),
+            oldest_due_age=pending["oldest_due_age"] if pending else None,
+            processing=processing,
+            expired=expired,
+            stuck=self.stuck.get(name, BoundedCount(0, False)),
+            paused=paused,
+            limit=limit,
+            minutes=minutes,
+            pickup=pickup,
+        )
+
+
+def _bounded(row: dict[str, Any]) -> BoundedCount:
+    return BoundedCount.read(int(row["jobs"]), int(row["cap"]), row["estimate"])
+
+
+def _per_queue(
+    history: Iterable[dict[str, Any]], backlog: Iterable[dict[str, Any]]
+) -> dict[str, list[MinuteStats]]:
+    """``queues_view_history``'s and ``queues_view_backlog``'s rows as each queue's minutes
+    (only those with a row: ``fill`` makes the others)."""
+    found: dict[str, dict[datetime, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
+    for r in history:
+        found[r["queue"]][minute_of(r["minute"])].update(
+            {k: int(r[k]) for k in ("enqueued", "completed", "failed")}
+        )
+    for r in backlog:
+        found[r["queue"]][minute_of(r["minute"])].update(
+            {"pending": int(r["pending"]), "pending_capped": bool(r["capped"])}
+        )
+    return {
+        queue: [MinuteStats(minute, **values) for minute, values in by_minute.items()]
+        for queue, by_minute in found.items()
+    }
