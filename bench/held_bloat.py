@@ -10,8 +10,8 @@ storage settings as migration 023 leaves them), ``pre-023`` (the same schema wit
 counter_deltas and the history's deltas, as before migration 27).
 
 Per table (``pg_stat_user_tables``, sampled every second): the baseline ``n_dead_tup`` (median
-over the warm-up), its peak while held, the dead versions at the release and per job enqueued
-while held (above the baseline), the seconds from the
+over the warm-up), its peak while held, the dead versions at the release and those the hold
+added per job enqueued meanwhile, the seconds from the
 release until ``n_dead_tup`` is back under ``max(2 * baseline, baseline + 1000)`` (``-`` if not
 within ``recover`` seconds), autovacuum runs, and the table's size (with its indexes) before the
 hold and at the end. The autovacuum cycle is the server's (``autovacuum_naptime``: 10 s on the
@@ -199,9 +199,11 @@ def one_variant(
             "baseline_dead": base[t],
             "peak_dead_held": max(held, default=0),
             "dead_at_release": at_release.get(t, (0, 0, 0))[0],
-            # The dead versions the hold left per job enqueued meanwhile (the workers keep up).
+            # The dead versions the hold added per job enqueued meanwhile (the workers keep up).
             "dead_per_job": round(
-                (at_release.get(t, (0, 0, 0))[0] - base[t]) / max(1, sent_released - sent_held), 2
+                (at_release.get(t, (0, 0, 0))[0] - before[t][0])
+                / max(1, sent_released - sent_held),
+                2,
             ),
             "seconds_back": back[t],
             "vacuums": end[t][1] - before[t][1],

@@ -102,6 +102,18 @@ def without_pickup(dsn: str) -> None:
         conn.execute("DROP TRIGGER history_from_attempts_opened ON leasectl.job_attempts")
 
 
+def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, float]]:
+    """The PL/pgSQL functions' total and self time per trip (µs) and calls per trip, as
+    pg_stat_user_functions has them since the reset (flushed first: the backend flushes its
+    statistics when it goes idle, before it answers)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    rows = conn.execute(
+        "SELECT funcname, total_time, self_time, calls FROM pg_stat_user_functions "
+        "WHERE schemaname = 'leasectl' ORDER BY funcname"
+    ).fetchall()
+    return {r[0]: (r[1] * 1e3 / trips, r[2] * 1e3 / trips, r[3] / trips) for r in rows}
+
+
 # --trips' variants: each changes a fresh database made by the shipped migrations.
 TRIP_VARIANTS = {
     "nohist": strip_history,
@@ -132,6 +144,9 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
                 v.round(max(1, trips // 10), limit)  # prepare and warm up
                 v.times.clear()
                 v.cpu.clear()
+                # The triggers' own time (a superuser's setting): pg_stat_user_functions.
+                v.conn.execute("SET track_functions = 'pl'")
+                v.conn.execute("SELECT pg_stat_reset()")
             order = list(variants.values())
             for r in range(rounds):  # the order rotates round by round
                 for v in order[r % len(order) :] + order[: r % len(order)]:
@@ -147,7 +162,13 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
                     f"({(wall[k] - wall[base_name]) / wall[base_name]:+.1%}); CPU every round: "
                     + ", ".join(f"{x * 1e6:.0f}" for x in variants[k].cpu)
                 )
+            for k in names:
+                per_trip = _function_times(variants[k].conn, rounds * trips)
+                print(f"  {k:9} trigger functions per trip (total / self µs, calls per trip): "
+                      + "; ".join(f"{f} {t:.1f} / {st:.1f} ({c:.2f})"
+                                  for f, (t, st, c) in per_trip.items()))  # fmt: skip
             for k, v in variants.items():
+                v.conn.execute("RESET track_functions")
                 dbs[k].give_back(v.conn)
     finally:
         for db in dbs.values():
