@@ -16,11 +16,13 @@ seeded). Prints every run and the medians; on a shared machine the spread is the
 previous one's key), on a fresh database per variant (``--variants``, the first the base):
 *nohist* without the history's writes (as *before* above), *026* with the completion's counts
 written twice as migration 20 wrote them (counter_deltas and the history's deltas), *shipped*,
-and *nopickup* (shipped without the claim's pickup trigger: what moving that delta into the
-claim statement could save at most); single-job trips (complete 1, claim 1) and c=50 trips
-(complete 50, claim 50), the variants taking turns round by round, the order rotating. The
-server backend's CPU time per trip (/proc/PID/schedstat of a local server) is far less disturbed
-by a busy machine than a drain's wall-clock rate.
+*nopickup* (shipped without the claim's pickup trigger: what moving that delta into the claim
+statement could save at most) and *emptypickup* (the trigger kept, its function doing nothing:
+the call's own cost); also the trigger functions' time per trip (pg_stat_user_functions,
+wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
+trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
+round by round, the order rotating. The server backend's CPU time per trip (/proc/PID/schedstat
+of a local server) is far less disturbed by a busy machine than a drain's wall-clock rate.
 
     python -m bench.history_cost DSN --trips --variants nohist,026,shipped,nopickup
 """
@@ -114,12 +116,24 @@ def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, floa
     return {r[0]: (r[1] * 1e3 / trips, r[2] * 1e3 / trips, r[3] / trips) for r in rows}
 
 
+def empty_pickup(dsn: str) -> None:
+    """As shipped with the claim's pickup trigger calling a function that does nothing (its
+    settings kept): what the trigger call itself costs, without the delta's write."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION leasectl.history_from_attempts_opened() RETURNS trigger "
+            "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, leasectl, pg_temp "
+            "SET enable_seqscan = off SET jit = off AS $$ BEGIN RETURN NULL; END $$"
+        )
+
+
 # --trips' variants: each changes a fresh database made by the shipped migrations.
 TRIP_VARIANTS = {
     "nohist": strip_history,
     "026": as_026,
     "shipped": lambda dsn: None,
     "nopickup": without_pickup,
+    "emptypickup": empty_pickup,
 }
 
 
