@@ -3,19 +3,22 @@ transaction (with an xid) open and idle for ``hold`` seconds at a steady job rat
 each table takes to come back to its baseline once the horizon is released.
 
 Real processes: ``leasectl worker`` (no-op handler) and ``leasectl watch`` (its passes fold the
-counters' deltas), a producer enqueueing ``rate`` jobs a second through ``Operations``. Two
-variants, each in a fresh database: ``023`` (the storage settings as migration 023 leaves them)
-and ``pre-023`` (the same schema with migration 023's settings put back as before it).
+counters' deltas), a producer enqueueing ``rate`` jobs a second through ``Operations``.
+Variants (``--variants``), each in a fresh database: ``023`` (the schema as shipped, with the
+storage settings as migration 023 leaves them), ``pre-023`` (the same schema with migration
+023's settings put back as before it) and ``026`` (the completion's counts written twice, to
+counter_deltas and the history's deltas, as before migration 27).
 
 Per table (``pg_stat_user_tables``, sampled every second): the baseline ``n_dead_tup`` (median
-over the warm-up), its peak while held, the dead versions at the release, the seconds from the
+over the warm-up), its peak while held, the dead versions at the release and those the hold
+added per job enqueued meanwhile, the seconds from the
 release until ``n_dead_tup`` is back under ``max(2 * baseline, baseline + 1000)`` (``-`` if not
 within ``recover`` seconds), autovacuum runs, and the table's size (with its indexes) before the
 hold and at the end. The autovacuum cycle is the server's (``autovacuum_naptime``: 10 s on the
 embedded server, 1 min by default): the time back includes the wait for the next cycle.
 
     python -m bench.held_bloat [--dsn DSN] [--hold 30] [--rate 200] [--recover 120]
-                               [--concurrency 4] [--history 0]
+                               [--concurrency 4] [--history 0] [--variants 023,026]
 """
 
 from __future__ import annotations
@@ -66,7 +69,16 @@ PRE_023 = (
     "ALTER TABLE leasectl.counter_deltas RESET (autovacuum_vacuum_cost_delay)",
 )
 
-VARIANTS = {"023": (), "pre-023": PRE_023}
+
+def _as_026() -> tuple[str, ...]:
+    """The completion's counts written twice, as at migration 26 (migration 20's trigger)."""
+    from bench.history_cost import _function
+
+    return (_function(20, "counters_from_attempts"),)
+
+
+# "023": the schema as shipped (with migration 23's settings and everything after it).
+VARIANTS = {"023": lambda: (), "pre-023": lambda: PRE_023, "026": _as_026}
 
 
 class Producer(threading.Thread):
@@ -125,7 +137,7 @@ def one_variant(
     dsn = ctx.fresh_db(f"bloat_{name.replace('-', '_')}")
     leasectl_init(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in VARIANTS[name]:
+        for statement in VARIANTS[name]():
             conn.execute(statement)
         if history:
             seed_history(conn, history)
@@ -155,9 +167,11 @@ def one_variant(
         holder.execute("SELECT txid_current()")  # BEGIN implied; stays idle in transaction
         log(f"bloat {name}: horizon held for {hold}s at {rate} jobs/s")
         held_from = time.monotonic() - start
+        sent_held = producer.sent
         until(held_from + hold)
         holder.rollback()
         released = time.monotonic() - start
+        sent_released = producer.sent
         at_release = sample(poll)
         log(f"bloat {name}: released; waiting up to {recover}s for the baseline")
         back: dict[str, float | None] = {t: None for t in base}
@@ -185,6 +199,12 @@ def one_variant(
             "baseline_dead": base[t],
             "peak_dead_held": max(held, default=0),
             "dead_at_release": at_release.get(t, (0, 0, 0))[0],
+            # The dead versions the hold added per job enqueued meanwhile (the workers keep up).
+            "dead_per_job": round(
+                (at_release.get(t, (0, 0, 0))[0] - before[t][0])
+                / max(1, sent_released - sent_held),
+                2,
+            ),
             "seconds_back": back[t],
             "vacuums": end[t][1] - before[t][1],
             "kib_before": before[t][2] // 1024,
@@ -193,7 +213,7 @@ def one_variant(
     return {"jobs_sent": producer.sent, "tables": tables}
 
 
-def run(ctx: Ctx) -> dict[str, Any]:
+def run(ctx: Ctx, names: tuple[str, ...] = ("023", "pre-023")) -> dict[str, Any]:
     sizes = ctx.sizes
     fig: dict[str, Any] = {
         "hold_s": sizes.held_bloat_seconds,
@@ -205,7 +225,7 @@ def run(ctx: Ctx) -> dict[str, Any]:
     }
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
         fig["autovacuum_naptime"] = conn.execute("SHOW autovacuum_naptime").fetchone()[0]  # type: ignore[index]
-    for name in VARIANTS:
+    for name in names:
         fig["variants"][name] = one_variant(
             ctx,
             name,
@@ -231,6 +251,7 @@ def render(fig: dict[str, Any]) -> str:
                     f["baseline_dead"],
                     f["peak_dead_held"],
                     f["dead_at_release"],
+                    f["dead_per_job"],
                     back if back is not None else f"> {fig['recover_s']}",
                     f["vacuums"],
                     f["kib_before"],
@@ -242,7 +263,7 @@ def render(fig: dict[str, Any]) -> str:
         f"{fig['concurrency']}, {fig['history']:,} finished jobs before, autovacuum_naptime "
         f"{fig['autovacuum_naptime']}"
     )
-    headers = ["settings", "table", "dead base", "peak held", "at release", "s back",
+    headers = ["settings", "table", "dead base", "peak held", "at release", "per job", "s back",
                "vacuums", "KiB before", "KiB end"]  # fmt: skip
     return table(title, headers, rows)
 
@@ -256,6 +277,12 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--history", type=int, default=0, help="finished jobs seeded before")
     p.add_argument("--json", help="also write the figures to this file")
+    p.add_argument(
+        "--variants",
+        default="023,pre-023",
+        help="comma-separated: 023 (as shipped), pre-023 (without migration 23's settings), "
+        "026 (the completion's counts written twice, as before migration 27)",
+    )
     args = p.parse_args()
     sizes = Sizes(
         held_bloat_seconds=args.hold,
@@ -265,7 +292,7 @@ def main() -> None:
         held_bloat_history=args.history,
     )
     with server_dsn(args.dsn) as dsn:
-        fig = run(Ctx(dsn=dsn, sizes=sizes, peers=()))
+        fig = run(Ctx(dsn=dsn, sizes=sizes, peers=()), tuple(args.variants.split(",")))
     print(render(fig))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

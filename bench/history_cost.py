@@ -13,10 +13,18 @@ seeded). Prints every run and the medians; on a shared machine the spread is the
 
 ``--trips``: the worker's round trip alone, as ``bench/pause_cost.py`` measures it (its
 ``Variant``: ``jobs_complete_and_claim`` prepared through ``db/hot.py``, each claim resumed at the
-previous one's key), on two fresh databases, one without the history's writes; single-job trips
-(complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns round by
-round. The server backend's CPU time per trip (/proc/PID/schedstat of a local server) is far
-less disturbed by a busy machine than a drain's wall-clock rate.
+previous one's key), on a fresh database per variant (``--variants``, the first the base):
+*nohist* without the history's writes (as *before* above), *026* with the completion's counts
+written twice as migration 20 wrote them (counter_deltas and the history's deltas), *shipped*,
+*nopickup* (shipped without the claim's pickup trigger: what moving that delta into the claim
+statement could save at most) and *emptypickup* (the trigger kept, its function doing nothing:
+the call's own cost); also the trigger functions' time per trip (pg_stat_user_functions,
+wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
+trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
+round by round, the order rotating. The server backend's CPU time per trip (/proc/PID/schedstat
+of a local server) is far less disturbed by a busy machine than a drain's wall-clock rate.
+
+    python -m bench.history_cost DSN --trips --variants nohist,026,shipped,nopickup
 """
 
 from __future__ import annotations
@@ -71,18 +79,78 @@ def variant(before: bool) -> System:
     return system
 
 
-def trip_cost(base: str, rounds: int, single: int, batch_trips: int) -> None:
+def _function(version: int, name: str) -> str:
+    """Migration ``version``'s CREATE (OR REPLACE) FUNCTION of ``name``, as a replacement."""
+    text = next(m for m in queries.migrations() if m.version == version).text
+    found = re.search(
+        r"CREATE (?:OR REPLACE )?FUNCTION \{schema\}\." + name + r"\(.*?\n\$\$;", text, re.S
+    )
+    assert found, f"migration {version}'s {name} not found"
+    body = re.sub(r"^CREATE (?:OR REPLACE )?FUNCTION", "CREATE OR REPLACE FUNCTION", found[0])
+    return queries.Query(f"{name}_{version}", "", body).render("leasectl")
+
+
+def as_026(dsn: str) -> None:
+    """The worker's path as at migration 26: the completion's counts written twice (counter_deltas
+    and the history's deltas, migration 20's trigger function)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_function(20, "counters_from_attempts"))
+
+
+def without_pickup(dsn: str) -> None:
+    """As shipped without the claim's pickup delta (the statement trigger on attempts opened):
+    the most that writing the pickup inside the claim statement could save."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER history_from_attempts_opened ON leasectl.job_attempts")
+
+
+def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, float]]:
+    """The PL/pgSQL functions' total and self time per trip (µs) and calls per trip, as
+    pg_stat_user_functions has them since the reset (flushed first: the backend flushes its
+    statistics when it goes idle, before it answers)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    rows = conn.execute(
+        "SELECT funcname, total_time, self_time, calls FROM pg_stat_user_functions "
+        "WHERE schemaname = 'leasectl' ORDER BY funcname"
+    ).fetchall()
+    return {r[0]: (r[1] * 1e3 / trips, r[2] * 1e3 / trips, r[3] / trips) for r in rows}
+
+
+def empty_pickup(dsn: str) -> None:
+    """As shipped with the claim's pickup trigger calling a function that does nothing (its
+    settings kept): what the trigger call itself costs, without the delta's write."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION leasectl.history_from_attempts_opened() RETURNS trigger "
+            "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, leasectl, pg_temp "
+            "SET enable_seqscan = off SET jit = off AS $$ BEGIN RETURN NULL; END $$"
+        )
+
+
+# --trips' variants: each changes a fresh database made by the shipped migrations.
+TRIP_VARIANTS = {
+    "nohist": strip_history,
+    "026": as_026,
+    "shipped": lambda dsn: None,
+    "nopickup": without_pickup,
+    "emptypickup": empty_pickup,
+}
+
+
+def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list[str]) -> None:
     from psycopg import sql
 
     from bench.pause_cost import NAME, Variant, fresh_database
     from leasectl.db.connection import Database
 
     jobs = rounds * (single + 50 * batch_trips) + 10_000
-    names = {"before": "leasectl_history_cost_before", "after": "leasectl_history_cost_after"}
-    dsns = {k: fresh_database(base, name, jobs) for k, name in names.items()}
-    strip_history(dsns["before"])
+    dbnames = {k: f"leasectl_history_cost_{k}" for k in names}
+    dsns = {k: fresh_database(base, name, jobs) for k, name in dbnames.items()}
+    for k, dsn in dsns.items():
+        TRIP_VARIANTS[k](dsn)
     dbs = {k: Database.connect(dsn, "leasectl", max_size=2, generic_plans=True)
            for k, dsn in dsns.items()}  # fmt: skip
+    base_name = names[0]
     try:
         for mode, trips, limit in (("single-job", single, 1), ("c=50", batch_trips, 50)):
             variants = {k: Variant(db, NAME) for k, db in dbs.items()}
@@ -90,31 +158,37 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int) -> None:
                 v.round(max(1, trips // 10), limit)  # prepare and warm up
                 v.times.clear()
                 v.cpu.clear()
+                # The triggers' own time (a superuser's setting): pg_stat_user_functions.
+                v.conn.execute("SET track_functions = 'pl'")
+                v.conn.execute("SELECT pg_stat_reset()")
             order = list(variants.values())
-            for r in range(rounds):
-                for v in order if r % 2 == 0 else order[::-1]:
+            for r in range(rounds):  # the order rotates round by round
+                for v in order[r % len(order) :] + order[: r % len(order)]:
                     v.round(trips, limit)
-            (bt, at), (bc, ac) = (
-                [statistics.median(getattr(variants[k], f)) * 1e6 for k in ("before", "after")]
-                for f in ("times", "cpu")
-            )
-            print(
-                f"{mode} trips: server CPU per trip before {bc:.1f} µs, after {ac:.1f} µs "
-                f"({(ac - bc) / bc:+.1%}); wall per trip before {bt:.1f} µs, after {at:.1f} µs "
-                f"({(at - bt) / bt:+.1%}); medians of {rounds} rounds of {trips} trips; "
-                "CPU every round (before/after): "
-                + ", ".join(
-                    f"{x * 1e6:.0f}/{y * 1e6:.0f}"
-                    for x, y in zip(variants["before"].cpu, variants["after"].cpu, strict=True)
+            cpu = {k: statistics.median(v.cpu) * 1e6 for k, v in variants.items()}
+            wall = {k: statistics.median(v.times) * 1e6 for k, v in variants.items()}
+            print(f"{mode} trips, medians of {rounds} rounds of {trips} trips:")
+            for k in names:
+                print(
+                    f"  {k:9} server CPU per trip {cpu[k]:8.1f} µs "
+                    f"({(cpu[k] - cpu[base_name]) / cpu[base_name]:+.1%} on {base_name}), "
+                    f"wall {wall[k]:8.1f} µs "
+                    f"({(wall[k] - wall[base_name]) / wall[base_name]:+.1%}); CPU every round: "
+                    + ", ".join(f"{x * 1e6:.0f}" for x in variants[k].cpu)
                 )
-            )
+            for k in names:
+                per_trip = _function_times(variants[k].conn, rounds * trips)
+                print(f"  {k:9} trigger functions per trip (total / self µs, calls per trip): "
+                      + "; ".join(f"{f} {t:.1f} / {st:.1f} ({c:.2f})"
+                                  for f, (t, st, c) in per_trip.items()))  # fmt: skip
             for k, v in variants.items():
+                v.conn.execute("RESET track_functions")
                 dbs[k].give_back(v.conn)
     finally:
         for db in dbs.values():
             db.close()
         with psycopg.connect(base, autocommit=True) as conn:
-            for name in names.values():
+            for name in dbnames.values():
                 conn.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
@@ -126,12 +200,20 @@ def main() -> None:
     p.add_argument("--trips", action="store_true", help="the round trip alone (above)")
     p.add_argument("--single", type=int, default=2000, help="--trips: single-job trips a round")
     p.add_argument("--batch-trips", type=int, default=200, help="--trips: c=50 trips a round")
+    p.add_argument(
+        "--variants",
+        default="nohist,026,shipped",
+        help="--trips: comma-separated, the first the base: " + ", ".join(TRIP_VARIANTS),
+    )
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--jobs", type=int, default=20_000, help="jobs per c=50 drain")
     p.add_argument("--single-jobs", type=int, default=5_000, help="jobs per single-job drain")
     a = p.parse_args()
     if a.trips:
-        trip_cost(a.dsn, a.rounds, a.single, a.batch_trips)
+        names = a.variants.split(",")
+        if not names or any(n not in TRIP_VARIANTS for n in names):
+            p.error(f"--variants: of {', '.join(TRIP_VARIANTS)}")
+        trip_cost(a.dsn, a.rounds, a.single, a.batch_trips, names)
         return
     sizes = QUICK.__class__(**{**QUICK.__dict__, "drain_timeout": 120.0})
     ctx = Ctx(a.dsn, sizes, ())

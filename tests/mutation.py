@@ -647,8 +647,8 @@ def _counted(name: str, statement: str, text: str, replacement: str, *tests: str
                   tests or (COUNTED,))  # fmt: skip
 
 
-# counters_from_attempts as migration 20 replaced it (it writes the history's counts too).
-ATTEMPTS_SQL = "migrations/020_queue_history.sql"
+# counters_from_attempts as migration 27 replaced it (one delta, the history's, for both).
+ATTEMPTS_SQL = "migrations/027_one_delta_per_outcome.sql"
 
 
 def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
@@ -658,8 +658,8 @@ def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
 
 MUTANTS += (
     _attempts("old-rows",
-              "            UNION ALL\n            SELECT job_id, outcome, -1 FROM old_attempts\n"
-              "            WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
+              "        UNION ALL\n        SELECT job_id, outcome, -1 FROM old_attempts\n"
+              "        WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
     _attempts("net-increase", "HAVING sum(c.sign) > 0", "", NOT_COUNTED),
     _attempts("attempt-job", "FROM jobs WHERE id = c.job_id OFFSET 0", "FROM jobs OFFSET 0"),
     _attempts("completed", "('completed', c.outcome = 'completed')", "('completed', TRUE)"),
@@ -671,7 +671,7 @@ MUTANTS += (
     # dropped from both places at once; a release (Pending, `released`) then counts.
     mutant("counters-retried-failed", ATTEMPTS_SQL, "counters_from_attempts",
            "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
-           also=(("FROM new_attempts\n            WHERE outcome IN ('completed', 'failed')",
+           also=(("FROM new_attempts\n        WHERE outcome IN ('completed', 'failed')",
                   "FROM new_attempts"),)),
     _attempts("hit", "WHERE k.hit\n", "WHERE TRUE\n"),
 )  # fmt: skip
@@ -710,8 +710,17 @@ HISTORY_HELD = HISTORY + "test_a_fold_left_open_holds_up_no_other_fold_and_chang
 PRUNED = HISTORY + "test_prune_deletes_minutes_past_the_keep_in_batches"
 
 
+HISTORY_SQL = "migrations/020_queue_history.sql"
+# history_fold as migration 27 replaced it (it adds the outcomes to the counters' totals too).
+HISTORY_FOLD_SQL = ATTEMPTS_SQL
+OUTCOMES = "tests/integration/test_outcome_deltas.py::"
+OUTCOMES_RACE = COUNTERS + "test_concurrent_history_folds_count_each_outcome_once"
+OUTCOME_HELD = OUTCOMES + "test_a_fold_skips_an_outcome_whose_total_another_fold_holds"
+
+
 def _history(name: str, statement: str, text: str, replacement: str, *tests: str) -> Mutant:
-    return mutant(f"history-{name}", ATTEMPTS_SQL, statement, text, replacement, tests)
+    file = HISTORY_FOLD_SQL if statement == "history_fold" else HISTORY_SQL
+    return mutant(f"history-{name}", file, statement, text, replacement, tests)
 
 
 MUTANTS += (
@@ -735,6 +744,14 @@ MUTANTS += (
     _history("backlog-capped", "history_fold", "c.seen > cap.cap", "false", BACKLOG),
     _history("backlog-once-a-minute", "history_fold", "    IF sampled > 0 THEN",
              "    IF true THEN", BACKLOG),
+    _history("fold-adds-outcomes", "history_fold", "SET value = t.value + o.delta",
+             "SET value = o.delta", OUTCOMES_RACE),
+    _history("fold-skips-held-totals", "history_fold",
+             "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE SKIP LOCKED",
+             "ORDER BY t.counter, t.action, t.queue\n        FOR UPDATE", OUTCOME_HELD),
+    _history("fold-takes-outcomes-with-their-total", "history_fold",
+             "OR (d.counter, d.queue) IN (SELECT counter, queue FROM totals))",
+             "OR TRUE)", OUTCOME_HELD),
     _history("prune-cutoff", "history_prune",
              "SELECT ctid FROM queue_history WHERE minute < cutoff",
              "SELECT ctid FROM queue_history WHERE true", PRUNED),

@@ -1,5 +1,6 @@
 """The counters' fold (migrations 11 and 16), bounded in time: the one call `watch` and the
-exporter make; the per-minute history's fold (migration 20) runs in the same transaction. The
+exporter make; the per-minute history's fold (migration 20), which also folds the attempts'
+outcome counters since migration 27, runs in the same transaction. The
 fold itself skips what others hold; the transaction's statement_timeout and lock_timeout bound
 what is left (a table lock, a sick server), so no caller waits on another role's transaction."""
 
@@ -39,7 +40,9 @@ TIMED_OUT = "folding the counters took longer than its limit"
 
 def fold_on(conn: psycopg.Connection[Any], schema: str, limit: int, timeout: timedelta) -> int:
     """``fold`` on a connection the caller holds (its errors mapped by the caller): the
-    counters' deltas, then the history's (``db/stats.py``), in one transaction and one round
+    counters' deltas (the operator's and the watcher's actions), then the history's
+    (``db/stats.py``; since migration 27 they carry the attempts' outcomes, which
+    ``history_fold`` adds to the counters' totals too), in one transaction and one round
     trip. Returns how many counter deltas moved, or ``limit`` when the history's filled the
     fold (either way, at ``limit``: fold again)."""
     settings: dict[str, Any] = {

@@ -14,6 +14,7 @@ import pytest
 
 from bench.plans import explain_nested
 from leasectl.core.errors import PermissionDenied
+from leasectl.db import counters as counter_folds
 from leasectl.db import grants
 from leasectl.db.metrics import MetricsReads
 from leasectl.runtime.exporter import LeasectlCollector
@@ -252,31 +253,94 @@ def test_concurrent_completions_and_failures_add_up_exactly(
     }
 
 
-def test_concurrent_folds_count_each_delta_once(
-    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
-) -> None:
-    ids = store.ops.enqueue([{}] * 200, queue="f")
-    for job in ids:  # 200 statements: 200 deltas
-        assert store.work.complete(store.work.claim("f", "w", TTL)) == {job}
-    # One key's 200 deltas: a fold moves at most its limit of them.
-    assert sql_conn.execute("SELECT leasectl.counters_fold(7)").fetchone() == (7,)
+def _race(db_dsn: str, call: str, threads: int = 4, calls: int = 20) -> None:
+    """``threads`` connections each running ``call`` ``calls`` times at once."""
     errors: list[BaseException] = []
 
     def fold() -> None:
         try:
             with psycopg.connect(db_dsn, autocommit=True) as conn:
-                for _ in range(20):
-                    conn.execute("SELECT leasectl.counters_fold(7)")
+                for _ in range(calls):
+                    conn.execute(call)
         except BaseException as exc:
             errors.append(exc)
 
-    pool = [threading.Thread(target=fold) for _ in range(4)]
+    pool = [threading.Thread(target=fold) for _ in range(threads)]
     for t in pool:
         t.start()
     for t in pool:
         t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in pool)
+
+
+def test_concurrent_folds_count_each_delta_once(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    # The operator's actions: one key's 200 deltas (a statement each) in counter_deltas.
+    for _ in range(100):
+        store.ops.pause("f", actor="operator:t@h", reason="x")
+        store.ops.resume("f", actor="operator:t@h")
+    # A fold moves at most its limit of them.
+    assert sql_conn.execute("SELECT leasectl.counters_fold(7)").fetchone() == (7,)
+    _race(db_dsn, "SELECT leasectl.counters_fold(7)")
+    assert _collect(MetricsReads(store.db)) == {
+        "leasectl_operator_actions_total{f,pause}": 100,
+        "leasectl_operator_actions_total{f,resume}": 100,
+    }
+
+
+def test_concurrent_history_folds_count_each_outcome_once(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """The attempts' outcomes have one delta each, in the history's deltas (migration 27):
+    history_fold moves it into both queue_history and counter_totals, once, however many folds
+    race, and a scrape between folds reads the same totals."""
+    ids = store.ops.enqueue([{}] * 200, queue="f", max_attempts=2)
+    for n, job in enumerate(ids):  # 200 statements: 200 outcome deltas (and 40 retries)
+        (lease,) = store.work.claim("f", "w", TTL)
+        if n % 5 == 0:
+            assert store.work.fail(lease, "x", retry_delay=timedelta(hours=1)) == "Pending"
+        else:
+            assert store.work.complete([lease]) == {job}
+    expected = {
+        "leasectl_jobs_completed_total{f}": 160,
+        "leasectl_attempts_failed_total{f}": 40,
+        "leasectl_job_retries_total{f}": 40,
+    }
+    outcomes = "SELECT count(*) FROM leasectl.counter_deltas"
+    assert sql_conn.execute(outcomes).fetchone() == (0,)
+    assert _collect(MetricsReads(store.db)) == expected
+    fold = "SELECT leasectl.history_fold(7, 10, 100, 10)"
+    assert sql_conn.execute(fold).fetchone() == (7,)
+    assert _collect(MetricsReads(store.db)) == expected
+    # History folds racing each other and the whole fold (counters' then history's).
+    errors: list[BaseException] = []
+
+    def whole() -> None:
+        try:
+            for _ in range(10):
+                counter_folds.fold(store.db, limit=7)
+        except BaseException as exc:
+            errors.append(exc)
+
+    other = threading.Thread(target=whole)
+    other.start()
+    _race(db_dsn, fold, threads=3, calls=40)
+    other.join(timeout=60)
     assert not errors
-    assert _collect(MetricsReads(store.db)) == {"leasectl_jobs_completed_total{f}": 200}
+    sql_conn.execute("SELECT leasectl.history_fold(100000, 10, 100, 10)")  # what is left
+    left = "SELECT count(*) FROM leasectl.queue_history_deltas"
+    assert sql_conn.execute(left).fetchone() == (0,)
+    assert _collect(MetricsReads(store.db)) == expected
+    totals = sql_conn.execute(
+        "SELECT counter, value FROM leasectl.counter_totals WHERE queue = 'f' ORDER BY counter"
+    ).fetchall()
+    assert totals == [("completed", 160), ("failed", 40), ("retried", 40)]
+    history = sql_conn.execute(
+        "SELECT sum(completed), sum(failed), sum(retried), sum(started) "
+        "FROM leasectl.queue_history WHERE queue = 'f'"
+    ).fetchone()
+    assert history == (160, 40, 40, 200)
 
 
 def test_every_role_that_acts_counts_an_operator_folds_and_a_viewer_only_reads(
@@ -306,7 +370,8 @@ def test_every_role_that_acts_counts_an_operator_folds_and_a_viewer_only_reads(
             with pytest.raises(PermissionDenied):
                 MetricsReads(viewer.db).fold()
             assert MetricsReads(operator.db).may_fold
-            assert MetricsReads(operator.db).fold() == 6
+            # The watcher's requeue, the cancel and the pause (the outcomes: history_fold's).
+            assert MetricsReads(operator.db).fold() == 3
             assert _collect(MetricsReads(viewer.db)) == {
                 "leasectl_jobs_completed_total{r}": 1,
                 "leasectl_attempts_failed_total{r}": 1,
@@ -405,7 +470,7 @@ def test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history(
         "WHERE outcome = 'running'",
         counters=True,
     )
-    [(_, plan)] = [(t, p) for t, p in plans if "INTO counter_deltas" in t]
+    [(_, plan)] = [(t, p) for t, p in plans if "INTO queue_history_deltas" in t]
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert "Seq Scan" not in plan and "Hash Join" not in plan and "Merge Join" not in plan, plan
     # (PostgreSQL 18 prints actual rows with two decimals: rows=300.00.)

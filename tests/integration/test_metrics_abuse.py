@@ -51,9 +51,23 @@ def roles(server_dsn: str, db_dsn: str, store: Stores) -> Iterator[Roles]:
 
 
 def _complete(store: Stores, queue: str, n: int) -> None:
-    """``n`` jobs of ``queue`` completed, one statement each: ``n`` counter deltas."""
+    """``n`` jobs of ``queue`` completed, one statement each: ``n`` outcome deltas (in the
+    history's deltas since migration 27), and the queue paused and resumed: 2 counter deltas."""
     for job in store.ops.enqueue([{}] * n, queue=queue):
         assert store.work.complete(store.work.claim(queue, "w", TTL)) == {job}
+    store.ops.pause(queue, actor="operator:t@h", reason="abuse")
+    store.ops.resume(queue, actor="operator:t@h")
+
+
+def _unfolded(conn: psycopg.Connection, queue: str) -> int:
+    """The completions of ``queue`` no fold has moved yet."""
+    row = conn.execute(
+        "SELECT coalesce(sum(delta), 0) FROM leasectl.queue_history_deltas "
+        "WHERE queue = %s AND counter = 'completed'",
+        (queue,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
 
 
 def _in_thread(call: Any, timeout: float) -> tuple[bool, Any]:
@@ -73,7 +87,7 @@ def test_a_fold_left_open_freezes_no_fold_no_scrape_and_no_watcher_pass(
     holds, a scrape answers in time with every value, and the watcher requeues a fresh expired
     lease at its next pass."""
     _complete(store, "q", 2)
-    assert store.ops.fold_counters() == 2  # the key has its totals row, committed
+    assert store.ops.fold_counters() == 2  # the keys have their totals rows, committed
     _complete(store, "q", 3)
     with psycopg.connect(roles.dsn("viewer")) as viewer:
         with pytest.raises(errors.InsufficientPrivilege):
@@ -82,12 +96,19 @@ def test_a_fold_left_open_freezes_no_fold_no_scrape_and_no_watcher_pass(
     watcher: Watcher | None = None
     thread: threading.Thread | None = None
     try:
-        assert holder.execute("SELECT leasectl.counters_fold(100000)").fetchone() == (3,)
-        _complete(store, "q", 3)  # deltas of the key the holder locked
-        _complete(store, "other", 2)  # and of a key nobody holds
+        # The whole fold, as `watch` and the exporter run it: the counters' and the history's.
+        held = holder.execute(
+            "SELECT leasectl.counters_fold(100000), leasectl.history_fold(100000, 10, 100, 10)"
+        ).fetchone()
+        # 2 pauses and resumes; the 3 completions, their enqueue and their 3 pickups.
+        assert held == (2, 7)
+        _complete(store, "q", 3)  # deltas of the keys the holder locked
+        _complete(store, "other", 2)  # and of keys nobody holds
         returned, moved = _in_thread(store.ops.fold_counters, 5)
         assert returned, "a fold waited for the open transaction"
-        assert moved == 2  # the free key's deltas; the held key's wait for a later fold
+        assert moved == 2  # the free keys' deltas; the held keys' wait for a later fold
+        # (The holder's deletes are not committed: its 3 are still seen, with the 3 since.)
+        assert _unfolded(sql_conn, "q") == 6 and _unfolded(sql_conn, "other") == 0
         # The exporter as a viewer (reads only) and as an operator (folds every second).
         for kind in ("viewer", "operator"):
             with exporter(roles.dsn(kind), "--timeout", "2s", stopped_by_test=True) as (proc, url):
@@ -124,14 +145,19 @@ def test_a_fold_left_open_freezes_no_fold_no_scrape_and_no_watcher_pass(
             thread.join(30)
         holder.rollback()
         holder.close()
-    # Rolled back, the holder's fold never happened: its 3 deltas and the 3 since fold now.
-    assert store.ops.fold_counters() == 6
+    # Rolled back, the holder's fold never happened: its deltas and those since fold now.
+    assert store.ops.fold_counters() == 4
+    assert _unfolded(sql_conn, "q") == 0
     assert _collect_counters(store) == {("completed", "q"): 8, ("completed", "other"): 2}
 
 
 def _collect_counters(store: Stores) -> dict[tuple[str, str], int]:
     rows = MetricsReads(store.db).read(timedelta(seconds=10))
-    return {(c.counter, c.queue): c.value for c in rows.counters if c.queue != "w"}
+    return {
+        (c.counter, c.queue): c.value
+        for c in rows.counters
+        if c.queue != "w" and c.counter == "completed"
+    }
 
 
 def test_a_worker_flipping_an_attempts_outcome_counts_it_once(roles: Roles, store: Stores) -> None:

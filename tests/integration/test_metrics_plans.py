@@ -215,3 +215,35 @@ def test_an_opened_attempts_trigger_reads_each_job_by_its_key(
     [(_, plan)] = [(t, p) for t, p in plans if "'pickup'" in t]
     assert "Index Scan using jobs_pkey on jobs" in plan, plan
     assert "Seq Scan on jobs" not in plan and "Hash Join" not in plan, plan
+
+
+def test_the_folds_outcome_totals_are_found_by_their_key(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """history_fold adds the attempts' outcomes to counter_totals (migration 27): among the
+    totals of many queues, the rows of the few queues it folds are read and updated through
+    the primary key, never the table whole."""
+    seed_history(sql_conn)
+    sql_conn.execute(
+        "INSERT INTO leasectl.counter_totals (counter, action, queue, value) "
+        "SELECT c, '', 'q' || q, 1 FROM unnest(ARRAY['completed', 'failed', 'retried']) AS c, "
+        "generate_series(1, 20000) AS q"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, delta) "
+        "SELECT 'q' || (i % 3), date_trunc('minute', now(), 'UTC'), "
+        "(ARRAY['completed', 'failed', 'retried'])[1 + i % 3], 1 FROM generate_series(1, 30) AS i"
+    )
+    sql_conn.execute("VACUUM ANALYZE leasectl.counter_totals")
+    sql_conn.execute("ANALYZE leasectl.queue_history_deltas")
+    plans = explain_nested(
+        sql_conn, "SELECT leasectl.history_fold(1000, 1000, %s, %s)", (BUDGET, FLOOR), counters=True
+    )
+    [(_, plan)] = [(t, p) for t, p in plans if "UPDATE counter_totals" in t]
+    assert "Seq Scan on counter_totals" not in plan, plan
+    assert rows_read(plan, "counter_totals_pkey") <= 30, plan
+    assert "AND (queue = " in plan, plan  # the key whole, not its counters' range filtered
+    # (The totals' first rows exist: the loop that would make them reads the key too.)
+    creating = [p for t, p in plans if "FROM counter_totals AS t" in t and "NOT EXISTS" in t]
+    for p in creating:
+        assert "Seq Scan on counter_totals" not in p, p

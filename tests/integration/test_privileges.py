@@ -1031,7 +1031,8 @@ def test_roles_granted_at_version_10_read_and_fold_the_counters_after_the_upgrad
         with Stores.connect(roles.dsn("worker"), "leasectl") as store:
             assert store.work.complete(store.work.claim("q", "w", timedelta(seconds=30))) == {job}
         with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
-            conn.execute("SELECT leasectl.counters_fold(10)")
+            # The whole fold: a completion's count is the history's delta (migration 27).
+            conn.execute("SELECT leasectl.counters_fold(10), leasectl.history_fold(10, 10, 9, 1)")
         for kind in ("viewer", "operator"):
             with psycopg.connect(roles.dsn(kind), autocommit=True) as conn:
                 total = conn.execute(

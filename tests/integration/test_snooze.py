@@ -32,6 +32,8 @@ def counters(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
         "SELECT counter, sum(v)::int FROM ("
         " SELECT counter, value AS v FROM leasectl.counter_totals WHERE queue = %(q)s"
         " UNION ALL SELECT counter, delta FROM leasectl.counter_deltas WHERE queue = %(q)s"
+        " UNION ALL SELECT counter, delta FROM leasectl.queue_history_deltas"
+        "  WHERE queue = %(q)s AND counter IN ('completed', 'failed', 'retried')"
         ") AS c GROUP BY counter",
         {"q": queue},
     ).fetchall()

@@ -35,6 +35,11 @@ EXPECTED = {
         "autovacuum_vacuum_threshold": "5000",
         "autovacuum_vacuum_cost_delay": "0",
     },
+    "queue_history_deltas": {
+        "autovacuum_vacuum_scale_factor": "0",
+        "autovacuum_vacuum_threshold": "5000",
+        "autovacuum_vacuum_cost_delay": "0",
+    },
 }
 
 

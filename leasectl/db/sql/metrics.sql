@@ -190,9 +190,11 @@ WHERE p.proname = 'counters_fold'
 
 -- name: metrics_counters
 -- Every counter (migration 11): its total plus the deltas not folded yet, read in the scrape's
--- snapshot, so that each delta is counted once (a fold moves it in one statement). At most
--- %(counter_limit)s + 1 series per counter, in key order (more: that counter is truncated), so
--- that many series of one counter never push another counter out of the scrape.
+-- snapshot, so that each delta is counted once (a fold moves it in one statement): the
+-- operator's and the watcher's in counter_deltas, the attempts' outcomes (completed, failed,
+-- retried) in the history's deltas since migration 27 (history_fold adds them to the totals).
+-- At most %(counter_limit)s + 1 series per counter, in key order (more: that counter is
+-- truncated), so that many series of one counter never push another counter out of the scrape.
 SELECT r.counter, r.action, r.queue, r.value
 FROM (
     SELECT c.counter, c.action, c.queue, sum(c.value)::bigint AS value,
@@ -201,6 +203,9 @@ FROM (
         SELECT counter, action, queue, value FROM {schema}.counter_totals
         UNION ALL
         SELECT counter, action, queue, delta FROM {schema}.counter_deltas
+        UNION ALL
+        SELECT counter, '', queue, delta FROM {schema}.queue_history_deltas
+        WHERE counter IN ('completed', 'failed', 'retried')
     ) AS c
     GROUP BY c.counter, c.action, c.queue
 ) AS r
