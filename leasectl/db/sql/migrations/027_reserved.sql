@@ -1,0 +1,1 @@
+-- Reserved: a placeholder for a migration of another branch (renumbered when merged).
