@@ -87,6 +87,10 @@ def carrier_of(text: object) -> dict[str, str] | None:
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
             return None
+        # HTTP header values, printable ASCII (W3C): nothing else reaches the propagator, whose
+        # warnings quote what it refuses into the worker's log.
+        if not (key.isascii() and key.isprintable() and item.isascii() and item.isprintable()):
+            return None
     return value
 
 

@@ -735,6 +735,8 @@ ADDED_BY_24 = (
 # Migration 25's (pruning the schedules' slots): removed first too, as 21's (every caller stands
 # for a version before it), since the schedule functions' line is followed by it.
 ADDED_BY_25 = (",\n    {schema}.schedule_slots_prune",)
+# Migration 28's (the enqueuing span's trace context): removed first too, as 21's.
+ADDED_BY_28 = (", trace_context", "-- (trace_context: the enqueuing span's, migration 28.)\n")
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -760,7 +762,7 @@ def grant_as_before(
 ) -> None:
     """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
     text = queries.get(f"grant_{kind}").text
-    for piece in (*ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
+    for piece in (*ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
