@@ -17,6 +17,7 @@ runs as any other, in a trace of its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -94,8 +95,11 @@ def carrier_of(text: object) -> dict[str, str] | None:
     return value
 
 
+@functools.lru_cache(maxsize=256)
 def _stored_context(text: str | None) -> Context | None:
-    """The context a job's stored trace context names (a valid remote span in it), or None."""
+    """The context a job's stored trace context names (a valid remote span in it), or None.
+    (Kept for the last few: the claim's span and the handler's read each job's; a Context is
+    immutable.)"""
     carrier = carrier_of(text)
     if carrier is None:
         return None
