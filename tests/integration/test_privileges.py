@@ -1551,13 +1551,14 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
             store.db.migrate()
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            for kind, name in names.items():  # today's grants: version 25 has every object
+            for kind, name in names.items():  # today's grants but migration 28's column
+                text = queries.get(f"grant_{kind}").text
+                for piece in ADDED_BY_28:
+                    text = text.replace(piece, "")
                 conn.execute(
-                    sql.SQL(
-                        queries.get(f"grant_{kind}")
-                        .text.replace("{schema}", "{s}")
-                        .replace("{role}", "{r}")
-                    ).format(s=sql.Identifier("leasectl"), r=sql.Identifier(name))
+                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
+                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
+                    )
                 )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
