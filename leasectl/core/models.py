@@ -107,13 +107,15 @@ JOB_FIELDS = tuple(f.name for f in fields(Job))
 class Lease:
     """A lease this worker holds; ``attempt`` is the fencing token. ``unusable``: why the job
     cannot be handed to a handler (a payload Python cannot decode, a timestamp it cannot hold),
-    or None."""
+    or None. ``trace_context``: the job's column as the claim read it (migration 28: the
+    enqueuing span's context, untrusted text; core/tracing.py reads it), or None."""
 
     job: Job
     owner: str
     attempt: int
     until: datetime
     unusable: str | None = None
+    trace_context: str | None = None
 
     @property
     def job_id(self) -> int:

@@ -38,6 +38,7 @@ from leasectl.core.enqueue import (
     check_schema_name,
 )
 from leasectl.core.errors import LeasectlError
+from leasectl.core.tracing import sending
 from leasectl.db import sql as queries
 from leasectl.db.connection import channel_for
 
@@ -77,6 +78,12 @@ class Enqueue:
                         continue
                 self.todo.append(i)
         self.rounds = 0
+        # The enqueuing span's context, stored with every job of the call (core/tracing.py).
+        self.trace_context: str | None = None
+
+    def queues(self) -> list[str]:
+        """The queues the jobs go to, each once (an enqueue's span names them)."""
+        return sorted({j.queue for j in _runs(self.jobs)})
 
     def params(self) -> dict[str, Any] | None:
         """The next statement's parameters, or None when every job has its result."""
@@ -97,6 +104,7 @@ class Enqueue:
             "payloads": [Jsonb(j.payload, dumps=_as_is) for j in jobs],
             "channel": self.channel,
             "notify": sorted({j.queue for j in distinct}),
+            "trace_context": self.trace_context,
         }
         first = jobs[0]
         others = distinct[1:]
@@ -233,13 +241,17 @@ def _own_transaction(
 def run_enqueue(conn: psycopg.Connection[Any], plan: Enqueue, statement: Any) -> list[Enqueued]:
     """Run a checked enqueue on ``conn``, in whatever transaction it has open (in autocommit:
     its own)."""
-    with conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext():
+    with sending(plan.queues, len(plan.jobs)) as span:
+        plan.trace_context = span.carrier
+        own = conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext()
         # A cursor of its own: the connection's row factory and cursor class are the caller's.
-        with psycopg.Cursor(conn, row_factory=tuple_row) as cur:
+        with own, psycopg.Cursor(conn, row_factory=tuple_row) as cur:
             while (params := plan.params()) is not None:
                 cur.execute(statement, params)
                 plan.take(cur.fetchall())
-    return plan.done()
+        results = plan.done()
+        span.sent(results)
+    return results
 
 
 def enqueue(
@@ -305,9 +317,13 @@ async def enqueue_many_async(
 async def _run_async(
     conn: psycopg.AsyncConnection[Any], plan: Enqueue, statement: Any
 ) -> list[Enqueued]:
-    own = conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext()
-    async with own, psycopg.AsyncCursor(conn, row_factory=tuple_row) as cur:
-        while (params := plan.params()) is not None:
-            await cur.execute(statement, params)
-            plan.take(await cur.fetchall())
-    return plan.done()
+    with sending(plan.queues, len(plan.jobs)) as span:
+        plan.trace_context = span.carrier
+        own = conn.transaction() if _own_transaction(conn, plan) else contextlib.nullcontext()
+        async with own, psycopg.AsyncCursor(conn, row_factory=tuple_row) as cur:
+            while (params := plan.params()) is not None:
+                await cur.execute(statement, params)
+                plan.take(await cur.fetchall())
+        results = plan.done()
+        span.sent(results)
+    return results

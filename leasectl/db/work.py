@@ -8,6 +8,7 @@ pool, through ``hot.HotConnection`` (prepared once, sent through libpq).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,7 @@ from leasectl.core.config import MAX_ERROR_CHARS, MAX_SNOOZES
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo
 from leasectl.core.models import ClaimKey, Job, JobStatus, Lease, PausedQueue
+from leasectl.core.tracing import claimed, clock
 from leasectl.db.connection import Database
 from leasectl.db.hot import HotConnection
 from leasectl.db.loaders import fast_adapters, job_maker, unusable
@@ -70,8 +72,16 @@ def _leases(rows: Sequence[Sequence[Any]], names: Sequence[str], tolerated: bool
         return []
     make = job_maker(tuple(names))
     if tolerated:
-        return [_lease_of(make(row), checked=True) for row in rows]
-    return [_lease_of(make(row)) for row in rows]
+        leases = [_lease_of(make(row), checked=True) for row in rows]
+    else:
+        leases = [_lease_of(make(row)) for row in rows]
+    # The enqueuing span's context (migration 28), on the few leases whose job has one.
+    at = names.index("trace_context") if "trace_context" in names else None
+    if at is not None:
+        for n, row in enumerate(rows):
+            if row[at] is not None:
+                leases[n] = dataclasses.replace(leases[n], trace_context=row[at])
+    return leases
 
 
 def _claim_order(lease: Lease) -> ClaimKey:
@@ -174,15 +184,21 @@ class WorkerStore:
             "limit": limit,
             **claim_from(from_key),
         }
+        started = clock()  # (None unless the process traces: core/tracing.py)
         rows, names, tolerated = self._round_trip(params)
         accepted = set(rows[0][names.index("completed_ids")] or ()) if rows else set()
         throttle_wait = rows[0][names.index("throttle_wait")] if rows else None
         leases = _leases(rows, names, tolerated) if rows and rows[0][0] is not None else []
+        if started is not None:
+            claimed(queue, owner, started, leases)
         if take_expired and throttle_wait is None and len(leases) < limit:
             params = {"queue": queue, "owner": owner, "ttl": ttl, "limit": limit - len(leases)}
             try:
+                started = clock()
                 found = self._hot("jobs_claim_expired", params)
                 taken_over = _leases(*found)
+                if started is not None:
+                    claimed(queue, owner, started, taken_over)
                 if found[0]:
                     throttle_wait = found[0][0][found[1].index("throttle_wait")]
             except ConnectionFailed as exc:
@@ -265,7 +281,10 @@ class WorkerStore:
 
     def claim_by_id(self, job_id: int, owner: str, ttl: timedelta) -> Lease | None:
         row = self.db.one("job_claim_by_id", {"id": job_id, "owner": owner, "ttl": ttl})
-        return _lease_of(job_from_row(row), checked=True) if row else None
+        if not row:
+            return None
+        lease = _lease_of(job_from_row(row), checked=True)
+        return dataclasses.replace(lease, trace_context=row.get("trace_context"))
 
     @staticmethod
     def _fence(leases: Sequence[Lease], owner: str | None = None) -> dict[str, Any]:

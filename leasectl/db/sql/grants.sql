@@ -76,8 +76,9 @@ GRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role}
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON {schema}.schema_migrations TO {role};
+-- (trace_context: the enqueuing span's, migration 28.)
 GRANT INSERT (queue, payload, priority, run_at, max_attempts, unique_key, concurrency_key,
-    timeout),
+    timeout, trace_context),
     SELECT (id, queue, unique_key, status) ON {schema}.jobs TO {role};
 
 -- name: roles_existing

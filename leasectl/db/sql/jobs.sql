@@ -46,10 +46,12 @@ WITH given AS (
 ), inserted AS (
     -- A job with a concurrency key is made Waiting instead of Pending while its key is busy, by
     -- migration 18's trigger (jobs_key_arrive), under the key's lock.
+    -- (trace_context: the enqueuing span's, one for the whole call; migration 28.)
     INSERT INTO {schema}.jobs (queue, payload, priority, run_at, max_attempts, unique_key,
-                               concurrency_key, timeout)
+                               concurrency_key, timeout, trace_context)
     SELECT queue, payload, priority, pg_catalog.now() OPERATOR(pg_catalog.+) delay,
-           max_attempts, unique_key, concurrency_key, timeout
+           max_attempts, unique_key, concurrency_key, timeout,
+           %(trace_context)s::pg_catalog.text
     FROM given
     WHERE (SELECT locked.n FROM locked) OPERATOR(pg_catalog.>=) 0
     ORDER BY n

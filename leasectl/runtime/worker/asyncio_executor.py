@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from leasectl.core.errors import LeaseLost
 from leasectl.core.models import Lease
+from leasectl.core.tracing import Off, ProcessSpan, processing
 from leasectl.db.handler_tx import AsyncHandlerTransactions
 from leasectl.db.work import WorkerStore
 from leasectl.runtime.handler_errors import fails_attempt, job_fields
@@ -21,7 +22,7 @@ from leasectl.runtime.worker.config import WorkerConfig
 from leasectl.runtime.worker.context import AsyncHandler, AsyncJobContext, LeaseContext
 from leasectl.runtime.worker.executors import timeout_at
 from leasectl.runtime.worker.ledger import Ledger
-from leasectl.runtime.worker.outcomes import Outcomes
+from leasectl.runtime.worker.outcomes import Outcomes, outcome_name
 
 log = logging.getLogger("leasectl.worker")
 
@@ -103,6 +104,11 @@ class AsyncioExecutor:
         ledger.wake.set()
 
     async def _run_job(self, ctx: AsyncJobContext) -> None:
+        # (The handler's span, current in this task while it runs, when the process traces.)
+        with processing(ctx.lease) as span:
+            await self._attempt(ctx, span)
+
+    async def _attempt(self, ctx: AsyncJobContext, span: ProcessSpan | Off) -> None:
         outcomes = self.outcomes
         error: BaseException | None = None
         if ctx.lease.unusable is not None:
@@ -115,12 +121,15 @@ class AsyncioExecutor:
                 # anything else: a failure like any other.)
                 if not fails_attempt(exc):
                     ctx._returned = True
+                    span.ended("lost" if ctx.is_cancelled() else "interrupted", None)
                     outcomes.interrupted(ctx, exc)
                     return
                 error = exc
         ctx._returned = True
         if ctx.timed_out:
             error = outcomes.ended_with(ctx, error)
+        if span.on:
+            span.ended(outcome_name(ctx, error), error)
         if error is None and not (ctx.committed or ctx.lost or ctx.is_cancelled()):
             ctx.finishing = True
             if not self._round:

@@ -16,12 +16,13 @@ from typing import Any, Protocol, cast
 
 from leasectl.core.errors import LeaseLost
 from leasectl.core.models import Lease
+from leasectl.core.tracing import processing
 from leasectl.db.handler_tx import HandlerTransactions
 from leasectl.db.work import WorkerStore
 from leasectl.runtime.handler_errors import fails_attempt
 from leasectl.runtime.worker.context import Handler, JobContext
 from leasectl.runtime.worker.ledger import Ledger
-from leasectl.runtime.worker.outcomes import Outcomes
+from leasectl.runtime.worker.outcomes import Outcomes, outcome_name
 
 
 class Executor(Protocol):
@@ -59,26 +60,31 @@ class SyncExecutor:
         pass
 
     def run_job(self, ctx: JobContext) -> None:
-        outcomes = self.outcomes
-        error: BaseException | None = outcomes.unusable(ctx)
-        if error is None:
-            try:
-                result = self.handler(ctx)
-                if inspect.iscoroutine(result):  # e.g. a lambda around an async def
-                    result.close()
-                    raise TypeError(
-                        "the handler returned a coroutine, which the worker does not await: "
-                        "make the handler itself async def"
-                    )
-            except BaseException as exc:
-                if not fails_attempt(exc):
-                    outcomes.interrupted(ctx, exc)
-                    return
-                error = exc
-        if ctx.timed_out:
-            error = outcomes.ended_with(ctx, error)
-        if outcomes.handler_ended(ctx, error):
-            outcomes.record_failure(ctx, error)
+        # (The handler's span, current while it runs, when the process traces: OFF otherwise.)
+        with processing(ctx.lease) as span:
+            outcomes = self.outcomes
+            error: BaseException | None = outcomes.unusable(ctx)
+            if error is None:
+                try:
+                    result = self.handler(ctx)
+                    if inspect.iscoroutine(result):  # e.g. a lambda around an async def
+                        result.close()
+                        raise TypeError(
+                            "the handler returned a coroutine, which the worker does not await: "
+                            "make the handler itself async def"
+                        )
+                except BaseException as exc:
+                    if not fails_attempt(exc):
+                        span.ended("lost" if ctx.is_cancelled() else "interrupted", None)
+                        outcomes.interrupted(ctx, exc)
+                        return
+                    error = exc
+            if ctx.timed_out:
+                error = outcomes.ended_with(ctx, error)
+            if span.on:
+                span.ended(outcome_name(ctx, error), error)
+            if outcomes.handler_ended(ctx, error):
+                outcomes.record_failure(ctx, error)
 
     @contextlib.contextmanager
     def _transaction(self, ctx: JobContext) -> Iterator[Any]:

@@ -214,6 +214,21 @@ class Outcomes:
         return True
 
 
+def outcome_name(ctx: LeaseContext, error: BaseException | None) -> str:
+    """How an attempt ended, as its span says (``leasectl.outcome``). "completed": the handler
+    returned (its completion rides the next trip, fenced like any); "lost": the lease was lost
+    (or handed back) before a result could be written."""
+    if ctx.lost or (error is None and ctx.is_cancelled() and not ctx.committed):
+        return "lost"
+    if error is None:
+        return "completed"
+    if isinstance(error, Snooze):
+        return "snoozed"
+    if isinstance(error, JobTimedOut):
+        return "timed out"
+    return "failed"
+
+
 class SnoozedTooOften(Exception):
     """The attempt's error when its handler snoozed a job that already snoozed MAX_SNOOZES
     times: the attempt fails (the retry policy applies)."""
