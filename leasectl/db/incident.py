@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from leasectl.core import errorgroups, timeline
-from leasectl.core.errorgroups import ErrorReport, FailedAttempt
+from leasectl.core.errorgroups import ErrorReport, FailureTally
 from leasectl.core.timeline import Timeline, TimelineEntry
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -54,26 +54,30 @@ class Incident:
         timeout: timedelta = timedelta(seconds=10),
     ) -> ErrorReport:
         """The failed attempts of the last ``since`` (of ``queue``), grouped by kind; at most
-        ``scan`` of them read, the newest."""
+        ``scan`` of them read, the newest. The database counts equal stored kinds (and equal
+        first lines of attempts stored without one); ``group_tallies`` makes the groups."""
         params = {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
         db_now, (rows,) = self._read(timeout, [("errors_failures", params)])
         scanned = int(rows[0]["scanned"]) if rows else 0
-        attempts = [
-            FailedAttempt(
-                job_id=r["job_id"],
-                queue=r["queue"],
-                ended_at=r["ended_at"],
+        tallies = [
+            FailureTally(
+                kind=r["kind"],
                 error=r["error"],
                 traced=r["traced"],
+                count=int(r["failures"]),
+                first_at=r["first_at"],
+                last_at=r["last_at"],
+                example_job=r["example_job"],
+                queues=(r["queue"],),
             )
             for r in rows
-            if r["job_id"] is not None
+            if r["failures"] is not None
         ]
         return ErrorReport(
             queue=queue,
             since=since,
             db_now=db_now,
-            groups=errorgroups.group_failures(attempts),
+            groups=errorgroups.group_tallies(tallies),
             scanned=scanned,
             scan_cap=scan,
         )

@@ -10,31 +10,59 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true) AS statement_
        now() AS db_now;
 
 -- name: errors_failures
--- The failed attempts of the last %(since)s, newest first, at most %(scan)s (job_attempts_failed_idx), with their job's queue (of %(queue)s only, when given): the first line of each error (at most %(chars)s characters), whether a traceback was recorded.
+-- The failed attempts of the last %(since)s, newest first, at most %(scan)s (job_attempts_failed_idx and job_attempts_failed_unkinded_idx), of %(queue)s only when given, counted by stored kind and queue, and, for the attempts stored without a kind, by first line (at most %(chars)s characters), traceback flag and queue; each count with its first and last end time and the job of its latest attempt; and how many failures were read.
+-- The attempts stored with a kind (migration 29) come from their index alone (an index-only
+-- scan, but for the pages of the last minutes, which the visibility map does not cover yet);
+-- the others, from before that migration or an older worker, are read as before: their row
+-- through their own index (only the first %(chars)s characters of the error detoasted), their
+-- queue by their job's primary key. The newest of both in one merge of the two indexes.
 WITH scanned AS MATERIALIZED (
-    SELECT a.job_id, a.ended_at,
-           left(split_part(a.error, E'\n', 1), %(chars)s::integer) AS error,
-           a.error_detail IS NOT NULL AS traced
-    FROM {schema}.job_attempts AS a
-    WHERE a.outcome = 'failed' AND a.ended_at >= now() - %(since)s::interval
-    ORDER BY a.ended_at DESC
+    -- Each index read newest first up to the cap (the merge then reads of each only what it
+    -- keeps, or, planned as a sort, at most the cap of each).
+    SELECT * FROM (
+        (SELECT a.job_id, a.ended_at, a.queue, a.error_kind, NULL::text AS error,
+                false AS traced
+         FROM {schema}.job_attempts AS a
+         WHERE a.outcome = 'failed' AND a.error_kind IS NOT NULL
+           AND a.ended_at >= now() - %(since)s::interval
+         ORDER BY a.ended_at DESC
+         LIMIT %(scan)s::integer)
+        UNION ALL
+        (SELECT a.job_id, a.ended_at, NULL, NULL,
+                split_part(left(a.error, %(chars)s::integer), E'\n', 1),
+                a.error_detail IS NOT NULL
+         FROM {schema}.job_attempts AS a
+         WHERE a.outcome = 'failed' AND a.error_kind IS NULL
+           AND a.ended_at >= now() - %(since)s::interval
+         ORDER BY a.ended_at DESC
+         LIMIT %(scan)s::integer)
+    ) AS b
+    ORDER BY ended_at DESC
     LIMIT %(scan)s::integer
+), filled AS (
+    -- The queue of an attempt stored without one by its job's primary key (a subquery, not a
+    -- join: a join would be planned as a hash of every job).
+    SELECT s.job_id, s.ended_at, s.error_kind, s.error, s.traced,
+           coalesce(s.queue, (SELECT j.queue FROM {schema}.jobs AS j WHERE j.id = s.job_id))
+               AS queue
+    FROM scanned AS s
 ), summary AS (
     SELECT count(*) AS scanned FROM scanned
-), queued AS (
-    -- Each job's queue by its primary key, one probe per failure read (a join would be planned
-    -- as a hash of every job).
-    SELECT s.*, (SELECT j.queue FROM {schema}.jobs AS j WHERE j.id = s.job_id) AS queue
-    FROM scanned AS s
-), found AS (
-    SELECT job_id, queue, ended_at, error, traced
-    FROM queued
+), tallied AS (
+    -- One queue a row (the Python side merges them): no ordered or DISTINCT aggregate, so a
+    -- hash of the groups, no sort. The latest attempt's job is the largest (end time in
+    -- microseconds, job id) pair: a timestamptz is whole microseconds.
+    SELECT error_kind AS kind, error, traced, queue, count(*) AS failures,
+           min(ended_at) AS first_at, max(ended_at) AS last_at,
+           max(ARRAY[(extract(epoch FROM ended_at) * 1000000)::bigint, job_id]) AS latest
+    FROM filled
     WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
+    GROUP BY error_kind, error, traced, queue
 )
-SELECT m.scanned, f.job_id, f.queue, f.ended_at, f.error, f.traced
+SELECT m.scanned, t.kind, t.error, t.traced, t.queue, t.failures, t.first_at, t.last_at,
+       t.latest[2] AS example_job
 FROM summary AS m
-LEFT JOIN found AS f ON true
-ORDER BY f.ended_at DESC NULLS LAST;
+LEFT JOIN tallied AS t ON true;
 
 -- name: events_jobs
 -- The last %(scan)s job_events rows (the primary key, backwards) folded per statement: one row per instant, actor, role, action and reason of the last %(since)s (of %(actor)s, of jobs of %(queue)s, when given), newest first, at most %(limit)s; each with how many rows were read and the oldest one's time.

@@ -1,0 +1,1 @@
+-- Reserved: a number another branch uses.
