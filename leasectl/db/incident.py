@@ -56,9 +56,8 @@ class Incident:
         """The failed attempts of the last ``since`` (of ``queue``), grouped by kind; at most
         ``scan`` of them read, the newest. The database counts equal stored kinds (and equal
         first lines of attempts stored without one); ``group_tallies`` makes the groups."""
-        params = {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
+        params = {"since": since, "scan": scan, "chars": errorgroups.KIND_CHARS}
         db_now, (rows,) = self._read(timeout, [("errors_failures", params)])
-        scanned = int(rows[0]["scanned"]) if rows else 0
         tallies = [
             FailureTally(
                 kind=r["kind"],
@@ -68,11 +67,14 @@ class Incident:
                 first_at=r["first_at"],
                 last_at=r["last_at"],
                 example_job=r["example_job"],
-                queues=(r["queue"],),
+                queues=(r["queue"],) if r["queue"] is not None else (),
             )
             for r in rows
-            if r["failures"] is not None
         ]
+        # Read: the newest failures of every queue, one count per queue (--queue keeps its own).
+        scanned = sum(t.count for t in tallies)
+        if queue is not None:
+            tallies = [t for t in tallies if t.queues == (queue,)]
         return ErrorReport(
             queue=queue,
             since=since,

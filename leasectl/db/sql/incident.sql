@@ -1,8 +1,8 @@
 -- `leasectl errors` and `leasectl events`: what went wrong and who did what, over a recent
 -- window. Each reads at most %(scan)s rows of its table, newest first, through an index (the
 -- failed attempts by end time, migration 22; the audit tables by their primary key), whatever
--- the size of the history; its first row says how many it read and how far back they went, so
--- that the command can say when the window held more than it read.
+-- the size of the history, and says how many it read (and, for the events, how far back they
+-- went), so that the command can say when the window held more than it read.
 
 -- name: incident_settings
 -- The read's transaction: its statement timeout, and now() as the window's reference.
@@ -10,13 +10,13 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true) AS statement_
        now() AS db_now;
 
 -- name: errors_failures
--- The failed attempts of the last %(since)s, newest first, at most %(scan)s (job_attempts_failed_idx and job_attempts_failed_unkinded_idx), of %(queue)s only when given, counted by stored kind and queue, and, for the attempts stored without a kind, by first line (at most %(chars)s characters), traceback flag and queue; each count with its first and last end time and the job of its latest attempt; and how many failures were read.
+-- The failed attempts of the last %(since)s, newest first, at most %(scan)s of every queue (job_attempts_failed_idx and job_attempts_failed_unkinded_idx), counted by stored kind and queue, and, for the attempts stored without a kind, by first line (at most %(chars)s characters), traceback flag and queue: each count with its first and last end time and the job of its latest attempt. Their sum is how many were read.
 -- The attempts stored with a kind (migration 29) come from their index alone (an index-only
 -- scan, but for the pages of the last minutes, which the visibility map does not cover yet);
 -- the others, from before that migration or an older worker, are read as before: their row
 -- through their own index (only the first %(chars)s characters of the error detoasted), their
--- queue by their job's primary key. The newest of both in one merge of the two indexes.
-WITH scanned AS MATERIALIZED (
+-- queue by their job's primary key. One pass: the newest of both indexes merged, counted.
+WITH scanned AS (
     -- Each index read newest first up to the cap (the merge then reads of each only what it
     -- keeps, or, planned as a sort, at most the cap of each).
     SELECT * FROM (
@@ -39,30 +39,22 @@ WITH scanned AS MATERIALIZED (
     ) AS b
     ORDER BY ended_at DESC
     LIMIT %(scan)s::integer
-), filled AS (
-    -- The queue of an attempt stored without one by its job's primary key (a subquery, not a
-    -- join: a join would be planned as a hash of every job).
-    SELECT s.job_id, s.ended_at, s.error_kind, s.error, s.traced,
-           coalesce(s.queue, (SELECT j.queue FROM {schema}.jobs AS j WHERE j.id = s.job_id))
-               AS queue
-    FROM scanned AS s
-), summary AS (
-    SELECT count(*) AS scanned FROM scanned
-), tallied AS (
-    -- One queue a row (the Python side merges them): no ordered or DISTINCT aggregate, so a
-    -- hash of the groups, no sort. The latest attempt's job is the largest (end time in
-    -- microseconds, job id) pair: a timestamptz is whole microseconds.
-    SELECT error_kind AS kind, error, traced, queue, count(*) AS failures,
-           min(ended_at) AS first_at, max(ended_at) AS last_at,
-           max(ARRAY[(extract(epoch FROM ended_at) * 1000000)::bigint, job_id]) AS latest
-    FROM filled
-    WHERE %(queue)s::text IS NULL OR queue = %(queue)s::text
-    GROUP BY error_kind, error, traced, queue
 )
-SELECT m.scanned, t.kind, t.error, t.traced, t.queue, t.failures, t.first_at, t.last_at,
-       t.latest[2] AS example_job
-FROM summary AS m
-LEFT JOIN tallied AS t ON true;
+-- One queue a count (the caller filters and merges them): no ordered or DISTINCT aggregate,
+-- so the counts may be hashed; sorted, by bytes (COLLATE "C": equal is equal in any
+-- deterministic collation, and ten thousand comparisons through the locale cost more than the
+-- rest of the read). The latest attempt's job is the one of the largest (end time in
+-- microseconds, job id) pair: a timestamptz is whole microseconds. The queue of an attempt
+-- stored without one by its job's primary key (a subquery, not a join: a join would be
+-- planned as a hash of every job).
+SELECT s.error_kind COLLATE "C" AS kind, s.error COLLATE "C" AS error, s.traced,
+       coalesce(s.queue, (SELECT j.queue FROM {schema}.jobs AS j WHERE j.id = s.job_id))
+           COLLATE "C" AS queue,
+       count(*) AS failures, min(s.ended_at) AS first_at, max(s.ended_at) AS last_at,
+       (max(ARRAY[(extract(epoch FROM s.ended_at) * 1000000)::bigint, s.job_id]))[2]
+           AS example_job
+FROM scanned AS s
+GROUP BY 1, 2, 3, 4;
 
 -- name: events_jobs
 -- The last %(scan)s job_events rows (the primary key, backwards) folded per statement: one row per instant, actor, role, action and reason of the last %(since)s (of %(actor)s, of jobs of %(queue)s, when given), newest first, at most %(limit)s; each with how many rows were read and the oldest one's time.
