@@ -169,8 +169,13 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
                 out["cases"][key] = {
                     "sql_p50_ms": percentile(sql_ms, 50),
                     "sql_max_ms": max(sql_ms),
+                    "sql_min_ms": min(sql_ms),
+                    "buffers": next(
+                        (line.strip() for line in plans[-1].splitlines() if "Buffers:" in line), ""
+                    ),
                     "errors_p50_ms": percentile(e2e, 50),
                     "errors_max_ms": max(e2e),
+                    "errors_min_ms": min(e2e),
                     "groups": len(report.groups),
                     "counted": sum(g.count for g in report.groups),
                     "truncated": report.truncated,
@@ -185,8 +190,9 @@ def render(fig: dict[str, Any]) -> str:
     rows = [
         [
             key,
-            f"{c['sql_p50_ms']:.1f} / {c['sql_max_ms']:.1f}",
-            f"{c['errors_p50_ms']:.1f} / {c['errors_max_ms']:.1f}",
+            f"{c['sql_min_ms']:.1f} / {c['sql_p50_ms']:.1f} / {c['sql_max_ms']:.1f}",
+            c["buffers"].replace("Buffers: ", ""),
+            f"{c['errors_min_ms']:.1f} / {c['errors_p50_ms']:.1f} / {c['errors_max_ms']:.1f}",
             f"{c['counted']:,}{' (cap)' if c['truncated'] else ''}",
             str(c["groups"]),
         ]
@@ -194,7 +200,14 @@ def render(fig: dict[str, Any]) -> str:
     ]
     return table(
         f"errors: the read on a large history, load {fig['load_before']} -> {fig['load_after']}",
-        ["window", "SQL p50 / max ms", "Incident.errors p50 / max ms", "counted", "groups"],
+        [
+            "window",
+            "SQL min / p50 / max ms",
+            "SQL buffers",
+            "Incident.errors min / p50 / max ms",
+            "counted",
+            "groups",
+        ],
         rows,
     )
 

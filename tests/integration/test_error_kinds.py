@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,8 +35,7 @@ def fail(store: Stores, queue: str, error: str, *, traced: bool) -> int:
 def as_before(sql_conn: psycopg.Connection[Any], job_ids: list[int]) -> None:
     """The attempts of ``job_ids`` as an attempt that failed before migration 29 is stored."""
     sql_conn.execute(
-        "UPDATE leasectl.job_attempts SET error_kind = NULL, queue = NULL "
-        "WHERE job_id = ANY(%s)",
+        "UPDATE leasectl.job_attempts SET error_kind = NULL, queue = NULL WHERE job_id = ANY(%s)",
         [job_ids],
     )
 
@@ -73,9 +71,9 @@ def test_a_completion_stores_neither(store: Stores, sql_conn: psycopg.Connection
     store.ops.enqueue([{}], queue="q")
     (lease,) = store.work.claim("q", "w-1", TTL, limit=1)
     assert store.work.complete([lease]) == {lease.job_id}
-    assert sql_conn.execute(
-        "SELECT queue, error_kind FROM leasectl.job_attempts"
-    ).fetchall() == [(None, None)]
+    assert sql_conn.execute("SELECT queue, error_kind FROM leasectl.job_attempts").fetchall() == [
+        (None, None)
+    ]
 
 
 def test_attempts_stored_before_and_after_group_together(

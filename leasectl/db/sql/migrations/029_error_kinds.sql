@@ -58,3 +58,55 @@ END
 $$;
 SELECT pg_temp.leasectl_carry_grants();
 DROP FUNCTION pg_temp.leasectl_carry_grants();
+
+-- The recount of thinly sampled Pending counts (core/counts.py, RECOUNT_CAP and
+-- RECOUNT_BUDGET), for every read that estimates a queue's Pending jobs past its cap: the
+-- console's refresh, the metrics scrape (and `status`, whose statement does the same inline).
+-- A queue estimated at p_cap or fewer (a thin sample: the estimate may be off by a quarter) is
+-- counted again, exactly, up to p_cap, with its due jobs (p_due_at, when given); the smallest
+-- estimates first, while their sum stays within p_budget; the others are left to their
+-- estimate. A NULL queue is every queue's Pending jobs together (the console without a
+-- filter). As its caller (SECURITY INVOKER: it reads what the caller may read), EXECUTE
+-- PUBLIC's, as estimate_jobs. Its statements name the status, so that the partial claim index
+-- serves them in any plan.
+CREATE FUNCTION {schema}.pending_recount(
+    p_queues text[], p_estimates bigint[], p_due_at timestamptz, p_cap bigint, p_budget bigint
+) RETURNS TABLE (recount_queue text, recounted bigint, recounted_due bigint)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, {schema}, pg_temp AS $$
+DECLARE
+    spent bigint := 0;
+    estimate bigint;
+BEGIN
+    FOR recount_queue, estimate IN
+        SELECT u.q, u.e FROM unnest(p_queues, p_estimates) AS u(q, e)
+        WHERE u.e <= p_cap
+        ORDER BY u.e, u.q
+    LOOP
+        spent := spent + estimate;
+        EXIT WHEN spent > p_budget;
+        IF recount_queue IS NULL THEN
+            SELECT count(*) INTO recounted
+            FROM (SELECT 1 FROM jobs AS j WHERE j.status = 'Pending' LIMIT p_cap + 1) AS x;
+        ELSE
+            SELECT count(*) INTO recounted
+            FROM (SELECT 1 FROM jobs AS j
+                  WHERE j.status = 'Pending' AND j.queue = recount_queue
+                  LIMIT p_cap + 1) AS x;
+        END IF;
+        recounted_due := NULL;
+        -- Only below the cap: then there are at most p_cap Pending jobs to walk.
+        IF recounted <= p_cap AND p_due_at IS NOT NULL THEN
+            IF recount_queue IS NULL THEN
+                SELECT count(*) INTO recounted_due
+                FROM jobs AS j WHERE j.status = 'Pending' AND j.run_at <= p_due_at;
+            ELSE
+                SELECT count(*) INTO recounted_due
+                FROM jobs AS j
+                WHERE j.status = 'Pending' AND j.queue = recount_queue
+                  AND j.run_at <= p_due_at;
+            END IF;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
