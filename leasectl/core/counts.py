@@ -84,7 +84,7 @@ def recounted(
     if recount <= recount_cap:
         return BoundedCount(recount, False)
     estimate = None if count.estimate is None else max(count.estimate, recount_cap + 1)
-    return BoundedCount(recount_cap, True, estimate)
+    return BoundedCount(count.value, True, estimate)
 
 
 def count_fields(name: str, count: BoundedCount) -> dict[str, Any]:
