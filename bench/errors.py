@@ -142,6 +142,27 @@ def explain(dsn: str, params: dict[str, Any]) -> tuple[float, str]:
     return ms, text
 
 
+def server_cpu_ms(dsn: str, params: dict[str, Any], runs: int) -> float:
+    """The server's CPU time per execution of the statement (its backend's utime + stime from
+    /proc, over ``runs`` executions on one connection): what the read costs whatever else the
+    machine runs (the server must be on this machine)."""
+    query = queries.get("errors_failures").render("leasectl")
+    with psycopg.connect(dsn) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+
+        def ticks() -> int:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime, stime
+
+        conn.execute(query, params).fetchall()  # (planned once, as a session would)
+        before = ticks()
+        for _ in range(runs):
+            conn.execute(query, params).fetchall()
+        spent = ticks() - before
+    return spent / os.sysconf("SC_CLK_TCK") * 1000 / runs
+
+
 def measure(dsn: str, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {"load_before": loadavg(), "cases": {}}
     # (No schema check: an older leasectl measured on a database this one migrated.)
@@ -166,6 +187,7 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
                     report = incident.errors(since=since, queue=queue)
                     e2e.append((time.perf_counter() - started) * 1000)
                 key = f"{int(since.total_seconds() // 3600)}h {queue or 'all'}"
+                cpu = server_cpu_ms(dsn, params, runs * 4)
                 out["cases"][key] = {
                     "sql_p50_ms": percentile(sql_ms, 50),
                     "sql_max_ms": max(sql_ms),
@@ -176,6 +198,7 @@ def measure(dsn: str, runs: int) -> dict[str, Any]:
                     "errors_p50_ms": percentile(e2e, 50),
                     "errors_max_ms": max(e2e),
                     "errors_min_ms": min(e2e),
+                    "server_cpu_ms": cpu,
                     "groups": len(report.groups),
                     "counted": sum(g.count for g in report.groups),
                     "truncated": report.truncated,
@@ -192,6 +215,7 @@ def render(fig: dict[str, Any]) -> str:
             key,
             f"{c['sql_min_ms']:.1f} / {c['sql_p50_ms']:.1f} / {c['sql_max_ms']:.1f}",
             c["buffers"].replace("Buffers: ", ""),
+            f"{c['server_cpu_ms']:.1f}",
             f"{c['errors_min_ms']:.1f} / {c['errors_p50_ms']:.1f} / {c['errors_max_ms']:.1f}",
             f"{c['counted']:,}{' (cap)' if c['truncated'] else ''}",
             str(c["groups"]),
@@ -204,6 +228,7 @@ def render(fig: dict[str, Any]) -> str:
             "window",
             "SQL min / p50 / max ms",
             "SQL buffers",
+            "server CPU ms / read",
             "Incident.errors min / p50 / max ms",
             "counted",
             "groups",

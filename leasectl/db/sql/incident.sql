@@ -43,15 +43,17 @@ WITH scanned AS (
 -- One queue a count (the caller filters and merges them): no ordered or DISTINCT aggregate,
 -- so the counts may be hashed; sorted, by bytes (COLLATE "C": equal is equal in any
 -- deterministic collation, and ten thousand comparisons through the locale cost more than the
--- rest of the read). The latest attempt's job is the one of the largest (end time in
--- microseconds, job id) pair: a timestamptz is whole microseconds. The queue of an attempt
+-- rest of the read). The latest attempt's job is the one of the largest (end time, job id)
+-- pair, both as float8 (cheaper than numeric's epoch: a timestamptz is whole microseconds,
+-- and float8 seconds keep microseconds apart and in order until the 23rd century; ids are
+-- exact below 2^53). The queue of an attempt
 -- stored without one by its job's primary key (a subquery, not a join: a join would be
 -- planned as a hash of every job).
 SELECT s.error_kind COLLATE "C" AS kind, s.error COLLATE "C" AS error, s.traced,
        coalesce(s.queue, (SELECT j.queue FROM {schema}.jobs AS j WHERE j.id = s.job_id))
            COLLATE "C" AS queue,
        count(*) AS failures, min(s.ended_at) AS first_at, max(s.ended_at) AS last_at,
-       (max(ARRAY[(extract(epoch FROM s.ended_at) * 1000000)::bigint, s.job_id]))[2]
+       (max(ARRAY[date_part('epoch', s.ended_at), s.job_id::float8]))[2]::bigint
            AS example_job
 FROM scanned AS s
 GROUP BY 1, 2, 3, 4;
