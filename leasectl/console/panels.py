@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from leasectl.core.counts import BoundedCount, count_fields
+from leasectl.core.counts import BoundedCount, count_fields, recounted
 from leasectl.core.models import (
     ConsoleCounts,
     JobStatus,
@@ -137,6 +137,10 @@ def _counts(row: dict[str, Any], estimates: tuple[int | None, int | None]) -> Co
         BoundedCount.read(int(row[key]), cap, row.get(f"{key}_estimate"))
         for key in ("pending", "due", "stuck", "waiting")
     )
+    # A thin estimate recounted (core/counts.py, as `status` and the metrics scrape do).
+    pending = recounted(pending, row.get("pending_recounted"))
+    if not pending.capped and row.get("due_recounted") is not None:
+        due = BoundedCount(int(row["due_recounted"]), False)
     if pending.estimated and due.estimated:  # (the due ones are Pending too)
         due = BoundedCount(due.value, True, min(due.shown, pending.shown))
     return ConsoleCounts(

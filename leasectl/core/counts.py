@@ -72,6 +72,21 @@ class BoundedCount:
         return f"{self.value:,}+" if self.capped else f"{self.value:,}"
 
 
+def recounted(
+    count: BoundedCount, recount: int | None, recount_cap: int = RECOUNT_CAP
+) -> BoundedCount:
+    """``count`` after the recount of a thinly sampled estimate (``pending_recount``, migration
+    29; ``status`` the same inline): exact when the recount found at most ``recount_cap``;
+    past it, still the estimate, now known to be above ``recount_cap``. ``recount`` None: not
+    recounted (not estimated, above ``recount_cap``, or past the budget)."""
+    if recount is None or not count.capped:
+        return count
+    if recount <= recount_cap:
+        return BoundedCount(recount, False)
+    estimate = None if count.estimate is None else max(count.estimate, recount_cap + 1)
+    return BoundedCount(count.value, True, estimate)
+
+
 def count_fields(name: str, count: BoundedCount) -> dict[str, Any]:
     """A ``QueueCounts``'s fields for the count ``name``: its number to show and its flags."""
     return {

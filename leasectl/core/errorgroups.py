@@ -6,6 +6,11 @@ kind is the class. Any other failure (a job whose values could not be loaded, an
 before migration 8) has no class to trust: its kind is its first line with the parts that vary
 from one job to the next (uuids, hex, numbers) made placeholders, so that "503 for invoice 1"
 and "503 for invoice 2" are one group.
+
+The worker computes each failed attempt's kind when it records the failure (``attempt_kind``,
+stored with the attempt, migration 29), so that `errors` reads kinds from an index and the
+database only counts equal ones together; an attempt without one (failed before that version)
+is read as its first line and grouped here. Either way this module is the one definition.
 """
 
 from __future__ import annotations
@@ -42,6 +47,19 @@ def normalise(line: str) -> str:
     return _SPACES.sub(" ", text).strip()[:KIND_CHARS]
 
 
+def head(error: str | None) -> str:
+    """What ``errors`` reads of an error: its first line, at most ``KIND_CHARS`` characters (the
+    SQL's ``split_part(left(error, n), E'\\n', 1)``, which detoasts only that much)."""
+    return (error or "").split("\n", 1)[0][:KIND_CHARS]
+
+
+def attempt_kind(error: str | None, *, traced: bool) -> str:
+    """The kind of a failed attempt whose stored error is ``error`` (``traced``: a traceback is
+    stored beside it): the worker's, stored with the attempt, and the reader's for an attempt
+    stored without one, from the same ``head``."""
+    return error_kind(head(error), traced=traced)
+
+
 def error_kind(error: str | None, *, traced: bool) -> str:
     """The group of one failed attempt's error: the exception's class when the attempt has a
     traceback (the worker wrote ``Class: message``), else its normalised first line."""
@@ -60,6 +78,28 @@ class FailedAttempt:
     ended_at: datetime
     error: str | None  # its first line, at most KIND_CHARS characters from the database
     traced: bool  # recorded with a traceback: a handler's exception
+
+
+@dataclass(frozen=True)
+class FailureTally:
+    """Failed attempts the database counted together: of one stored ``kind``, or, for attempts
+    stored without one, of one first line (``error``) and ``traced``. Several tallies may be
+    of one kind (``group_tallies`` merges them)."""
+
+    kind: str | None
+    error: str | None  # the first line (``head``) when ``kind`` is None
+    traced: bool
+    count: int
+    first_at: datetime
+    last_at: datetime
+    example_job: int  # the job of its most recent attempt (the highest id among ties)
+    queues: tuple[str, ...]
+
+    @property
+    def group(self) -> str:
+        if self.kind is not None:
+            return self.kind
+        return error_kind(self.error, traced=self.traced)
 
 
 @dataclass(frozen=True)
@@ -93,18 +133,27 @@ class ErrorReport:
 
 def group_failures(attempts: Iterable[FailedAttempt]) -> tuple[ErrorGroup, ...]:
     """The groups of ``attempts``, the largest first (ties: the most recent first)."""
+    return group_tallies(
+        FailureTally(None, a.error, a.traced, 1, a.ended_at, a.ended_at, a.job_id, (a.queue,))
+        for a in attempts
+    )
+
+
+def group_tallies(tallies: Iterable[FailureTally]) -> tuple[ErrorGroup, ...]:
+    """The groups of the attempts ``tallies`` counted, the largest first (ties: the most recent
+    first): each tally's attempts join the group of its kind."""
     counts: dict[str, int] = {}
     first: dict[str, datetime] = {}
     last: dict[str, tuple[datetime, int]] = {}
     queues: dict[str, set[str]] = {}
-    for a in attempts:
-        kind = error_kind(a.error, traced=a.traced)
-        counts[kind] = counts.get(kind, 0) + 1
-        if kind not in first or a.ended_at < first[kind]:
-            first[kind] = a.ended_at
-        if kind not in last or (a.ended_at, a.job_id) > last[kind]:
-            last[kind] = (a.ended_at, a.job_id)
-        queues.setdefault(kind, set()).add(a.queue)
+    for t in tallies:
+        kind = t.group
+        counts[kind] = counts.get(kind, 0) + t.count
+        if kind not in first or t.first_at < first[kind]:
+            first[kind] = t.first_at
+        if kind not in last or (t.last_at, t.example_job) > last[kind]:
+            last[kind] = (t.last_at, t.example_job)
+        queues.setdefault(kind, set()).update(t.queues)
     groups = [
         ErrorGroup(
             error=kind,

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasectl.core.counts import COUNT_BUDGET
+from leasectl.core.counts import COUNT_BUDGET, RECOUNT_BUDGET, RECOUNT_CAP
 from leasectl.core.filters import prefix_end
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PanelJob, PausedQueue
@@ -111,6 +111,8 @@ class ConsoleReads:
             "failed_scan": failed_scan,
             "schema": schema,
             "budget": count_budget,
+            "recount_cap": RECOUNT_CAP,
+            "recount_budget": RECOUNT_BUDGET,
             "group_limit": group_limit,
         }
         owner_params = {"window": owner_window, "limit": owner_limit}

@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import dict_row
 
 from leasectl.core import errorgroups, timeline
-from leasectl.core.errorgroups import ErrorReport, FailedAttempt
+from leasectl.core.errorgroups import ErrorReport, FailureTally
 from leasectl.core.timeline import Timeline, TimelineEntry
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
@@ -54,7 +54,8 @@ class Incident:
         timeout: timedelta = timedelta(seconds=10),
     ) -> ErrorReport:
         """The failed attempts of the last ``since`` (of ``queue``), grouped by kind; at most
-        ``scan`` of them read, the newest."""
+        ``scan`` of them read, the newest. The database counts equal stored kinds (and equal
+        first lines of attempts stored without one); ``group_tallies`` makes the groups."""
         params = errors_params(since, queue, scan)
         db_now, (rows,) = self._read(timeout, [("errors_failures", params)])
         return error_report(rows, queue=queue, since=since, db_now=db_now, scan=scan)
@@ -88,8 +89,9 @@ class Incident:
 
 
 def errors_params(since: timedelta, queue: str | None, scan: int) -> dict[str, Any]:
-    """``errors_failures``' parameters."""
-    return {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
+    """``errors_failures``' parameters (it reads every queue's failures: ``error_report``
+    keeps ``queue``'s)."""
+    return {"since": since, "scan": scan, "chars": errorgroups.KIND_CHARS}
 
 
 def error_report(
@@ -100,24 +102,30 @@ def error_report(
     db_now: datetime,
     scan: int,
 ) -> ErrorReport:
-    """``errors_failures``' rows as the groups of failures they hold."""
-    scanned = int(rows[0]["scanned"]) if rows else 0
-    attempts = [
-        FailedAttempt(
-            job_id=r["job_id"],
-            queue=r["queue"],
-            ended_at=r["ended_at"],
+    """``errors_failures``' rows (one per kind, first line, traced and queue, with its count)
+    as the groups of failures they hold, of ``queue`` when given."""
+    tallies = [
+        FailureTally(
+            kind=r["kind"],
             error=r["error"],
             traced=r["traced"],
+            count=int(r["failures"]),
+            first_at=r["first_at"],
+            last_at=r["last_at"],
+            example_job=r["example_job"],
+            queues=(r["queue"],) if r["queue"] is not None else (),
         )
         for r in rows
-        if r["job_id"] is not None
     ]
+    # Read: the newest failures of every queue, one count per queue (--queue keeps its own).
+    scanned = sum(t.count for t in tallies)
+    if queue is not None:
+        tallies = [t for t in tallies if t.queues == (queue,)]
     return ErrorReport(
         queue=queue,
         since=since,
         db_now=db_now,
-        groups=errorgroups.group_failures(attempts),
+        groups=errorgroups.group_tallies(tallies),
         scanned=scanned,
         scan_cap=scan,
     )

@@ -19,7 +19,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.counts import (
+    COUNT_BUDGET,
+    COUNT_FLOOR,
+    RECOUNT_BUDGET,
+    RECOUNT_CAP,
+    BoundedCount,
+    recounted,
+)
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import OwnerHealth, PausedQueue
 from leasectl.core.stats import PickupLatency
@@ -182,6 +189,8 @@ class MetricsReads:
             **self.limits,
             "budget": self.budget,
             "floor": self.floor,
+            "recount_cap": RECOUNT_CAP,
+            "recount_budget": RECOUNT_BUDGET,
             "risk_window": self.risk_window,
             "schema": schema,
             "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout", "lock_timeout"],
@@ -236,7 +245,10 @@ class MetricsReads:
             pending=tuple(
                 PendingQueue(
                     r["queue"],
-                    BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"]),
+                    recounted(
+                        BoundedCount.read(int(r["jobs"]), int(r["cap"]), r["estimate"]),
+                        r["recounted"],
+                    ),
                     r["oldest_due_age"],
                 )
                 for r in rows["pending"]

@@ -20,6 +20,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from leasectl.core import errorgroups
 from leasectl.core.config import MAX_ERROR_CHARS, MAX_SNOOZES
 from leasectl.core.errors import ConnectionFailed
 from leasectl.core.literal import echo
@@ -348,14 +349,17 @@ class WorkerStore:
     ) -> JobStatus | None:
         """Record a failure (``detail``: the handler's traceback, kept with the attempt);
         returns the new status, or None when the lease was lost."""
+        stored = error[:MAX_ERROR_CHARS]  # (migration 15's bound: never refused)
         row = self.db.one(
             "job_fail",
             {
                 "id": lease.job_id,
                 "attempt": lease.attempt,
                 "owner": lease.owner,
-                "error": error[:MAX_ERROR_CHARS],  # (migration 15's bound: never refused)
+                "error": stored,
                 "detail": detail,
+                # Its group for `errors`, made here once rather than at every read (migration 29).
+                "kind": errorgroups.attempt_kind(stored, traced=detail is not None),
                 "delay": retry_delay,
                 "retry": retry,
             },

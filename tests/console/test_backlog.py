@@ -1,6 +1,7 @@
 """The console on a backlog (the real console against PostgreSQL): the counts of a backlog past
-the cap are the planner's estimates and say so (``≈6,502``) in the summary, the panel titles ("N
-of M") and the narrow layout's tabs; a small queue's counts stay exact; the expired leases the
+the cap are the planner's estimates and say so (``≈20,502``) in the summary, the panel titles ("N
+of M") and the narrow layout's tabs, unless estimated at RECOUNT_CAP or fewer (then counted
+again, exactly, as `status` does); a small queue's counts stay exact; the expired leases the
 console acts on stay exact."""
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from textual.widgets import Static
 
 from leasectl.console.app import ConsoleApp
 from leasectl.console.view import ConsoleFilter
-from leasectl.core.counts import COUNT_BUDGET
+from leasectl.core.counts import COUNT_BUDGET, RECOUNT_CAP, approx
 from tests.console.test_console_db import drive
 from tests.console.test_operator_view import filter_to, summary, titles
 from tests.stores import Stores
 
-BIG_PENDING, BIG_STUCK, EXPIRED = COUNT_BUDGET + 500, COUNT_BUDGET + 200, 3
+# Pending past the recount's cap too (below it, the console recounts: tests/integration/
+# test_recounts.py); Stuck is never recounted.
+BIG_PENDING, BIG_STUCK, EXPIRED = RECOUNT_CAP + 500, COUNT_BUDGET + 200, 3
 ALL_PENDING, ALL_STUCK = BIG_PENDING + 2, BIG_STUCK + 1
 
 
@@ -28,7 +31,7 @@ def within(estimate: int, actual: int, tolerance: float = 0.25) -> bool:
 
 
 def seed(sql_conn: psycopg.Connection[Any]) -> None:
-    """big: COUNT_BUDGET + 500 due Pending jobs and COUNT_BUDGET + 200 Stuck ones; small: 2
+    """big: RECOUNT_CAP + 500 due Pending jobs and COUNT_BUDGET + 200 Stuck ones; small: 2
     Pending (one due), 1 Stuck, 3 expired leases."""
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (queue, priority, run_at) "
@@ -74,8 +77,8 @@ def test_a_backlog_shows_as_an_estimate_and_a_small_queue_exactly(
         assert counts.due_estimated and within(counts.due, BIG_PENDING + 1), counts
         assert counts.stuck_estimated and within(counts.stuck, ALL_STUCK), counts
         assert (counts.expired, counts.processing) == (EXPIRED, EXPIRED)  # exact
-        pending, due, stuck = (f"≈{n:,}" for n in (counts.pending, counts.due, counts.stuck))
-        panel = f"≈{counts.stuck + EXPIRED:,}"  # exact expired + estimated Stuck
+        pending, due, stuck = (approx(n) for n in (counts.pending, counts.due, counts.stuck))
+        panel = approx(counts.stuck + EXPIRED)  # exact expired + estimated Stuck
         assert f"Pending {pending} ({due} due" in summary(app)
         assert f"Stuck {stuck}" in summary(app)
         assert titles(app)[0] == f"1 Pending · {pending}"

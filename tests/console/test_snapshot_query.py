@@ -259,6 +259,8 @@ PARAMS = {
     "failed_scan": 5000,
     "paused_limit": 100,
     "budget": 6000,
+    "recount_cap": 20_000,
+    "recount_budget": 40_000,
     "group_limit": 1000,
 }
 

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.full
 
 @pytest.fixture
 def history(sql_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """100,000 finished jobs with an attempt each, 5,000 of them failed over two days, and an
-    audit row for each of 50,000 of them (a week ago)."""
+    """100,000 finished jobs with an attempt each, 5,000 of them failed over two days (stored
+    with their kind and queue, as job_fail writes them since migration 29), and an audit row
+    for each of 50,000 of them (a week ago)."""
     sql_conn.execute(
         "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, finished_at) "
         "SELECT (ARRAY['payments', 'mail'])[1 + i % 2], "
@@ -30,11 +31,13 @@ def history(sql_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     )
     sql_conn.execute(
         "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, ended_at, outcome, "
-        "error, error_detail) "
+        "error, error_detail, queue, error_kind) "
         "SELECT id, 1, 'w', finished_at, CASE WHEN status = 'Failed' THEN 'failed' "
         "ELSE 'completed' END::leasectl.attempt_outcome, "
         "CASE WHEN status = 'Failed' THEN 'PSPError: 503 for invoice ' || id END, "
-        "CASE WHEN status = 'Failed' THEN 'Traceback' END FROM leasectl.jobs"
+        "CASE WHEN status = 'Failed' THEN 'Traceback' END, "
+        "CASE WHEN status = 'Failed' THEN queue END, "
+        "CASE WHEN status = 'Failed' THEN 'PSPError' END FROM leasectl.jobs"
     )
     sql_conn.execute(
         "INSERT INTO leasectl.job_events (job_id, at, actor, action, reason) "
@@ -58,15 +61,42 @@ def plan(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> st
 
 @pytest.mark.parametrize("since", [timedelta(hours=1), timedelta(days=30)])
 @pytest.mark.parametrize("queue", [None, "payments"])
-def test_errors_read_the_newest_failures_through_their_index(
+def test_errors_read_the_newest_failures_from_their_index_alone(
     history: psycopg.Connection[Any], since: timedelta, queue: str | None
 ) -> None:
+    """Their kinds and queues from the covering index (vacuumed: no heap fetch), and neither
+    the attempts' rows nor the jobs' read."""
     shown = plan(
         history,
         "errors_failures",
         {"since": since, "queue": queue, "scan": 1000, "chars": 200},
     )
-    assert "job_attempts_failed_idx" in shown, shown
+    assert "Index Only Scan Backward using job_attempts_failed_idx" in shown, shown
+    assert "Heap Fetches: 0" in shown, shown
+    assert scans_of_big_tables(shown) == [], shown
+    assert "Seq Scan" not in shown, shown
+    lines = [line for line in shown.splitlines() if "jobs_pkey" in line]
+    assert lines and all("never executed" in line for line in lines), shown
+
+
+def test_errors_read_attempts_stored_without_a_kind_by_primary_key(
+    history: psycopg.Connection[Any],
+) -> None:
+    """Attempts failed before migration 29: their rows through their own index, their jobs by
+    primary key, merged with the others."""
+    history.execute(
+        "UPDATE leasectl.job_attempts SET queue = NULL, error_kind = NULL "
+        "WHERE outcome = 'failed' AND ended_at > now() - interval '1 hour'"
+    )
+    history.execute("VACUUM ANALYZE leasectl.job_attempts")
+    shown = plan(
+        history,
+        "errors_failures",
+        {"since": timedelta(hours=1), "queue": None, "scan": 1000, "chars": 200},
+    )
+    assert "Index Only Scan Backward using job_attempts_failed_idx" in shown, shown
+    assert "Index Scan Backward using job_attempts_failed_unkinded_idx" in shown, shown
+    assert "Index Scan using jobs_pkey" in shown, shown
     assert scans_of_big_tables(shown) == [], shown
     assert "Seq Scan" not in shown, shown
 

@@ -102,9 +102,10 @@ SELECT {now} AS db_now, current_setting('server_version') AS server_version,
        CASE WHEN p.oldest <= {now} THEN p.oldest END AS oldest_due_at,
        %(budget)s::bigint AS cap,
        r.processing, r.expired, r.at_risk, s.stuck, w.waiting,
-       -- Past the cap, the planner's estimates (migration 22): a plan each, never a scan.
-       CASE WHEN p.pending > %(budget)s::bigint
-            THEN {schema}.estimate_jobs('Pending', %(queue)s::text) END AS pending_estimate,
+       -- Past the cap, the planner's estimates (migration 22): a plan each, never a scan;
+       -- one at most %(recount_cap)s counted again, exactly (migration 29's pending_recount,
+       -- the rule `status` and the metrics scrape follow: core/counts.py).
+       pe.pending_estimate, rc.recounted AS pending_recounted, rc.recounted_due AS due_recounted,
        CASE WHEN p.due > %(budget)s::bigint
             THEN {schema}.estimate_jobs('Pending', %(queue)s::text, {now}) END AS due_estimate,
        CASE WHEN s.stuck > %(budget)s::bigint
@@ -145,7 +146,14 @@ CROSS JOIN (
           FROM {schema}.jobs
           WHERE status = 'Waiting' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
           LIMIT %(budget)s::bigint + 1) AS x
-) AS w;
+) AS w
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN p.pending > %(budget)s::bigint
+                THEN {schema}.estimate_jobs('Pending', %(queue)s::text) END AS pending_estimate
+) AS pe
+LEFT JOIN LATERAL {schema}.pending_recount(
+    ARRAY[%(queue)s::text], ARRAY[pe.pending_estimate], {now}, %(recount_cap)s::bigint,
+    %(recount_budget)s::bigint) AS rc ON true;
 
 -- name: console_throughput
 -- Completed and Failed jobs per clock minute that finished at or after %(since)s (NULL: the

@@ -64,9 +64,10 @@ GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
     last_error, updated_at, snoozes, max_attempts, progress, progress_message, limit_shard)
     ON {schema}.jobs TO {role};
+-- (queue, error_kind: a failure's, job_fail; migration 29.)
 GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
-    UPDATE (outcome, ended_at, heartbeat_at, error, error_detail) ON {schema}.job_attempts
-    TO {role};
+    UPDATE (outcome, ended_at, heartbeat_at, error, error_detail, queue, error_kind)
+    ON {schema}.job_attempts TO {role};
 GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, started_at,
     last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
     ON {schema}.workers TO {role};

@@ -366,7 +366,7 @@ SELECT id FROM changed;
 
 -- name: job_fail
 -- Record a fenced failure: back to Pending after %(delay)s while attempts remain, else Failed;
--- the attempt keeps the error and the handler's traceback (detail; NULL when none).
+-- the attempt keeps the error and the handler's traceback (detail; NULL when none), its kind and its job's queue (what `errors` reads from job_attempts_failed_idx alone, migration 29).
 WITH failed AS (
     UPDATE {schema}.jobs AS j
     SET status = (CASE WHEN %(retry)s AND j.attempts < j.max_attempts
@@ -378,11 +378,11 @@ WITH failed AS (
         lease_until = NULL, last_error = %(error)s, updated_at = now()
     WHERE j.id = %(id)s AND j.attempts = %(attempt)s AND j.lease_owner = %(owner)s
       AND j.status = 'Processing'
-    RETURNING j.id, j.status, j.run_at, j.attempts, j.heartbeat_at
+    RETURNING j.id, j.status, j.run_at, j.attempts, j.heartbeat_at, j.queue
 ), closed AS (
     UPDATE {schema}.job_attempts AS a
     SET outcome = 'failed', ended_at = now(), heartbeat_at = f.heartbeat_at, error = %(error)s,
-        error_detail = %(detail)s
+        error_detail = %(detail)s, error_kind = %(kind)s, queue = f.queue
     FROM failed AS f
     WHERE a.job_id = f.id AND a.attempt = f.attempts AND a.job_id = %(id)s
 )

@@ -45,23 +45,39 @@ WITH RECURSIVE grp AS (
 ), budget AS (
     SELECT greatest(%(floor)s::bigint, %(budget)s::bigint / greatest(1, count(*))) AS cap
     FROM heads
+), counted AS (
+    SELECT q.queue, c.jobs, b.cap,
+           CASE WHEN q.oldest <= now()
+                THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
+           (SELECT max(n) FROM grp) > %(group_limit)s AS truncated,
+           -- Past the cap, the planner's estimate (migration 22): a plan, never a scan.
+           CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Pending', q.queue) END
+               AS estimate
+    FROM heads AS q
+    CROSS JOIN budget AS b
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS jobs
+        FROM (SELECT 1
+              FROM {schema}.jobs
+              WHERE status = 'Pending' AND queue = q.queue
+              LIMIT b.cap + 1) AS x
+    ) AS c
+), recounted AS (
+    -- The queues estimated at most %(recount_cap)s counted again, exactly, the smallest first,
+    -- within %(recount_budget)s entries (migration 29's pending_recount, the rule `status` and
+    -- the console follow: core/counts.py).
+    SELECT r.recount_queue, r.recounted
+    FROM (SELECT array_agg(queue ORDER BY queue) AS queues,
+                 array_agg(estimate ORDER BY queue) AS estimates
+          FROM counted
+          WHERE estimate IS NOT NULL) AS e
+    CROSS JOIN LATERAL {schema}.pending_recount(
+        e.queues, e.estimates, NULL, %(recount_cap)s::bigint, %(recount_budget)s::bigint) AS r
 )
-SELECT q.queue, c.jobs, b.cap,
-       CASE WHEN q.oldest <= now()
-            THEN extract(epoch FROM now() - q.oldest)::float8 END AS oldest_due_age,
-       (SELECT max(n) FROM grp) > %(group_limit)s AS truncated,
-       -- Past the cap, the planner's estimate (migration 22): a plan, never a scan.
-       CASE WHEN c.jobs > b.cap THEN {schema}.estimate_jobs('Pending', q.queue) END AS estimate
-FROM heads AS q
-CROSS JOIN budget AS b
-CROSS JOIN LATERAL (
-    SELECT count(*) AS jobs
-    FROM (SELECT 1
-          FROM {schema}.jobs
-          WHERE status = 'Pending' AND queue = q.queue
-          LIMIT b.cap + 1) AS x
-) AS c
-ORDER BY q.queue;
+SELECT c.queue, c.jobs, c.cap, c.oldest_due_age, c.truncated, c.estimate, r.recounted
+FROM counted AS c
+LEFT JOIN recounted AS r ON r.recount_queue = c.queue
+ORDER BY c.queue;
 
 -- name: metrics_stuck
 -- Per queue with Stuck jobs: how many (at most cap + 1 counted, cap returned). A loose index scan
