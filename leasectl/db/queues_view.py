@@ -25,6 +25,7 @@ from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, 
 from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, fill, minute_of
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
+from leasectl.db.console import console_settings
 from leasectl.db.incident import error_report, errors_params, events_params, timeline_of
 from leasectl.db.rows import limit_from_row, paused_from_row
 from leasectl.db.stats import PICKUP_ROW_LIMIT, minutes_from_rows, pickup_from_rows
@@ -47,9 +48,7 @@ def _settings(timeout: timedelta, *, custom: bool) -> dict[str, Any]:
     """console_settings' parameters: the console's settings, a custom plan per execution when
     ``custom`` (one queue's reads: its name folds the plans' other branches away), and the
     statement and lock timeouts."""
-    settings = dict(queries.CONSOLE_SETTINGS)
-    if custom:
-        settings["plan_cache_mode"] = "force_custom_plan"
+    settings = console_settings(custom=custom)
     ms = str(max(1, int(timeout.total_seconds() * 1000)))
     settings |= {"statement_timeout": ms, "lock_timeout": ms}
     return {"setting_names": list(settings), "setting_values": list(settings.values())}
