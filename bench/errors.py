@@ -17,7 +17,12 @@ with the plan of the last (its buffers). Whichever ``leasectl`` is first on
 ``sys.path`` is measured: run it from the tree before a change (``PYTHONPATH=/old/tree``) and
 after, on the same database.
 
-    python -m bench.errors --dsn "host=127.0.0.1 user=postgres dbname=postgres" --keep
+``--stamp`` stores the seeded failures' kinds and queues as a worker of migration 29 or later
+writes them (seeded rows have none: without it the read takes the path of failures recorded
+before that migration). ``--no-migrate`` measures an older leasectl on a database this one
+migrated (main's ``job_attempts_failed_idx`` must then be made again beside the new ones).
+
+    python -m bench.errors --dsn "host=127.0.0.1 user=postgres dbname=postgres" --keep --stamp
 """
 
 from __future__ import annotations
