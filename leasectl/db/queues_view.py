@@ -18,7 +18,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from leasectl.core.counts import COUNT_BUDGET, COUNT_FLOOR, BoundedCount
+from leasectl.core.counts import (
+    COUNT_BUDGET,
+    COUNT_FLOOR,
+    RECOUNT_BUDGET,
+    RECOUNT_CAP,
+    BoundedCount,
+    recounted,
+)
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import PausedQueue
 from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, attention_order
@@ -95,6 +102,8 @@ class QueuesReads:
             "limits_limit": self.queue_limit,
             "queue": None,
             "row_limit": PICKUP_ROW_LIMIT,
+            "recount_cap": RECOUNT_CAP,
+            "recount_budget": RECOUNT_BUDGET,
         }
 
     def overview(
@@ -266,7 +275,9 @@ class _Live:
         processing, expired = self.leases.get(name, (0, 0))
         return QueueRow(
             queue=name,
-            pending=_bounded(pending) if pending else BoundedCount(0, False),
+            pending=recounted(_bounded(pending), pending["recounted"])
+            if pending
+            else BoundedCount(0, False),
             oldest_due_age=pending["oldest_due_age"] if pending else None,
             processing=processing,
             expired=expired,

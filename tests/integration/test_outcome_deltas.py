@@ -43,6 +43,38 @@ def run(store: Stores, queue: str, completed: int, retried: int) -> None:
             assert store.work.complete([lease]) == {lease.job_id}
 
 
+def run_at_26(dsn: str, queue: str, completed: int, retried: int) -> None:
+    """``run`` as version 26 wrote it, in SQL of its own (today's enqueue and failure write
+    columns of later migrations): each job leased with its attempt opened, then ended in one
+    statement of attempts each, its job's status first (a retried failure's job is Pending)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for n in range(completed + retried):
+            row = conn.execute(
+                "INSERT INTO leasectl.jobs (queue, status, attempts, max_attempts, lease_owner, "
+                "lease_until, heartbeat_at) VALUES (%s, 'Processing', 1, 3, 'w', "
+                "now() + interval '30 s', now()) RETURNING id",
+                (queue,),
+            ).fetchone()
+            assert row is not None
+            job = row[0]
+            conn.execute(
+                "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at, "
+                "heartbeat_at) VALUES (%s, 1, 'w', now(), now())",
+                (job,),
+            )
+            retry = n < retried
+            conn.execute(
+                "UPDATE leasectl.jobs SET status = %s, lease_owner = NULL, lease_until = NULL, "
+                "finished_at = CASE WHEN %s THEN NULL ELSE now() END WHERE id = %s",
+                ("Pending" if retry else "Completed", retry, job),
+            )
+            conn.execute(
+                "UPDATE leasectl.job_attempts SET outcome = %s, ended_at = now(), "
+                "error = CASE WHEN %s THEN 'x' END WHERE job_id = %s AND attempt = 1",
+                ("failed" if retry else "completed", retry, job),
+            )
+
+
 def deltas(conn: psycopg.Connection[Any], table: str) -> int:
     row = conn.execute(
         f"SELECT count(*) FROM leasectl.{table} WHERE counter IN ('completed', 'failed', 'retried')"
@@ -75,11 +107,11 @@ def test_upgrade_from_26_with_unfolded_deltas_keeps_the_totals(
     with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
         monkeypatch.setattr(queries, "migrations", lambda: every[:26])
         store.db.migrate()
-        run(store, "a", completed=4, retried=1)
+        run_at_26(empty_db_dsn, "a", completed=4, retried=1)
         store.db.one("metrics_counters_fold", {"fold_limit": 1000})  # 26's folds, committed
         store.db.one("history_fold", history.fold_params(1000))
-        run(store, "a", completed=2, retried=1)  # left unfolded at 26
-        run(store, "b", completed=1, retried=0)
+        run_at_26(empty_db_dsn, "a", completed=2, retried=1)  # left unfolded at 26
+        run_at_26(empty_db_dsn, "b", completed=1, retried=0)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             assert deltas(conn, "counter_deltas") == deltas(conn, "queue_history_deltas") == 5
         monkeypatch.setattr(queries, "migrations", lambda: every)
