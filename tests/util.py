@@ -80,3 +80,21 @@ def wait_for_lock_wait(conn: psycopg.Connection[Any], *, what: str) -> None:
         ),
         what=what,
     )
+
+
+def vacuum_until_all_visible(conn: psycopg.Connection[Any], table: str) -> None:
+    """VACUUM ANALYZE ``table`` (schema-qualified) until the visibility map marks every page
+    all-visible, with a deadline. A VACUUM cannot mark a page while a transaction that began
+    before its last insert runs in the database (an autovacuum ANALYZE of the fresh rows), nor
+    before the insert's commit record is flushed (the temporary servers commit asynchronously:
+    the rows' hint bits wait for the WAL writer)."""
+
+    def marked() -> bool:
+        conn.execute(f"VACUUM ANALYZE {table}")
+        row = conn.execute(
+            "SELECT relallvisible, relpages FROM pg_catalog.pg_class WHERE oid = %s::regclass",
+            (table,),
+        ).fetchone()
+        return row is not None and row[0] >= row[1]
+
+    wait_until(marked, timeout=30, interval=0.1, what=f"{table}: every page all-visible")

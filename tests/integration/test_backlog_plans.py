@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +20,7 @@ from leasectl.db.console import ConsoleReads, console_settings
 from tests.conftest import SCHEMA
 from tests.integration.test_metrics_plans import seed
 from tests.stores import Stores
+from tests.util import vacuum_until_all_visible
 
 pytestmark = pytest.mark.full
 
@@ -174,21 +174,7 @@ def _owner_seed(conn: psycopg.Connection[Any]) -> None:
 
 
 def _all_visible(conn: psycopg.Connection[Any]) -> None:
-    """VACUUM jobs until the visibility map marks every page all-visible. A VACUUM cannot while
-    a transaction that began before the seed's last insert runs in the database (an autovacuum
-    ANALYZE of the fresh rows, for one): poll until it can, with a deadline."""
-    deadline = time.monotonic() + 30
-    while True:
-        conn.execute("VACUUM leasectl.jobs")
-        row = conn.execute(
-            "SELECT relallvisible, relpages FROM pg_catalog.pg_class "
-            "WHERE oid = 'leasectl.jobs'::regclass"
-        ).fetchone()
-        assert row is not None
-        if row[0] >= row[1]:
-            return
-        assert time.monotonic() < deadline, f"jobs: {row[0]} of {row[1]} pages all-visible"
-        time.sleep(0.1)
+    vacuum_until_all_visible(conn, "leasectl.jobs")
 
 
 def _owner_params(owner: str) -> dict[str, Any]:

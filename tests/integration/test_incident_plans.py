@@ -14,6 +14,7 @@ from psycopg import ClientCursor
 from leasectl.db import sql as queries
 from tests.conftest import SCHEMA
 from tests.integration.test_plans import scans_of_big_tables
+from tests.util import vacuum_until_all_visible
 
 pytestmark = pytest.mark.full
 
@@ -45,7 +46,7 @@ def history(sql_conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         "FROM leasectl.jobs WHERE id <= 50000"
     )
     for table in ("jobs", "job_attempts", "job_events", "queue_events"):
-        sql_conn.execute(f"VACUUM ANALYZE leasectl.{table}")
+        vacuum_until_all_visible(sql_conn, f"leasectl.{table}")
     return sql_conn
 
 
@@ -88,7 +89,7 @@ def test_errors_read_attempts_stored_without_a_kind_by_primary_key(
         "UPDATE leasectl.job_attempts SET queue = NULL, error_kind = NULL "
         "WHERE outcome = 'failed' AND ended_at > now() - interval '1 hour'"
     )
-    history.execute("VACUUM ANALYZE leasectl.job_attempts")
+    vacuum_until_all_visible(history, "leasectl.job_attempts")
     shown = plan(
         history,
         "errors_failures",

@@ -278,6 +278,7 @@ def test_failure_closes_its_attempt_by_primary_key(plan_of: Callable[[str, Param
             "owner": row[0] if row else "nobody",
             "error": "boom",
             "detail": "Traceback (most recent call last):\n  ...\nRuntimeError: boom",
+            "kind": "RuntimeError",
             "retry": True,
             "delay": timedelta(seconds=1),
         }

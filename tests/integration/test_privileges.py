@@ -737,6 +737,11 @@ ADDED_BY_24 = (
 ADDED_BY_25 = (",\n    {schema}.schedule_slots_prune",)
 # Migration 28's (the enqueuing span's trace context): removed first too, as 21's.
 ADDED_BY_28 = (", trace_context", "-- (trace_context: the enqueuing span's, migration 28.)\n")
+# Migration 29's (a failure's kind and queue, written by job_fail): removed first too.
+ADDED_BY_29 = (
+    ", queue, error_kind",
+    "-- (queue, error_kind: a failure's, job_fail; migration 29.)\n",
+)
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -762,7 +767,7 @@ def grant_as_before(
 ) -> None:
     """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
     text = queries.get(f"grant_{kind}").text
-    for piece in (*ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
+    for piece in (*ADDED_BY_29, *ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
@@ -830,7 +835,7 @@ def test_workers_granted_before_migration_8_still_fail_jobs_after_the_upgrade(
     with login_roles(server_dsn, empty_db_dsn, {"worker": name}) as roles:
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             migrate_to(conn, 7)
-            assert ", error_detail)" in queries.get("grant_worker").text
+            assert ", error_detail, queue, error_kind)" in queries.get("grant_worker").text
             grant_as_before(
                 conn,
                 "worker",
@@ -1552,9 +1557,9 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
             store.db.migrate()
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            for kind, name in names.items():  # today's grants but migration 28's column
+            for kind, name in names.items():  # today's grants but migrations 28's and 29's
                 text = queries.get(f"grant_{kind}").text
-                for piece in ADDED_BY_28:
+                for piece in (*ADDED_BY_29, *ADDED_BY_28):
                     text = text.replace(piece, "")
                 conn.execute(
                     sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(

@@ -18,6 +18,7 @@ import leasectl
 from leasectl.db import sql as queries
 from tests.integration.test_privileges import (
     ADDED_BY_28,
+    ADDED_BY_29,
     KINDS,
     Roles,
     granted,  # noqa: F401 (a fixture)
@@ -77,9 +78,10 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                # `leasectl grant` as version 27 ran it: today's without migration 28's column.
+                # `leasectl grant` as version 27 ran it: today's without migrations 28's and
+                # 29's columns.
                 text = queries.get(f"grant_{kind}").text
-                for piece in ADDED_BY_28:
+                for piece in (*ADDED_BY_29, *ADDED_BY_28):
                     text = text.replace(piece, "")
                 conn.execute(
                     sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(

@@ -14,6 +14,7 @@ import psycopg
 from leasectl.core.counts import COUNT_BUDGET, RECOUNT_CAP, BoundedCount, recounted
 from leasectl.db.metrics import MetricsReads
 from tests.stores import Stores
+from tests.util import vacuum_until_all_visible
 
 SMALL = COUNT_BUDGET + 1_000  # past every cap, far below RECOUNT_CAP
 
@@ -130,7 +131,7 @@ def test_a_recount_walks_its_queue_not_the_table(sql_conn: psycopg.Connection[An
         "INSERT INTO leasectl.jobs (queue, status, finished_at) "
         "SELECT 'small', 'Completed', now() FROM generate_series(1, 200000)"
     )
-    sql_conn.execute("VACUUM ANALYZE leasectl.jobs")
+    vacuum_until_all_visible(sql_conn, "leasectl.jobs")
     pages = sql_conn.execute(
         "SELECT relpages FROM pg_class WHERE oid = 'leasectl.jobs'::regclass"
     ).fetchone()
