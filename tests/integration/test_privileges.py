@@ -762,17 +762,29 @@ def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
         )
 
 
-def grant_as_before(
-    conn: psycopg.Connection[Any], kind: str, role: str, added: Sequence[str]
+def grant_without(
+    conn: psycopg.Connection[Any], kind: str, role: str, pieces: Sequence[str]
 ) -> None:
-    """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
+    """`leasectl grant --KIND ROLE` as today's, without ``pieces`` (what later migrations added)."""
     text = queries.get(f"grant_{kind}").text
-    for piece in (*ADDED_BY_29, *ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added):
+    for piece in pieces:
         text = text.replace(piece, "")
     conn.execute(
         sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
             s=sql.Identifier("leasectl"), r=sql.Identifier(role)
         )
+    )
+
+
+def grant_as_before(
+    conn: psycopg.Connection[Any], kind: str, role: str, added: Sequence[str]
+) -> None:
+    """`leasectl grant --KIND ROLE` as an older version ran it: today's without ``added``."""
+    grant_without(
+        conn,
+        kind,
+        role,
+        (*ADDED_BY_29, *ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added),
     )
 
 
@@ -1558,14 +1570,7 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():  # today's grants but migrations 28's and 29's
-                text = queries.get(f"grant_{kind}").text
-                for piece in (*ADDED_BY_29, *ADDED_BY_28):
-                    text = text.replace(piece, "")
-                conn.execute(
-                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
-                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
-                    )
-                )
+                grant_without(conn, kind, name, (*ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
             [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)

@@ -12,7 +12,6 @@ import psycopg
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from psycopg import sql
 
 import leasectl
 from leasectl.db import sql as queries
@@ -21,6 +20,7 @@ from tests.integration.test_privileges import (
     ADDED_BY_29,
     KINDS,
     Roles,
+    grant_without,
     granted,  # noqa: F401 (a fixture)
     login_roles,
     roles,  # noqa: F401 (a fixture)
@@ -80,14 +80,7 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
             for kind, name in names.items():
                 # `leasectl grant` as version 27 ran it: today's without migrations 28's and
                 # 29's columns.
-                text = queries.get(f"grant_{kind}").text
-                for piece in (*ADDED_BY_29, *ADDED_BY_28):
-                    text = text.replace(piece, "")
-                conn.execute(
-                    sql.SQL(text.replace("{schema}", "{s}").replace("{role}", "{r}")).format(
-                        s=sql.Identifier("leasectl"), r=sql.Identifier(name)
-                    )
-                )
+                grant_without(conn, kind, name, (*ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][27:]
         enqueue_and_claim(made, spans)
