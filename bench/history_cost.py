@@ -4,9 +4,11 @@
     python -m bench.history_cost DSN --trips [--rounds 12] [--single 2000] [--batch-trips 200]
 
 Each round drains in fresh databases, the two variants taking turns (the order alternating by
-round): *after*, the schema as shipped; *before*, the same schema with the history's writes
-taken out (its two triggers dropped and migration 11's ``counters_from_attempts`` put back, so
-the counters are kept as before migration 20). The drain is ``bench/drain.py``'s: the ``leasectl
+round): *after*, the schema as shipped; *before*, the same schema with the history's triggers
+taken out (its enqueue trigger dropped and migration 11's ``counters_from_attempts`` put back, so
+the counters are kept as before migration 20). The workers' claims still append their pickups
+(migration 30 put them in the claim statements, which the ``leasectl worker`` runs as shipped):
+``--trips`` measures them too. The drain is ``bench/drain.py``'s: the ``leasectl
 worker`` command, no-op handler, its steady rate (the middle 80 % of the finishes), at c=50 (2
 processes x 25) and in single-job mode (1 process at concurrency 1, ready before the jobs are
 seeded). Prints every run and the medians; on a shared machine the spread is the figure to read.
@@ -16,15 +18,16 @@ seeded). Prints every run and the medians; on a shared machine the spread is the
 previous one's key), on a fresh database per variant (``--variants``, the first the base):
 *nohist* without the history's writes (as *before* above), *026* with the completion's counts
 written twice as migration 20 wrote them (counter_deltas and the history's deltas), *shipped*,
-*nopickup* (shipped without the claim's pickup trigger: what moving that delta into the claim
-statement could save at most) and *emptypickup* (the trigger kept, its function doing nothing:
-the call's own cost); also the trigger functions' time per trip (pg_stat_user_functions,
+*trigger* (the pickups written as before migration 30: migration 20's statement trigger on
+attempts opened, which probes each job, and a claim without them) and *nopickup* (shipped, the
+claim without its pickups: what they cost); also the trigger functions' time per trip
+(pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
 trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
 round by round, the order rotating. The server backend's CPU time per trip (/proc/PID/schedstat
 of a local server) is far less disturbed by a busy machine than a drain's wall-clock rate.
 
-    python -m bench.history_cost DSN --trips --variants nohist,026,shipped,nopickup
+    python -m bench.history_cost DSN --trips --variants trigger,shipped,nopickup,nohist
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import types
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from bench.common import QUICK, Ctx, leasectl_init, log
 from bench.drain import System, drain_once, leasectl_system
+from bench.pause_cost import NAME
 from leasectl.db import sql as queries
 
 _COUNTERS_FN = re.compile(
@@ -46,14 +52,13 @@ _COUNTERS_FN = re.compile(
 
 
 def strip_history(dsn: str) -> None:
-    """The schema as before migration 20's writes: no history triggers, the counters' trigger
-    function as migration 11 made it."""
+    """The schema as before migration 20's writes: no history trigger, the counters' trigger
+    function as migration 11 made it (the claims' pickups: ``claim_without_pickups``)."""
     eleven = next(m for m in queries.migrations() if m.version == 11)
     found = _COUNTERS_FN.search(eleven.text)
     assert found, "migration 11's counters_from_attempts not found"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TRIGGER history_from_jobs ON leasectl.jobs")
-        conn.execute("DROP TRIGGER history_from_attempts_opened ON leasectl.job_attempts")
         text = found.group(0).replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
         conn.execute(queries.Query("counters_from_attempts_11", "", text).render("leasectl"))
 
@@ -97,11 +102,27 @@ def as_026(dsn: str) -> None:
         conn.execute(_function(20, "counters_from_attempts"))
 
 
-def without_pickup(dsn: str) -> None:
-    """As shipped without the claim's pickup delta (the statement trigger on attempts opened):
-    the most that writing the pickup inside the claim statement could save."""
+_PICKUPS = re.compile(r"\), picked_up AS \(.*?(?=\), settled AS \()", re.DOTALL)
+
+
+def claim_without_pickups() -> queries.Query:
+    """The claim as shipped without the pickups it appends to the history (migration 30)."""
+    shipped = queries.get(NAME)
+    text, n = _PICKUPS.subn("", shipped.text)
+    assert n == 1, "the claim's pickups are not where they were"
+    return queries.Query(NAME + "_nopickup", shipped.description, text)
+
+
+def pickup_trigger(dsn: str) -> None:
+    """The pickups as migration 20 wrote them: a statement trigger on attempts opened, each
+    job probed by primary key (the claim runs without its own pickups)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TRIGGER history_from_attempts_opened ON leasectl.job_attempts")
+        conn.execute(_function(20, "history_from_attempts_opened"))
+        conn.execute(
+            "CREATE TRIGGER history_from_attempts_opened AFTER INSERT ON leasectl.job_attempts "
+            "REFERENCING NEW TABLE AS new_attempts FOR EACH STATEMENT "
+            "EXECUTE FUNCTION leasectl.history_from_attempts_opened()"
+        )
 
 
 def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, float]]:
@@ -116,44 +137,42 @@ def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, floa
     return {r[0]: (r[1] * 1e3 / trips, r[2] * 1e3 / trips, r[3] / trips) for r in rows}
 
 
-def empty_pickup(dsn: str) -> None:
-    """As shipped with the claim's pickup trigger calling a function that does nothing (its
-    settings kept): what the trigger call itself costs, without the delta's write."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE OR REPLACE FUNCTION leasectl.history_from_attempts_opened() RETURNS trigger "
-            "LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, leasectl, pg_temp "
-            "SET enable_seqscan = off SET jit = off AS $$ BEGIN RETURN NULL; END $$"
-        )
-
-
-# --trips' variants: each changes a fresh database made by the shipped migrations.
-TRIP_VARIANTS = {
-    "nohist": strip_history,
-    "026": as_026,
-    "shipped": lambda dsn: None,
-    "nopickup": without_pickup,
-    "emptypickup": empty_pickup,
+# --trips' variants: each changes a fresh database made by the shipped migrations, and runs
+# the claim as shipped or without its pickups.
+TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], bool]] = {
+    "nohist": (strip_history, False),
+    "026": (as_026, True),
+    "shipped": (lambda dsn: None, True),
+    "trigger": (pickup_trigger, False),
+    "nopickup": (lambda dsn: None, False),
 }
 
 
 def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list[str]) -> None:
     from psycopg import sql
 
-    from bench.pause_cost import NAME, Variant, fresh_database
+    from bench.pause_cost import Variant, fresh_database
+    from leasectl.db import hot
     from leasectl.db.connection import Database
+
+    bare = claim_without_pickups()
+    real = queries
+    hot.queries = types.SimpleNamespace(  # type: ignore[assignment]
+        get=lambda name: bare if name == bare.name else real.get(name), numbered=real.numbered
+    )
 
     jobs = rounds * (single + 50 * batch_trips) + 10_000
     dbnames = {k: f"leasectl_history_cost_{k}" for k in names}
     dsns = {k: fresh_database(base, name, jobs) for k, name in dbnames.items()}
     for k, dsn in dsns.items():
-        TRIP_VARIANTS[k](dsn)
+        TRIP_VARIANTS[k][0](dsn)
+    statement = {k: NAME if TRIP_VARIANTS[k][1] else bare.name for k in names}
     dbs = {k: Database.connect(dsn, "leasectl", max_size=2, generic_plans=True)
            for k, dsn in dsns.items()}  # fmt: skip
     base_name = names[0]
     try:
         for mode, trips, limit in (("single-job", single, 1), ("c=50", batch_trips, 50)):
-            variants = {k: Variant(db, NAME) for k, db in dbs.items()}
+            variants = {k: Variant(db, statement[k]) for k, db in dbs.items()}
             for v in variants.values():
                 v.round(max(1, trips // 10), limit)  # prepare and warm up
                 v.times.clear()

@@ -268,6 +268,9 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
                         for _ in range(ids.index(W1)):
                             await pilot.press("down")
                         continue
+                    if key == "wait:queues":  # the Queues view's rows, before `enter`
+                        await _wait(pilot, "the Queues view", lambda: app.screen.reads)
+                        continue
                     if key.startswith("type:"):  # text typed into an input
                         await pilot.press(*key.removeprefix("type:"))
                         continue
@@ -275,6 +278,8 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
                     await pilot.pause(0.1)
                 if name == "console-find":
                     await pilot.pause(1.5)  # the search runs in the background
+                if name in ("console-queues", "console-queue"):  # read in the background too
+                    await _wait(pilot, "the queues' read", lambda: getattr(app.screen, "reads", 0))
                 if name == "console-detail":
                     await _wait(
                         pilot, "the job detail", lambda: getattr(app.screen, "detail", None)
@@ -309,6 +314,8 @@ async def shoot(dsn: str, schema: str, out: Path) -> None:
     await take("console-confirm", (160, 48), ["R"])
     await take("console-failed", (120, 36), ["5"])
     await take("console-find", (120, 36), ["f", "type:state:failed queue:payments", "enter"])
+    await take("console-queues", (160, 48), ["Q"])
+    await take("console-queue", (160, 48), ["Q", "wait:queues", "enter"])
 
 
 def live(dsn: str, schema: str, held: dict[str, list[Lease]], seconds: float) -> None:

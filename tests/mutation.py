@@ -705,6 +705,11 @@ MUTANTS += (
 HISTORY = "tests/integration/test_history.py::"
 REAL_WORKER = HISTORY + "test_buckets_add_up_to_what_a_real_worker_did"
 PICKUP = HISTORY + "test_pickup_latency_is_the_start_minus_when_the_job_became_due"
+ONE_QUEUE_ERRORS = (
+    "tests/integration/test_incident.py::"
+    "test_one_queues_errors_are_read_however_many_another_queue_has"
+)
+TAKEOVER_PICKUP = HISTORY + "test_a_takeover_counts_its_pickup_from_when_the_job_first_became_due"
 BACKLOG = HISTORY + "test_the_backlog_is_sampled_once_a_minute_capped_by_its_budget"
 HISTORY_HELD = HISTORY + "test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value"
 PRUNED = HISTORY + "test_prune_deletes_minutes_past_the_keep_in_batches"
@@ -724,10 +729,22 @@ def _history(name: str, statement: str, text: str, replacement: str, *tests: str
 
 
 MUTANTS += (
-    _history("due-is-the-later", "history_from_attempts_opened",
-             "greatest(j.created_at, j.run_at)", "j.created_at", PICKUP),
-    _history("opened-job", "history_from_attempts_opened",
-             "FROM jobs WHERE id = s.job_id OFFSET 0", "FROM jobs OFFSET 0", REAL_WORKER),
+    # The pickups each claim appends (migration 30).
+    mutant("history-due-is-the-later", "jobs.sql", "jobs_complete_and_claim",
+           "greatest(created_at, run_at)", "created_at", (PICKUP,)),
+    mutant("history-pickups-are-claims", "jobs.sql", "jobs_complete_and_claim",
+           "    FROM changed WHERE NOT completing\n    GROUP BY 1, 2, 4",
+           "    FROM changed\n    GROUP BY 1, 2, 4", (REAL_WORKER,)),
+    mutant("history-takeover-due-is-the-later", "jobs.sql", "jobs_claim_expired",
+           "greatest(created_at, run_at)", "created_at", (TAKEOVER_PICKUP,)),
+    mutant("history-takeover-pickups", "jobs.sql", "jobs_claim_expired",
+           "    FROM claimed\n    GROUP BY 1, 2, 4",
+           "    FROM claimed WHERE false\n    GROUP BY 1, 2, 4",
+           (TAKEOVER_PICKUP,)),
+    mutant("history-claim-by-id-pickups", "jobs.sql", "job_claim_by_id",
+           "    FROM claimed\n    GROUP BY 1, 2, 4",
+           "    FROM claimed WHERE false\n    GROUP BY 1, 2, 4",
+           (HISTORY + "test_a_job_claimed_by_id_before_it_is_due_counts_in_the_first_bucket",)),
     _history("bucket-scale", "history_bucket", "1 + floor(2 * ln(ms) / ln(2))",
              "floor(2 * ln(ms) / ln(2))",
              HISTORY + "test_the_sql_buckets_are_the_ones_python_reads"),
@@ -744,6 +761,14 @@ MUTANTS += (
     _history("backlog-capped", "history_fold", "c.seen > cap.cap", "false", BACKLOG),
     _history("backlog-once-a-minute", "history_fold", "    IF sampled > 0 THEN",
              "    IF true THEN", BACKLOG),
+    mutant("history-backlog-estimated", "migrations/030_pickups_from_the_claim.sql",
+           "history_backlog_estimate", "IF estimate > NEW.pending THEN", "IF false THEN",
+           (BACKLOG,)),
+    # `errors --queue` reads its queue's failures only, from their own index (migration 30).
+    mutant("errors-one-queue", "incident.sql", "errors_failures",
+           "           AND a.queue = %(queue)s::text\n", "", (ONE_QUEUE_ERRORS,)),
+    mutant("errors-every-queue-gated", "incident.sql", "errors_failures",
+           "           AND %(queue)s::text IS NULL\n", "", (ONE_QUEUE_ERRORS,)),
     _history("fold-adds-outcomes", "history_fold", "SET value = t.value + o.delta",
              "SET value = o.delta", OUTCOMES_RACE),
     _history("fold-skips-held-totals", "history_fold",

@@ -118,7 +118,7 @@ class ErrorReport:
     since: timedelta
     db_now: datetime
     groups: tuple[ErrorGroup, ...]
-    scanned: int  # failed attempts read (of every queue, newest first)
+    scanned: int  # failed attempts read (of the queue asked for, or every queue; newest first)
     scan_cap: int
 
     @property

@@ -4,7 +4,8 @@ transaction each, and ``present/queues.py`` shows them.
 
 The trend is the backlog's: its due Pending jobs as the history's fold sampled them each minute
 (``queue_backlog``, migration 20), the last sample against the first of the last
-``TREND_MINUTES``. A sample counted to its cap is a lower bound: two of them compare nothing, so
+``TREND_MINUTES``. A sample past its cap is the planner's estimate (migration 30), compared as a
+count; one the estimate did not raise is a lower bound: with one at each end nothing compares, so
 then (and before any fold sampled the queue) the trend is the flow over the same minutes,
 enqueued against finished.
 """
@@ -111,10 +112,13 @@ def trend(minutes: tuple[MinuteStats, ...], span: int = TREND_MINUTES) -> Trend:
     if len(samples) >= 2:
         first, last = samples[0], samples[-1]
         assert first.pending is not None and last.pending is not None
-        if not (first.pending_capped and last.pending_capped):
-            if last.pending_capped:
+        # (An estimate past the cap compares as a count; a lower bound does not.)
+        bound_first = first.pending_capped and not first.pending_estimated
+        bound_last = last.pending_capped and not last.pending_estimated
+        if not (first.pending_capped and last.pending_capped) or not (bound_first or bound_last):
+            if bound_last:
                 return Trend.GROWING  # it went past the cap
-            if first.pending_capped:
+            if bound_first:
                 return Trend.SHRINKING
             return _direction(last.pending - first.pending, max(first.pending, last.pending))
     enqueued = sum(m.enqueued for m in recent)

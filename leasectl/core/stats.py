@@ -103,9 +103,10 @@ class MinuteStats:
     retried: int = 0
     pickup: tuple[int, ...] = ()  # the latency histogram, by bucket
     # The due Pending jobs sampled that minute (None: no fold sampled it); capped: counted to
-    # the cap, a lower bound.
+    # the cap, a lower bound; estimated: past the cap, the planner's estimate (migration 30).
     pending: int | None = None
     pending_capped: bool = False
+    pending_estimated: bool = False
 
     @property
     def pickup_p50_ms(self) -> float | None:

@@ -89,9 +89,10 @@ class Incident:
 
 
 def errors_params(since: timedelta, queue: str | None, scan: int) -> dict[str, Any]:
-    """``errors_failures``' parameters (it reads every queue's failures: ``error_report``
-    keeps ``queue``'s)."""
-    return {"since": since, "scan": scan, "chars": errorgroups.KIND_CHARS}
+    """``errors_failures``' parameters: ``queue``'s failures stored with a kind (every
+    queue's when None), and the newest of every queue's stored without one (an older worker's:
+    ``error_report`` keeps ``queue``'s)."""
+    return {"since": since, "queue": queue, "scan": scan, "chars": errorgroups.KIND_CHARS}
 
 
 def error_report(

@@ -305,7 +305,11 @@ def _per_queue(
         )
     for r in backlog:
         found[r["queue"]][minute_of(r["minute"])].update(
-            {"pending": int(r["pending"]), "pending_capped": bool(r["capped"])}
+            {
+                "pending": int(r["pending"]),
+                "pending_capped": bool(r["capped"]),
+                "pending_estimated": bool(r["estimated"]),
+            }
         )
     return {
         queue: [MinuteStats(minute, **values) for minute, values in by_minute.items()]

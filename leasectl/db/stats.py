@@ -79,7 +79,11 @@ def minutes_from_rows(
         found[minute]["pickup"] = tuple(histogram)
     for r in backlog:
         found[minute_of(r["minute"])].update(
-            {"pending": int(r["pending"]), "pending_capped": bool(r["capped"])}
+            {
+                "pending": int(r["pending"]),
+                "pending_capped": bool(r["capped"]),
+                "pending_estimated": bool(r["estimated"]),
+            }
         )
     return [MinuteStats(minute, **values) for minute, values in found.items()]
 

@@ -28,7 +28,9 @@ def _ms(value: float | None) -> float | None:
 
 
 def stats_json(report: QueueStats) -> dict[str, Any]:
-    """The document of `stats --json`; a minute no fold sampled has ``pending`` null."""
+    """The document of `stats --json`; a minute no fold sampled has ``pending`` null; past its
+    cap, ``pending`` is a lower bound (``pending_capped``) or an estimate
+    (``pending_estimated``)."""
     return {
         "queue": report.queue,
         "since": jsonable(report.since),
@@ -44,6 +46,8 @@ def stats_json(report: QueueStats) -> dict[str, Any]:
                 "pickup_p50_ms": _ms(m.pickup_p50_ms),
                 "pickup_p95_ms": _ms(m.pickup_p95_ms),
                 "pending": m.pending,
+                "pending_capped": m.pending_capped,
+                "pending_estimated": m.pending_estimated,
             }
             for m in report.minutes
         ],
@@ -102,7 +106,7 @@ _COUNTS = ("enqueued", "started", "completed", "failed", "retried")
 def _pending_cell(m: MinuteStats) -> str:
     if m.pending is None:
         return "-"
-    return count_text(m.pending, m.pending_capped)
+    return count_text(m.pending, m.pending_capped, m.pending_estimated)
 
 
 def stats_renderables(report: QueueStats, width: int = 80) -> list[RenderableType]:

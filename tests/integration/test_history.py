@@ -146,6 +146,25 @@ def test_a_job_claimed_by_id_before_it_is_due_counts_in_the_first_bucket(
     assert rows == [("enqueued", 0, 1), ("pickup", 0, 1)]
 
 
+def test_a_takeover_counts_its_pickup_from_when_the_job_first_became_due(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A lapsed lease taken over (jobs_claim_expired) is a pickup like any claim, its latency
+    from when the job became due (run_at, later than its creation), not from its last lease."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, created_at, run_at, lease_owner, lease_until,"
+        " heartbeat_at, attempts) VALUES ('t', 'Processing', now() - interval '40 s', "
+        "now() - interval '20 s', 'gone', now() - interval '1 s', now() - interval '10 s', 1)"
+    )
+    [lease] = store.work.claim("t", "w1", TTL)
+    assert lease.attempt == 2
+    rows = sql_conn.execute(
+        "SELECT counter, bucket, delta FROM leasectl.queue_history_deltas "
+        "WHERE queue = 't' AND counter = 'pickup'"
+    ).fetchall()
+    assert rows == [("pickup", bucket_of(20_000), 1)]
+
+
 def test_the_sql_buckets_are_the_ones_python_reads(sql_conn: psycopg.Connection) -> None:
     values = [0.5, 1.2, 3.7, 99.0, 1234.5, 86_400_000.0, 1e13]
     got = sql_conn.execute(
@@ -187,6 +206,29 @@ def test_the_backlog_is_sampled_once_a_minute_capped_by_its_budget(
     assert 3 in [m.pending for m in report.minutes]
     quiet = history.read_stats(store.db, "never-used", timedelta(minutes=5))
     assert 0 in [m.pending for m in quiet.minutes]
+    # With statistics, a capped sample is raised to the planner's estimate of the due jobs
+    # (migration 30), as `status` and the console estimate them, and says so.
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    [(estimate,)] = sql_conn.execute(
+        "SELECT leasectl.estimate_jobs('Pending', 'b', now())"
+    ).fetchall()
+    assert estimate > 3
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog_minutes")
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog")
+    sql_conn.execute("SELECT leasectl.history_fold(100, 10, 2, 2)")
+    assert sql_conn.execute(
+        "SELECT pending, capped, estimated FROM leasectl.queue_backlog"
+    ).fetchall() == [(estimate, True, True)]
+    [last] = [m for m in history.read_stats(store.db, "b", timedelta(minutes=5)).minutes
+              if m.pending is not None][-1:]  # fmt: skip
+    assert (last.pending, last.pending_capped, last.pending_estimated) == (estimate, True, True)
+    # Within the cap, the count is exact and no estimate replaces it.
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog_minutes")
+    sql_conn.execute("DELETE FROM leasectl.queue_backlog")
+    sql_conn.execute("SELECT leasectl.history_fold(100, 10, 100, 100)")
+    assert sql_conn.execute(
+        "SELECT pending, capped, estimated FROM leasectl.queue_backlog"
+    ).fetchall() == [(7, False, False)]
 
 
 def test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value(

@@ -765,13 +765,13 @@ def test_stats_and_pickup_latency_show_hostile_queues_as_text(hostile: Hostile) 
     queue, and `status`'s pickup latency, show them as text; --json gives them back exactly."""
     values = (JOINED_TERMINAL, *TERMINAL[:3], *UNICODE[:2], MARKUP[3])
     with psycopg.connect(hostile.dsn, autocommit=True) as conn:
-        # A start of each queue, as the attempts' trigger writes it (only the showcase job's
-        # queue has attempts in the seed).
+        # A start of each queue, as a claim writes it (the seed writes its attempts itself, as
+        # no claim does: none of them is counted).
         conn.execute(
             "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
             "SELECT q, date_trunc('minute', now(), 'UTC'), 'pickup', 20, 1 "
             "FROM unnest(%s::text[]) AS q",
-            [NAMES],
+            [[*NAMES, JOINED_TERMINAL]],
         )
     human, as_json, status, *of_queue = run_all(
         [

@@ -99,6 +99,22 @@ def test_a_capped_read_counts_the_newest_and_says_so(db_dsn: str, store: Stores)
     assert whole.truncated  # exactly at the cap: there may be more
 
 
+def test_one_queues_errors_are_read_however_many_another_queue_has(
+    db_dsn: str, store: Stores
+) -> None:
+    """A queue's failures are read from its own index (migration 30): another queue failing
+    faster, past the read's cap, hides none of them."""
+    fail_jobs(store, "refunds", ["CardDeclined: card 1", "CardDeclined: card 2"])
+    fail_jobs(store, "payments", [f"PSPError: 503 for invoice {i}" for i in range(6)])
+    report = Incident(store.db).errors(since=timedelta(hours=1), queue="refunds", scan=3)
+    assert [(g.error, g.count, g.queues) for g in report.groups] == [
+        ("CardDeclined", 2, ("refunds",))
+    ]
+    assert not report.truncated and report.scanned == 2
+    everyone = Incident(store.db).errors(since=timedelta(hours=1), scan=3)
+    assert everyone.truncated and {q for g in everyone.groups for q in g.queues} == {"payments"}
+
+
 def test_no_failures_is_an_empty_list(db_dsn: str) -> None:
     proc = cli("errors", "--json", "--queue", "nothing", dsn=db_dsn)
     assert proc.returncode == 0, proc.stderr

@@ -742,6 +742,13 @@ ADDED_BY_29 = (
     ", queue, error_kind",
     "-- (queue, error_kind: a failure's, job_fail; migration 29.)\n",
 )
+# Migration 30's (each claim appends its pickups to the history): removed first too.
+ADDED_BY_30 = (
+    ";\n-- (Each claim appends its pickups to the history, migration 30; row-level security lets "
+    "a\n-- worker write those only.)\n"
+    "GRANT INSERT (queue, minute, counter, bucket, delta) ON {schema}.queue_history_deltas TO "
+    "{role}",
+)
 ADDED_BY_17 = (
     *ADDED_BY_19,
     ",\n    {schema}.queue_limit_set, {schema}.queue_limit_clear, {schema}.queue_ramp",
@@ -784,7 +791,15 @@ def grant_as_before(
         conn,
         kind,
         role,
-        (*ADDED_BY_29, *ADDED_BY_28, *ADDED_BY_25, *ADDED_BY_24, *ADDED_BY_21, *added),
+        (
+            *ADDED_BY_30,
+            *ADDED_BY_29,
+            *ADDED_BY_28,
+            *ADDED_BY_25,
+            *ADDED_BY_24,
+            *ADDED_BY_21,
+            *added,
+        ),
     )
 
 
@@ -1316,13 +1331,34 @@ def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
         with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_history")
+    # A worker's claims append their pickups (migration 30), and nothing else: no other
+    # count, no other minute, no bucket or delta a claim could not write.
+    with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
+            "VALUES ('hq', date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1)"
+        )
+        for values in (
+            "date_trunc('minute', now(), 'UTC'), 'enqueued', 0, 1",
+            "date_trunc('minute', now(), 'UTC'), 'retried', 0, 1",
+            "date_trunc('minute', now(), 'UTC') - interval '1 day', 'pickup', 3, 1",
+            "date_trunc('minute', now(), 'UTC') + interval '1 year', 'pickup', 3, 1",
+            "date_trunc('minute', now(), 'UTC'), 'pickup', 64, 1",
+            "date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1001",
+        ):
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(
+                    "INSERT INTO leasectl.queue_history_deltas "
+                    f"(queue, minute, counter, bucket, delta) VALUES ('hq', {values})"
+                )
     # A worker may run status: its pickup latency is not readable, null, and nothing fails.
     worker_status = cli("status", "--json", dsn=granted.dsn("worker"))
     assert worker_status.returncode == 0, worker_status.stderr
     assert json.loads(worker_status.stdout)["pickup"] is None
     with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
-        # Delta rows: one per statement and counter (enqueued, pickup, completed).
-        assert conn.execute(calls[0]).fetchone() == (3,)
+        # Delta rows: one per statement and counter (enqueued, pickup, completed), and the
+        # worker's own pickup above.
+        assert conn.execute(calls[0]).fetchone() == (4,)
         assert conn.execute(calls[1]).fetchone() == (0,)
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute(calls[2])
@@ -1569,8 +1605,8 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
             store.db.migrate()
             monkeypatch.setattr(queries, "migrations", lambda: every)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            for kind, name in names.items():  # today's grants but migrations 28's and 29's
-                grant_without(conn, kind, name, (*ADDED_BY_29, *ADDED_BY_28))
+            for kind, name in names.items():  # today's grants but 28's to 30's
+                grant_without(conn, kind, name, (*ADDED_BY_30, *ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
             [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)
@@ -1593,3 +1629,36 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
             ).fetchall()
         assert row == ("Pending", -3, 3)
         assert [a for (a,) in allowed] == [False, *(kind == "operator" for kind in KINDS)]
+
+
+def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 30 moves the pickups into the claims: a worker granted before it (no INSERT on
+    the history's deltas) claims after the upgrade with no `leasectl grant` re-run, and its
+    pickups are counted; it still may write no other count."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v29_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = queries.migrations()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            monkeypatch.setattr(queries, "migrations", lambda: every[:29])
+            store.db.migrate()
+            monkeypatch.setattr(queries, "migrations", lambda: every)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_without(conn, kind, name, ADDED_BY_30)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][29:]
+            store.ops.enqueue([{}] * 3, queue="q")
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert len(store.work.claim("q", "w-old", timedelta(seconds=30), 3)) == 3
+        with psycopg.connect(roles.dsn("worker"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(
+                    "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, delta) "
+                    "VALUES ('q', date_trunc('minute', now(), 'UTC'), 'completed', 1)"
+                )
+        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
+        assert proc.returncode == 0, proc.stderr
+        assert sum(b["started"] for b in json.loads(proc.stdout)["buckets"]) == 3

@@ -136,7 +136,8 @@ def test_the_json_document_has_exactly_its_keys() -> None:
     assert doc["since"] == "2026-01-02T02:04:00+00:00"
     first, empty = doc["buckets"]
     assert list(first) == ["start", "enqueued", "started", "completed", "failed", "retried",
-                           "pickup_p50_ms", "pickup_p95_ms", "pending"]  # fmt: skip
+                           "pickup_p50_ms", "pickup_p95_ms", "pending", "pending_capped",
+                           "pending_estimated"]  # fmt: skip
     assert first["start"] == "2026-01-02T03:04:00+00:00"
     assert (first["enqueued"], first["started"], first["completed"]) == (1, 2, 3)
     assert (first["failed"], first["retried"], first["pending"]) == (4, 5, 6)

@@ -72,6 +72,9 @@ GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, star
     last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
     ON {schema}.workers TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role};
+-- (Each claim appends its pickups to the history, migration 30; row-level security lets a
+-- worker write those only.)
+GRANT INSERT (queue, minute, counter, bucket, delta) ON {schema}.queue_history_deltas TO {role};
 
 -- name: grant_producer
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.

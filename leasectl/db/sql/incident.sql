@@ -10,7 +10,7 @@ SELECT set_config('statement_timeout', %(timeout_ms)s::text, true) AS statement_
        now() AS db_now;
 
 -- name: errors_failures
--- The failed attempts of the last %(since)s, newest first, at most %(scan)s of every queue (job_attempts_failed_idx and job_attempts_failed_unkinded_idx), counted by stored kind and queue, and, for the attempts stored without a kind, by first line (at most %(chars)s characters), traceback flag and queue: each count with its first and last end time and the job of its latest attempt. Their sum is how many were read.
+-- The failed attempts of the last %(since)s, newest first, at most %(scan)s of %(queue)s (every queue's when NULL; job_attempts_failed_queue_idx, job_attempts_failed_idx and job_attempts_failed_unkinded_idx), counted by stored kind and queue, and, for the attempts stored without a kind, by first line (at most %(chars)s characters), traceback flag and queue: each count with its first and last end time and the job of its latest attempt. Their sum is how many were read.
 -- The attempts stored with a kind (migration 29) come from their index alone (an index-only
 -- scan, but for the pages of the last minutes, which the visibility map does not cover yet);
 -- the others, from before that migration or an older worker, are read as before: their row
@@ -24,6 +24,19 @@ WITH scanned AS (
                 false AS traced
          FROM {schema}.job_attempts AS a
          WHERE a.outcome = 'failed' AND a.error_kind IS NOT NULL
+           AND a.ended_at >= now() - %(since)s::interval
+           -- (Every queue's: a one-time filter, this branch or the next one runs.)
+           AND %(queue)s::text IS NULL
+         ORDER BY a.ended_at DESC
+         LIMIT %(scan)s::integer)
+        UNION ALL
+        -- One queue's, from its own index (migration 30): another queue's failures, however
+        -- many, never fill the read before this queue's are reached.
+        (SELECT a.job_id, a.ended_at, a.queue, a.error_kind, NULL::text AS error,
+                false AS traced
+         FROM {schema}.job_attempts AS a
+         WHERE a.outcome = 'failed' AND a.error_kind IS NOT NULL
+           AND a.queue = %(queue)s::text
            AND a.ended_at >= now() - %(since)s::interval
          ORDER BY a.ended_at DESC
          LIMIT %(scan)s::integer)

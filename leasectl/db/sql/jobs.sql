@@ -185,6 +185,16 @@ WITH budget AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
+), picked_up AS (
+    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
+    -- each job claimed became due to now.
+    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
+    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
+           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
+                                   * 1000),
+           count(*)
+    FROM changed WHERE NOT completing
+    GROUP BY 1, 2, 4
 ), settled AS (
     -- (A function, not an UPDATE here: claim_budget changed shard rows in this statement, and
     -- an UPDATE of the statement itself would skip a row the statement changed.) A claim that
@@ -274,6 +284,16 @@ WITH budget AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
+), picked_up AS (
+    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
+    -- each job claimed became due to now.
+    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
+    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
+           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
+                                   * 1000),
+           count(*)
+    FROM claimed
+    GROUP BY 1, 2, 4
 ), settled AS (
     SELECT {schema}.claim_settle(%(queue)s, u.used, b.budget, %(limit)s, b.shards, b.held,
                                  b.wait) AS throttle_wait
@@ -319,6 +339,16 @@ WITH previous AS (
 ), opened AS (
     INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
     SELECT id, attempts, lease_owner, now(), now() FROM claimed
+), picked_up AS (
+    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
+    -- each job claimed became due to now.
+    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
+    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
+           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
+                                   * 1000),
+           count(*)
+    FROM claimed
+    GROUP BY 1, 2, 4
 ), settled AS (
     SELECT {schema}.claim_settle(b.queue, u.used, b.budget, 1, b.shards, b.held, b.wait)
         AS throttle_wait

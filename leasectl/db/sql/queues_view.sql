@@ -30,9 +30,9 @@ ORDER BY c.minute DESC, c.queue
 LIMIT %(row_limit)s;
 
 -- name: queues_view_backlog
--- Per queue and minute sampled in the window: its due Pending jobs as the fold counted them (capped: a lower bound), at most %(row_limit)s rows, the newest minutes first.
+-- Per queue and minute sampled in the window: its due Pending jobs as the fold counted them (capped: a lower bound; estimated: the planner's estimate past the cap), at most %(row_limit)s rows, the newest minutes first.
 -- (Ordered by queue first, the walk would be the primary key's, whole: every minute kept.)
-SELECT b.queue, b.minute, b.pending, b.capped
+SELECT b.queue, b.minute, b.pending, b.capped, b.estimated
 FROM {schema}.queue_backlog AS b
 WHERE b.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
 ORDER BY b.minute DESC, b.queue

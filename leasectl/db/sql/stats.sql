@@ -59,8 +59,9 @@ GROUP BY p.minute, p.bucket
 ORDER BY p.minute, p.bucket;
 
 -- name: stats_backlog
--- Per minute sampled: the due Pending jobs of the queue(s) (capped: some count stopped at its cap).
-SELECT b.minute, sum(b.pending)::bigint AS pending, bool_or(b.capped) AS capped
+-- Per minute sampled: the due Pending jobs of the queue(s) (capped: some count stopped at its cap; estimated: some count is the planner's estimate past its cap, migration 30).
+SELECT b.minute, sum(b.pending)::bigint AS pending, bool_or(b.capped) AS capped,
+       bool_or(b.estimated) AS estimated
 FROM {schema}.queue_backlog AS b
 WHERE b.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
   AND (%(queue)s::text IS NULL OR b.queue = %(queue)s::text)
