@@ -59,6 +59,24 @@ def seed(dsn: str, schema: str, *, reset: bool) -> dict[str, list[Lease]]:
         leases = _live(WorkerStore(db), Operations(db), dsn, schema)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+            # The history of the finished jobs inserted directly (as their workers' claims and
+            # completions would have written it), and a fold: the minute's backlog sample.
+            conn.execute(
+                _t(
+                    conn,
+                    schema,
+                    """
+                    INSERT INTO {s}.queue_history (queue, minute, started, completed, pickup)
+                    SELECT queue, date_trunc('minute', finished_at, 'UTC'), count(*), count(*),
+                           ARRAY[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, count(*)]::bigint[]
+                    FROM {s}.jobs
+                    WHERE status = 'Completed' AND finished_at > now() - interval '1 hour'
+                    GROUP BY 1, 2
+                    ON CONFLICT (queue, minute) DO NOTHING
+                    """,
+                )
+            )
+            conn.execute(_t(conn, schema, "SELECT {s}.history_fold(100000, 1000, 6000, 100)"))
         return leases
     finally:
         db.close()
@@ -78,7 +96,8 @@ def _prepare(conn: psycopg.Connection, schema: str, *, reset: bool) -> None:
                 conn,
                 schema,
                 "TRUNCATE {s}.jobs, {s}.job_attempts, {s}.job_events, {s}.workers, "
-                "{s}.queue_state, {s}.queue_events",
+                "{s}.queue_state, {s}.queue_events, {s}.queue_history, "
+                "{s}.queue_history_deltas, {s}.queue_backlog, {s}.queue_backlog_minutes",
             )
         )
 
