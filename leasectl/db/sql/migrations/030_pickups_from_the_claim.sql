@@ -52,8 +52,8 @@ DROP FUNCTION pg_temp.leasectl_carry_grants();
 
 -- `leasectl errors --queue Q` and the console's queue screen read one queue's failures from
 -- their own index: before this, the newest failures of every queue were read up to the cap
--- and Q's kept, so that another queue failing faster hid Q's errors entirely. The failure
--- path pays one more index entry per failed attempt (BENCHMARKS.md); a success, nothing.
+-- and Q's kept, so that another queue failing faster hid Q's errors entirely. A failed attempt
+-- enters one more index, once, when its failure is written; a success enters none (partial).
 CREATE INDEX job_attempts_failed_queue_idx ON {schema}.job_attempts (queue, ended_at)
     INCLUDE (job_id, error_kind) WHERE outcome = 'failed' AND error_kind IS NOT NULL;
 
