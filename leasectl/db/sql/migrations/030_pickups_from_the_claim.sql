@@ -1,5 +1,5 @@
 -- The history's pickups are written by the statements that open attempts, not by a trigger
--- (design.md, "Per-minute history"). {schema} is the quoted schema name.
+-- (design.md, "History"). {schema} is the quoted schema name.
 --
 -- Migration 20 counted each attempt opened with a statement-level trigger on job_attempts: a
 -- call per claim statement (an empty claim too), a transition table of the new attempts, and
