@@ -66,6 +66,20 @@ def console_settings(*, custom: bool) -> dict[str, str]:
     return settings
 
 
+def settings_params(
+    timeout: timedelta, *, custom: bool = False, lock_timeout: bool = True
+) -> dict[str, Any]:
+    """``console_settings`` statement's parameters: ``console_settings(custom=custom)`` and a
+    statement timeout of ``timeout`` (and a lock timeout as long, with ``lock_timeout``), as
+    the names and the values it sets, in one order."""
+    settings = console_settings(custom=custom)
+    ms = str(max(1, int(timeout.total_seconds() * 1000)))
+    settings["statement_timeout"] = ms
+    if lock_timeout:
+        settings["lock_timeout"] = ms
+    return {"setting_names": list(settings), "setting_values": list(settings.values())}
+
+
 class ConsoleReads:
     """The console's poll, over a ``Database`` of its own."""
 
@@ -115,11 +129,7 @@ class ConsoleReads:
             "minutes": minutes,
             "since": since,
             "grace": GRACE,
-            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout"],
-            "setting_values": [
-                *console_settings(custom=queue is not None).values(),
-                str(max(1, int(timeout.total_seconds() * 1000))),
-            ],
+            **settings_params(timeout, custom=queue is not None, lock_timeout=False),
             "failed_scan": failed_scan,
             "schema": schema,
             "budget": count_budget,

@@ -33,6 +33,7 @@ from leasectl.core.stats import PickupLatency
 from leasectl.db import counters as counter_folds
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
+from leasectl.db.console import settings_params
 from leasectl.db.counters import FOLD_LIMIT
 from leasectl.db.operations import owner_health
 from leasectl.db.rows import limit_from_row, paused_from_row
@@ -184,7 +185,6 @@ class MetricsReads:
         """Every gauge's rows in one read-only REPEATABLE READ transaction (one round trip),
         each statement bounded by ``timeout``."""
         schema = self.db.schema
-        limit = str(max(1, int(timeout.total_seconds() * 1000)))
         params: dict[str, Any] = {
             **self.limits,
             "budget": self.budget,
@@ -193,8 +193,7 @@ class MetricsReads:
             "recount_budget": RECOUNT_BUDGET,
             "risk_window": self.risk_window,
             "schema": schema,
-            "setting_names": [*queries.CONSOLE_SETTINGS, "statement_timeout", "lock_timeout"],
-            "setting_values": [*queries.CONSOLE_SETTINGS.values(), limit, limit],
+            **settings_params(timeout),
         }
         reads: list[tuple[str, str, dict[str, Any]]] = [
             ("begin", "console_snapshot_begin", params),

@@ -32,7 +32,7 @@ from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, 
 from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, fill, minute_of
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
-from leasectl.db.console import console_settings
+from leasectl.db.console import settings_params
 from leasectl.db.incident import error_report, errors_params, events_params, timeline_of
 from leasectl.db.rows import limit_from_row, paused_from_row
 from leasectl.db.stats import PICKUP_ROW_LIMIT, minutes_from_rows, pickup_from_rows
@@ -49,16 +49,6 @@ EVENTS_SHOWN = 50
 LEASE_LIMIT = 2000  # (queue, owner) rows of leases, most expired first
 TIMEOUT = timedelta(seconds=5)
 RISK_WINDOW = timedelta(seconds=10)
-
-
-def _settings(timeout: timedelta, *, custom: bool) -> dict[str, Any]:
-    """console_settings' parameters: the console's settings, a custom plan per execution when
-    ``custom`` (one queue's reads: its name folds the plans' other branches away), and the
-    statement and lock timeouts."""
-    settings = console_settings(custom=custom)
-    ms = str(max(1, int(timeout.total_seconds() * 1000)))
-    settings |= {"statement_timeout": ms, "lock_timeout": ms}
-    return {"setting_names": list(settings), "setting_values": list(settings.values())}
 
 
 class QueuesReads:
@@ -115,7 +105,7 @@ class QueuesReads:
         history = {"since": window, "row_limit": HISTORY_ROW_LIMIT}
         rows = self._read(
             [
-                ("settings", "console_settings", _settings(timeout, custom=False)),
+                ("settings", "console_settings", settings_params(timeout)),
                 *_LIVE_READS,
                 ("paused", "console_paused", limits),
                 ("limits", "status_limits", limits),
@@ -178,9 +168,9 @@ class QueuesReads:
         events = events_params(window, None, queue, EVENTS_SCAN, EVENTS_SHOWN)
         rows = self._read(
             [
-                ("settings", "console_settings", _settings(timeout, custom=False)),
+                ("settings", "console_settings", settings_params(timeout)),
                 *_LIVE_READS,
-                ("custom", "console_settings", _settings(timeout, custom=True)),
+                ("custom", "console_settings", settings_params(timeout, custom=True)),
                 ("paused", "queues_view_paused", one),
                 ("limits", "status_limits", one),
                 ("counts", "stats_counts", one),

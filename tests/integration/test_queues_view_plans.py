@@ -16,7 +16,7 @@ import pytest
 
 from bench.plans import generic_plan
 from leasectl.db import sql as queries
-from leasectl.db.queues_view import _settings
+from leasectl.db.console import settings_params
 from tests.conftest import SCHEMA
 from tests.integration.test_metrics_plans import HISTORY_QUEUES, rows_read, seed, seed_history
 from tests.integration.test_plans import scans_of_big_tables
@@ -28,7 +28,7 @@ HOUR = timedelta(hours=1)
 
 def settings(*, custom: bool) -> dict[str, str]:
     """The settings the Queues view's transaction sets (db/queues_view.py), timeouts aside."""
-    made = _settings(timedelta(seconds=5), custom=custom)
+    made = settings_params(timedelta(seconds=5), custom=custom)
     pairs = dict(zip(made["setting_names"], made["setting_values"], strict=True))
     return {k: v for k, v in pairs.items() if not k.endswith("_timeout")}
 
