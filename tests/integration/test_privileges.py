@@ -769,6 +769,19 @@ def migrate_to(conn: psycopg.Connection[Any], version: int) -> None:
         )
 
 
+def init_to(
+    dsn: str, version: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[queries.Migration, ...]:
+    """The empty database ``dsn`` migrated up to ``version``, through the migrator as an older
+    leasectl's `init` ran it; returns every migration (the rest for the upgrade under test)."""
+    every = queries.migrations()
+    with Stores.connect(dsn, "leasectl", check_schema=False) as store:
+        monkeypatch.setattr(queries, "migrations", lambda: every[:version])
+        store.db.migrate()
+        monkeypatch.setattr(queries, "migrations", lambda: every)
+    return every
+
+
 def grant_without(
     conn: psycopg.Connection[Any], kind: str, role: str, pieces: Sequence[str]
 ) -> None:
@@ -1273,11 +1286,7 @@ def test_roles_granted_at_version_16_limit_and_claim_after_the_upgrade(
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
         # (Through the migrator, stopped at 16: migration 10 adds an enum value that one
         # transaction could not use.)
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:16])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 16, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_17 + ADDED_BY_18)
@@ -1372,11 +1381,7 @@ def test_roles_granted_at_version_19_read_and_fold_the_history_after_the_upgrade
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v19_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:19])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 19, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_20)
@@ -1479,11 +1484,7 @@ def test_roles_granted_at_version_18_manage_schedules_after_the_upgrade(
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v18_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:18])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 18, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_19)
@@ -1509,11 +1510,7 @@ def test_roles_granted_at_version_24_prune_the_schedule_slots_after_the_upgrade(
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v24_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:24])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 24, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ())
@@ -1537,11 +1534,7 @@ def test_roles_granted_at_version_20_snooze_report_progress_and_set_timeouts_aft
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v20_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:20])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 20, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ())
@@ -1569,11 +1562,7 @@ def test_roles_granted_at_version_18_claim_a_sharded_limit_after_the_upgrade(
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v18s_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:18])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 18, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_as_before(conn, kind, name, ADDED_BY_20 + ADDED_BY_19)
@@ -1599,11 +1588,7 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v25_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:25])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 25, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():  # today's grants but 28's to 30's
                 grant_without(conn, kind, name, (*ADDED_BY_30, *ADDED_BY_29, *ADDED_BY_28))
@@ -1640,11 +1625,7 @@ def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_u
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v29_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:29])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 29, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 grant_without(conn, kind, name, ADDED_BY_30)

@@ -14,14 +14,15 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import leasectl
-from leasectl.db import sql as queries
 from tests.integration.test_privileges import (
     ADDED_BY_28,
     ADDED_BY_29,
+    ADDED_BY_30,
     KINDS,
     Roles,
     grant_without,
     granted,  # noqa: F401 (a fixture)
+    init_to,
     login_roles,
     roles,  # noqa: F401 (a fixture)
 )
@@ -71,16 +72,12 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v27_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as made:
-        every = queries.migrations()
-        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
-            monkeypatch.setattr(queries, "migrations", lambda: every[:27])
-            store.db.migrate()
-            monkeypatch.setattr(queries, "migrations", lambda: every)
+        every = init_to(empty_db_dsn, 27, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                # `leasectl grant` as version 27 ran it: today's without migrations 28's and
-                # 29's columns.
-                grant_without(conn, kind, name, (*ADDED_BY_29, *ADDED_BY_28))
+                # `leasectl grant` as version 27 ran it: today's without migrations 28's to
+                # 30's pieces.
+                grant_without(conn, kind, name, (*ADDED_BY_30, *ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][27:]
         enqueue_and_claim(made, spans)
