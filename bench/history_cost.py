@@ -6,28 +6,29 @@
 Each round drains in fresh databases, the two variants taking turns (the order alternating by
 round): *after*, the schema as shipped; *before*, the same schema with the history's triggers
 taken out (its enqueue trigger dropped and migration 11's ``counters_from_attempts`` put back, so
-the counters are kept as before migration 20). The workers' claims still append their pickups
-(migration 30 put them in the claim statements, which the ``leasectl worker`` runs as shipped):
-``--trips`` measures them too. The drain is ``bench/drain.py``'s: the ``leasectl
-worker`` command, no-op handler, its steady rate (the middle 80 % of the finishes), at c=50 (2
-processes x 25) and in single-job mode (1 process at concurrency 1, ready before the jobs are
-seeded). Prints every run and the medians; on a shared machine the spread is the figure to read.
+the counters are kept as before migration 20). The pickups are counted with the attempts'
+outcomes since migration 31 (their trigger, which *before* replaces, counts none). The drain is
+``bench/drain.py``'s: the ``leasectl worker`` command, no-op handler, its steady rate (the
+middle 80 % of the finishes), at c=50 (2 processes x 25) and in single-job mode (1 process at
+concurrency 1, ready before the jobs are seeded). Prints every run and the medians; on a shared
+machine the spread is the figure to read.
 
 ``--trips``: the worker's round trip alone, as ``bench/pause_cost.py`` measures it (its
 ``Variant``: ``jobs_complete_and_claim`` prepared through ``db/hot.py``, each claim resumed at the
 previous one's key), on a fresh database per variant (``--variants``, the first the base):
-*nohist* without the history's writes (as *before* above), *026* with the completion's counts
-written twice as migration 20 wrote them (counter_deltas and the history's deltas), *shipped*,
-*trigger* (the pickups written as before migration 30: migration 20's statement trigger on
-attempts opened, which probes each job, and a claim without them) and *nopickup* (shipped, the
-claim without its pickups: what they cost); also the trigger functions' time per trip
-(pg_stat_user_functions,
+*nohist* without the history's writes (as *before* above), *026* the worker's path at migration
+26 (the completion's counts written twice, to counter_deltas and the history's deltas, and the
+pickups by migration 20's statement trigger on attempts opened, which probes each job),
+*trigger* (migrations 27-29: the counts written once, the pickups by that trigger), *030* (the
+pickups appended by a CTE of each claim, migration 30), *shipped* (the pickups counted with the
+attempt's outcome, migration 31) and *nopickup* (shipped, counting no pickup: what they cost);
+also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
 trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
 round by round, the order rotating. The server backend's CPU time per trip (/proc/PID/schedstat
 of a local server) is far less disturbed by a busy machine than a drain's wall-clock rate.
 
-    python -m bench.history_cost DSN --trips --variants trigger,shipped,nopickup,nohist
+    python -m bench.history_cost DSN --trips --variants nohist,030,shipped,nopickup
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ _COUNTERS_FN = re.compile(
 
 def strip_history(dsn: str) -> None:
     """The schema as before migration 20's writes: no history trigger, the counters' trigger
-    function as migration 11 made it (the claims' pickups: ``claim_without_pickups``)."""
+    function as migration 11 made it (no pickups counted)."""
     eleven = next(m for m in queries.migrations() if m.version == 11)
     found = _COUNTERS_FN.search(eleven.text)
     assert found, "migration 11's counters_from_attempts not found"
@@ -95,27 +96,70 @@ def _function(version: int, name: str) -> str:
     return queries.Query(f"{name}_{version}", "", body).render("leasectl")
 
 
-def as_026(dsn: str) -> None:
-    """The worker's path as at migration 26: the completion's counts written twice (counter_deltas
-    and the history's deltas, migration 20's trigger function)."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(_function(20, "counters_from_attempts"))
+# Migration 30's claim: the shipped claim with its attempts' INSERT as it was and the pickups
+# appended to the history by a CTE of its own (migration 31 counts them when attempts end).
+_INTO = (
+    "    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at"
+)
+_OPENED_31 = (
+    _INTO
+    + """,
+                                       queue, due_at)
+    SELECT id, attempts, lease_owner, now(), now(), queue, greatest(created_at, run_at)
+    FROM changed WHERE NOT completing
+"""
+)
+_OPENED_30 = (
+    _INTO
+    + """)
+    SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
+"""
+)
+_PICKUPS_30 = """), picked_up AS (
+    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
+    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
+           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
+                                   * 1000),
+           count(*)
+    FROM changed WHERE NOT completing
+    GROUP BY 1, 2, 4
+"""
+_SETTLED = "), settled AS (\n"
 
 
-_PICKUPS = re.compile(r"\), picked_up AS \(.*?(?=\), settled AS \()", re.DOTALL)
-
-
-def claim_without_pickups() -> queries.Query:
-    """The claim as shipped without the pickups it appends to the history (migration 30)."""
+def claim_30(pickups: bool) -> queries.Query:
+    """The claim as migration 30 shipped it (``pickups``) or without its pickups (migration 20's
+    trigger wrote them): its attempts without queue or due time."""
     shipped = queries.get(NAME)
-    text, n = _PICKUPS.subn("", shipped.text)
-    assert n == 1, "the claim's pickups are not where they were"
-    return queries.Query(NAME + "_nopickup", shipped.description, text)
+    assert shipped.text.count(_OPENED_31) == 1 and shipped.text.count(_SETTLED) == 1
+    text = shipped.text.replace(_OPENED_31, _OPENED_30)
+    if pickups:
+        text = text.replace(_SETTLED, _PICKUPS_30 + _SETTLED)
+    return queries.Query(NAME + ("_30" if pickups else "_20"), shipped.description, text)
+
+
+def as_030(dsn: str) -> None:
+    """The completion's trigger as migration 27 made it (outcomes only; every job probed)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_function(27, "counters_from_attempts"))
+
+
+def no_pickups(dsn: str) -> None:
+    """The shipped claim, the completion's trigger without the pickups it counts."""
+    text = next(m for m in queries.migrations() if m.version == 31).text
+    found = re.search(r"CREATE OR REPLACE FUNCTION .*?\n\$\$;", text, re.S)
+    assert found, "migration 31's counters_from_attempts not found"
+    body, n = re.subn(r"c\.ended AND c\.due_at IS NOT NULL", "false", found[0])
+    assert n == 1, "migration 31's pickups are not where they were"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(queries.Query("counters_from_attempts_nopickup", "", body).render("leasectl"))
 
 
 def pickup_trigger(dsn: str) -> None:
     """The pickups as migration 20 wrote them: a statement trigger on attempts opened, each
-    job probed by primary key (the claim runs without its own pickups)."""
+    job probed by primary key (the claim runs without its own pickups; the completion's
+    trigger as migration 27 made it)."""
+    as_030(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(_function(20, "history_from_attempts_opened"))
         conn.execute(
@@ -123,6 +167,14 @@ def pickup_trigger(dsn: str) -> None:
             "REFERENCING NEW TABLE AS new_attempts FOR EACH STATEMENT "
             "EXECUTE FUNCTION leasectl.history_from_attempts_opened()"
         )
+
+
+def as_026(dsn: str) -> None:
+    """The worker's path as at migration 26: the completion's counts written twice (counter_deltas
+    and the history's deltas, migration 20's trigger function), and migration 20's pickups."""
+    pickup_trigger(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_function(20, "counters_from_attempts"))
 
 
 def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, float]]:
@@ -138,13 +190,15 @@ def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, floa
 
 
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
-# the claim as shipped or without its pickups.
-TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], bool]] = {
-    "nohist": (strip_history, False),
-    "026": (as_026, True),
-    "shipped": (lambda dsn: None, True),
-    "trigger": (pickup_trigger, False),
-    "nopickup": (lambda dsn: None, False),
+# one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE) or "20" (30's
+# without the CTE).
+TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
+    "nohist": (strip_history, "31"),
+    "026": (as_026, "20"),
+    "trigger": (pickup_trigger, "20"),
+    "030": (as_030, "30"),
+    "shipped": (lambda dsn: None, "31"),
+    "nopickup": (no_pickups, "31"),
 }
 
 
@@ -155,10 +209,11 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
     from leasectl.db import hot
     from leasectl.db.connection import Database
 
-    bare = claim_without_pickups()
+    claims = {"30": claim_30(True), "20": claim_30(False)}
+    by_name = {q.name: q for q in claims.values()}
     real = queries
     hot.queries = types.SimpleNamespace(  # type: ignore[assignment]
-        get=lambda name: bare if name == bare.name else real.get(name), numbered=real.numbered
+        get=lambda name: by_name.get(name) or real.get(name), numbered=real.numbered
     )
 
     jobs = rounds * (single + 50 * batch_trips) + 10_000
@@ -166,7 +221,8 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
     dsns = {k: fresh_database(base, name, jobs) for k, name in dbnames.items()}
     for k, dsn in dsns.items():
         TRIP_VARIANTS[k][0](dsn)
-    statement = {k: NAME if TRIP_VARIANTS[k][1] else bare.name for k in names}
+    statement = {k: claims[c].name if (c := TRIP_VARIANTS[k][1]) in claims else NAME
+                 for k in names}  # fmt: skip
     dbs = {k: Database.connect(dsn, "leasectl", max_size=2, generic_plans=True)
            for k, dsn in dsns.items()}  # fmt: skip
     base_name = names[0]

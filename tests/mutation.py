@@ -647,8 +647,24 @@ def _counted(name: str, statement: str, text: str, replacement: str, *tests: str
                   tests or (COUNTED,))  # fmt: skip
 
 
-# counters_from_attempts as migration 27 replaced it (one delta, the history's, for both).
-ATTEMPTS_SQL = "migrations/027_one_delta_per_outcome.sql"
+HISTORY = "tests/integration/test_history.py::"
+PICKUP = HISTORY + "test_pickup_latency_is_the_start_minus_when_the_job_became_due"
+RUNNING_PICKUPS = (
+    HISTORY + "test_a_pickup_counts_in_the_minute_its_attempt_started_and_reads_as_it_runs"
+)
+EVERY_END = HISTORY + "test_every_way_an_attempt_ends_counts_its_pickup_once"
+V30_PICKUPS = (
+    "tests/integration/test_privileges.py::"
+    "test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice"
+)
+
+
+# counters_from_attempts as migration 31 replaced it (one delta, the history's, for both
+# counts; the pickups of the attempts that end).
+ATTEMPTS_SQL = "migrations/031_pickups_when_attempts_end.sql"
+ATTEMPTS_FILTER = (
+    "WHERE outcome IN ('completed', 'failed') OR (ended_at IS NOT NULL AND due_at IS NOT NULL)"
+)
 
 
 def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
@@ -658,22 +674,41 @@ def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
 
 MUTANTS += (
     _attempts("old-rows",
-              "        UNION ALL\n        SELECT job_id, outcome, -1 FROM old_attempts\n"
-              "        WHERE outcome IN ('completed', 'failed')\n", "", NOT_COUNTED),
+              "        UNION ALL\n        SELECT job_id, outcome, queue, started_at, due_at, "
+              "-1\n        FROM old_attempts\n        "
+              + ATTEMPTS_FILTER + "\n", "", NOT_COUNTED),
     _attempts("net-increase", "HAVING sum(c.sign) > 0", "", NOT_COUNTED),
-    _attempts("attempt-job", "FROM jobs WHERE id = c.job_id OFFSET 0", "FROM jobs OFFSET 0"),
-    _attempts("completed", "('completed', c.outcome = 'completed')", "('completed', TRUE)"),
-    _attempts("failed", "('failed', c.outcome = 'failed')", "('failed', TRUE)"),
+    _attempts("attempt-job", "WHERE id = c.job_id AND (c.outcome", "WHERE (c.outcome"),
+    _attempts("failure-reads-job", "(c.outcome = 'failed' OR c.queue IS NULL)",
+              "c.queue IS NULL"),
+    _attempts("queue-of-the-attempt", "coalesce(c.queue, j.queue)", "c.queue",
+              COUNTERS + "test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history"),
+    _attempts("completed", "('completed', c.outcome = 'completed',", "('completed', TRUE,"),
+    _attempts("failed", "('failed', c.outcome = 'failed',", "('failed', TRUE,"),
     _attempts("retried-pending", "c.outcome = 'failed' AND j.status = 'Pending'",
               "c.outcome = 'failed'"),
     # A retry is a failed attempt whose job is Pending: the rows are already only completed and
     # failed attempts (and a completed attempt's job is never Pending), so the outcome is
-    # dropped from both places at once; a release (Pending, `released`) then counts.
+    # dropped from both places at once, and the job read for every attempt; a release
+    # (Pending, `released`) then counts.
     mutant("counters-retried-failed", ATTEMPTS_SQL, "counters_from_attempts",
            "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
-           also=(("FROM new_attempts\n        WHERE outcome IN ('completed', 'failed')",
-                  "FROM new_attempts"),)),
+           also=(("FROM new_attempts\n        " + ATTEMPTS_FILTER, "FROM new_attempts"),
+                 ("(c.outcome = 'failed' OR c.queue IS NULL)", "true"))),
     _attempts("hit", "WHERE k.hit\n", "WHERE TRUE\n"),
+    # The pickups (migration 31): counted once an attempt ends, from its start and due time.
+    _attempts("pickup-wait", "history_wait_bucket(c.started_at - c.due_at)",
+              "history_wait_bucket(c.started_at - c.started_at)", PICKUP),
+    _attempts("pickup-start-minute",
+              "least(date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00'),",
+              "least(s.minute,", RUNNING_PICKUPS),
+    _attempts("pickup-not-after-the-end", "                      s.minute),",
+              "                      c.started_at),", RUNNING_PICKUPS),
+    _attempts("pickup-claimed-before", "('pickup', c.due_at IS NOT NULL,", "('pickup', true,",
+              V30_PICKUPS),
+    _attempts("pickup-ends", "OR (ended_at IS NOT NULL AND due_at IS NOT NULL)\n        UNION",
+              "OR (due_at IS NOT NULL)\n        UNION", EVERY_END,
+              ),
 )  # fmt: skip
 
 MUTANTS += (
@@ -702,9 +737,8 @@ MUTANTS += (
 
 # The per-minute history (migration 20): its triggers, fold, backlog sample and prune, against
 # tests/integration/test_history.py.
-HISTORY = "tests/integration/test_history.py::"
+
 REAL_WORKER = HISTORY + "test_buckets_add_up_to_what_a_real_worker_did"
-PICKUP = HISTORY + "test_pickup_latency_is_the_start_minus_when_the_job_became_due"
 ONE_QUEUE_ERRORS = (
     "tests/integration/test_incident.py::"
     "test_one_queues_errors_are_read_however_many_another_queue_has"
@@ -717,7 +751,7 @@ PRUNED = HISTORY + "test_prune_deletes_minutes_past_the_keep_in_batches"
 
 HISTORY_SQL = "migrations/020_queue_history.sql"
 # history_fold as migration 27 replaced it (it adds the outcomes to the counters' totals too).
-HISTORY_FOLD_SQL = ATTEMPTS_SQL
+HISTORY_FOLD_SQL = "migrations/027_one_delta_per_outcome.sql"
 OUTCOMES = "tests/integration/test_outcome_deltas.py::"
 OUTCOMES_RACE = COUNTERS + "test_concurrent_history_folds_count_each_outcome_once"
 OUTCOME_HELD = OUTCOMES + "test_a_fold_skips_an_outcome_whose_total_another_fold_holds"
@@ -729,22 +763,39 @@ def _history(name: str, statement: str, text: str, replacement: str, *tests: str
 
 
 MUTANTS += (
-    # The pickups each claim appends (migration 30).
+    # The due time each claim writes into its attempt, for its pickup (migration 31).
     mutant("history-due-is-the-later", "jobs.sql", "jobs_complete_and_claim",
            "greatest(created_at, run_at)", "created_at", (PICKUP,)),
     mutant("history-pickups-are-claims", "jobs.sql", "jobs_complete_and_claim",
-           "    FROM changed WHERE NOT completing\n    GROUP BY 1, 2, 4",
-           "    FROM changed\n    GROUP BY 1, 2, 4", (REAL_WORKER,)),
+           "queue, greatest(created_at, run_at)", "queue, NULL", (REAL_WORKER,)),
     mutant("history-takeover-due-is-the-later", "jobs.sql", "jobs_claim_expired",
            "greatest(created_at, run_at)", "created_at", (TAKEOVER_PICKUP,)),
     mutant("history-takeover-pickups", "jobs.sql", "jobs_claim_expired",
-           "    FROM claimed\n    GROUP BY 1, 2, 4",
-           "    FROM claimed WHERE false\n    GROUP BY 1, 2, 4",
-           (TAKEOVER_PICKUP,)),
+           "queue, greatest(created_at, run_at)", "queue, NULL", (TAKEOVER_PICKUP,)),
     mutant("history-claim-by-id-pickups", "jobs.sql", "job_claim_by_id",
-           "    FROM claimed\n    GROUP BY 1, 2, 4",
-           "    FROM claimed WHERE false\n    GROUP BY 1, 2, 4",
+           "queue, greatest(created_at, run_at)", "queue, NULL",
            (HISTORY + "test_a_job_claimed_by_id_before_it_is_due_counts_in_the_first_bucket",)),
+    # The running attempts' pickups the readers add (migration 31).
+    mutant("history-running-pickups-of-the-queue", ATTEMPTS_SQL, "history_running_pickups",
+           "(only_queue IS NULL OR j.queue OPERATOR(pg_catalog.=) only_queue)", "true",
+           (RUNNING_PICKUPS,)),
+    mutant("history-running-pickups-since", ATTEMPTS_SQL, "history_running_pickups",
+           "\n          AND a.started_at OPERATOR(pg_catalog.>=) since", "", (RUNNING_PICKUPS,)),
+    mutant("history-running-pickups-claimed-before", ATTEMPTS_SQL, "history_running_pickups",
+           "AND a.ended_at IS NULL AND a.due_at IS NOT NULL", "AND a.ended_at IS NULL",
+           (V30_PICKUPS,)),
+    mutant("history-running-pickups-read", "stats.sql", "stats_counts",
+           "    SELECT r.minute, 0, 1, 0, 0, 0\n", "    SELECT r.minute, 0, 0, 0, 0, 0\n",
+           (RUNNING_PICKUPS,)),
+    mutant("history-running-pickups-recent", "stats.sql", "history_pickup_recent",
+           "r.queue, r.bucket::integer, 1\n", "r.queue, r.bucket::integer, 0\n",
+           (EVERY_END,)),
+    mutant("history-running-pickups-buckets", "stats.sql", "stats_pickup",
+           "r.minute, r.bucket::integer, 1\n", "r.minute, r.bucket::integer, 0\n",
+           (EVERY_END,)),
+    mutant("history-wait-bucket-bounds", ATTEMPTS_SQL, "history_wait_bucket",
+           "1415 us", "1414 us",
+           (HISTORY + "test_a_wait_has_the_bucket_of_its_milliseconds_at_every_bound",)),
     _history("bucket-scale", "history_bucket", "1 + floor(2 * ln(ms) / ln(2))",
              "floor(2 * ln(ms) / ln(2))",
              HISTORY + "test_the_sql_buckets_are_the_ones_python_reads"),

@@ -475,3 +475,42 @@ def test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history(
     assert "Seq Scan" not in plan and "Hash Join" not in plan and "Merge Join" not in plan, plan
     # (PostgreSQL 18 prints actual rows with two decimals: rows=300.00.)
     assert re.search(r"rows=300(\.0+)? loops=1", plan.split("Index Scan using jobs_pkey")[0]), plan
+
+
+def test_completions_of_attempts_that_know_their_queue_read_no_job(
+    sql_conn: psycopg.Connection,
+) -> None:
+    """Migration 31: an attempt opened by today's claims carries its queue and due time, so its
+    completion is counted, with its pickup, without reading its job; a failure still reads it
+    (was the job put back to Pending: a retry?)."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
+        "SELECT 'q', 'Processing', 1, 'w', now() FROM generate_series(1, 300)"
+    )
+    sql_conn.execute(
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at, queue, "
+        "due_at) SELECT id, 1, 'w', now(), queue, created_at FROM leasectl.jobs"
+    )
+    sql_conn.execute("ANALYZE leasectl.jobs")
+    sql_conn.commit()
+    statement = (
+        "UPDATE leasectl.job_attempts SET outcome = '{}', ended_at = now() "
+        "WHERE outcome = 'running' AND job_id % 2 = {}"
+    )
+    plans = explain_nested(sql_conn, statement.format("completed", 0), counters=True)
+    [(_, plan)] = [(t, p) for t, p in plans if "INTO queue_history_deltas" in t]
+    assert "Seq Scan on jobs" not in plan, plan
+    probes = plan.split("Index Scan using jobs_pkey on jobs")
+    assert len(probes) == 2 and "(never executed)" in probes[1].splitlines()[0], plan
+    plans = explain_nested(sql_conn, statement.format("failed", 1), counters=True)
+    [(_, plan)] = [(t, p) for t, p in plans if "INTO queue_history_deltas" in t]
+    probed = plan.split("Index Scan using jobs_pkey")[1]
+    assert re.search(r"rows=1(\.0+)? loops=150\b", probed), plan
+    # (EXPLAIN's statements rolled back.) As they count: each outcome and every pickup once.
+    sql_conn.execute(statement.format("completed", 0))
+    sql_conn.execute(statement.format("failed", 1))
+    counted = sql_conn.execute(
+        "SELECT counter, sum(delta)::integer FROM leasectl.queue_history_deltas "
+        "WHERE queue = 'q' AND counter <> 'enqueued' GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert counted == [("completed", 150), ("failed", 150), ("pickup", 300)], counted

@@ -67,12 +67,13 @@ def test_a_failure_stores_its_kind_and_its_jobs_queue(
     assert rows[plain] == ("mail", "<n> for invoice <hex>")
 
 
-def test_a_completion_stores_neither(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+def test_a_completion_stores_no_kind(store: Stores, sql_conn: psycopg.Connection[Any]) -> None:
+    """A completed attempt has no error kind; its queue is the claim's (migration 31)."""
     store.ops.enqueue([{}], queue="q")
     (lease,) = store.work.claim("q", "w-1", TTL, limit=1)
     assert store.work.complete([lease]) == {lease.job_id}
     assert sql_conn.execute("SELECT queue, error_kind FROM leasectl.job_attempts").fetchall() == [
-        (None, None)
+        ("q", None)
     ]
 
 

@@ -5,6 +5,7 @@ sampled for the backlog once a minute, pruned past its keep, and read by `stats`
 from __future__ import annotations
 
 import json
+import math
 import threading
 from datetime import timedelta
 from typing import Any
@@ -118,11 +119,17 @@ def test_pickup_latency_is_the_start_minus_when_the_job_became_due(
     )
     leases = store.work.claim("p", "w1", TTL, limit=2)
     assert len(leases) == 2
-    rows = sql_conn.execute(
+    pickups = (
         "SELECT bucket, delta FROM leasectl.queue_history_deltas WHERE counter = 'pickup' "
         "ORDER BY bucket"
-    ).fetchall()
-    assert rows == [(bucket_of(20_000), 1), (bucket_of(30_000), 1)]
+    )
+    # Counted when the attempt ends (migration 31): none while both run.
+    assert sql_conn.execute(pickups).fetchall() == []
+    # One completed, one failed: each counted once, from when its job became due to its start.
+    store.work.complete([leases[0]])
+    store.work.fail(leases[1], "boom", retry_delay=timedelta(seconds=1))
+    rows = sql_conn.execute(pickups).fetchall()
+    assert sorted(rows) == sorted([(bucket_of(20_000), 1), (bucket_of(30_000), 1)])
     [latency] = history.pickup_recent(store.db)
     assert (latency.queue, latency.started) == ("p", 2)
     assert latency.p50_ms is not None and latency.p95_ms is not None
@@ -138,12 +145,14 @@ def test_a_job_claimed_by_id_before_it_is_due_counts_in_the_first_bucket(
     store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     [job] = store.ops.enqueue([{}], queue="early", delay=HOUR)
-    assert store.work.claim_by_id(job, "w1", TTL) is not None
+    lease = store.work.claim_by_id(job, "w1", TTL)
+    assert lease is not None
+    store.work.complete([lease])
     rows = sql_conn.execute(
         "SELECT counter, bucket, delta FROM leasectl.queue_history_deltas "
         "WHERE queue = 'early' ORDER BY counter"
     ).fetchall()
-    assert rows == [("enqueued", 0, 1), ("pickup", 0, 1)]
+    assert rows == [("completed", 0, 1), ("enqueued", 0, 1), ("pickup", 0, 1)]
 
 
 def test_a_takeover_counts_its_pickup_from_when_the_job_first_became_due(
@@ -158,11 +167,30 @@ def test_a_takeover_counts_its_pickup_from_when_the_job_first_became_due(
     )
     [lease] = store.work.claim("t", "w1", TTL)
     assert lease.attempt == 2
+    store.work.complete([lease])
     rows = sql_conn.execute(
         "SELECT counter, bucket, delta FROM leasectl.queue_history_deltas "
         "WHERE queue = 't' AND counter = 'pickup'"
     ).fetchall()
     assert rows == [("pickup", bucket_of(20_000), 1)]
+
+
+def test_a_wait_has_the_bucket_of_its_milliseconds_at_every_bound(
+    sql_conn: psycopg.Connection,
+) -> None:
+    """history_wait_bucket (migration 31: the pickups' bucket from an interval, by a search of
+    its bounds) agrees with history_bucket and Python's bucket_of one microsecond either side
+    of every bound, below zero and past the last."""
+    bounds = [0] + [math.ceil(bucket_bounds(b)[0] * 1000) for b in range(1, 64)]
+    waits = sorted({max(-5_000_000, us + d) for us in bounds for d in (-1, 0, 1)} | {10**15})
+    got = sql_conn.execute(
+        "SELECT array_agg(leasectl.history_wait_bucket(make_interval(secs => us / 1e6)) "
+        "ORDER BY n), array_agg(leasectl.history_bucket(us / 1e3) ORDER BY n) "
+        "FROM unnest(%s::bigint[]) WITH ORDINALITY AS x(us, n)",
+        (waits,),
+    ).fetchone()
+    expected = [bucket_of(us / 1000) for us in waits]
+    assert got == (expected, expected)
 
 
 def test_the_sql_buckets_are_the_ones_python_reads(sql_conn: psycopg.Connection) -> None:
@@ -235,9 +263,12 @@ def test_a_fold_left_open_holds_up_no_other_fold_and_changes_no_value(
     db_dsn: str, store: Stores, sql_conn: psycopg.Connection
 ) -> None:
     def step(jobs: int) -> None:
-        """Enqueue ``jobs`` jobs and claim them (enqueued, started, a pickup bucket)."""
+        """Enqueue ``jobs`` jobs, claim and complete them (enqueued, started, a pickup bucket,
+        completed)."""
         store.ops.enqueue([{}] * jobs, queue="f")
-        assert len(store.work.claim("f", "w1", TTL, limit=jobs)) == jobs
+        leases = store.work.claim("f", "w1", TTL, limit=jobs)
+        assert len(leases) == jobs
+        store.work.complete(leases)
 
     def read() -> tuple[dict[str, int], int]:
         minutes = history.read_stats(store.db, "f", HOUR).minutes
@@ -373,7 +404,9 @@ def test_the_exporter_reports_each_queues_pickup_latency(
         "INSERT INTO leasectl.jobs (queue, created_at, run_at) "
         "SELECT 'x', now() - interval '2.5 s', now() - interval '2.5 s' FROM generate_series(1, 4)"
     )
-    assert len(store.work.claim("x", "w1", TTL, limit=4)) == 4
+    leases = store.work.claim("x", "w1", TTL, limit=4)
+    assert len(leases) == 4
+    store.work.complete(leases)
     reads = MetricsReads(store.db)
     collector = LeasectlCollector(reads, timedelta(seconds=10), lambda: reads)
     got = {
@@ -385,3 +418,96 @@ def test_the_exporter_reports_each_queues_pickup_latency(
     low, high = (b / 1000 for b in bucket_bounds(bucket_of(2500)))
     assert set(got) == {(("quantile", q), ("queue", "x")) for q in ("0.5", "0.95")}
     assert all(low <= v <= high for v in got.values()), got
+
+
+def test_every_way_an_attempt_ends_counts_its_pickup_once(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Migration 31: a pickup is counted when its attempt ends, however it ends (completed,
+    failed, snoozed, released, or lapsed and taken over), once, in the minute it started; an
+    attempt still running is not counted yet."""
+    store.ops.enqueue([{}] * 6, queue="e")
+    leases = store.work.claim("e", "w1", TTL, limit=6)
+    assert len(leases) == 6
+    store.work.complete([leases[0]])
+    store.work.fail(leases[1], "boom", retry_delay=HOUR)
+    assert store.work.snooze(leases[2], HOUR) is not None
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 s' WHERE id = %s",
+        (leases[4].job_id,),
+    )
+    [taken] = store.work.claim("e", "w2", TTL)
+    assert (taken.job_id, taken.attempt) == (leases[4].job_id, 2)
+    assert store.work.release([leases[3]]) == {leases[3].job_id}
+    store.work.heartbeat([leases[5]], TTL)  # still running: not counted
+    pickups = (
+        "SELECT coalesce(sum(delta), 0)::integer FROM leasectl.queue_history_deltas "
+        "WHERE queue = 'e' AND counter = 'pickup'"
+    )
+    assert sql_conn.execute(pickups).fetchone() == (5,)
+    # Updating an ended attempt again, or a running one, counts nothing more; the last two
+    # count when they end.
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET heartbeat_at = now() WHERE job_id = ANY(%s)",
+        ([leases[0].job_id, leases[5].job_id],),
+    )
+    assert sql_conn.execute(pickups).fetchone() == (5,)
+
+    def read() -> tuple[int, int, int]:
+        """started and pickups of `stats`, started of `status`' recent latency."""
+        minutes = history.read_stats(store.db, "e", HOUR).minutes
+        [recent] = [p for p in history.pickup_recent(store.db) if p.queue == "e"]
+        return sum(m.started for m in minutes), sum(sum(m.pickup) for m in minutes), recent.started
+
+    # The readers count the two running attempts as they run, and once they end, the same.
+    assert read() == (7, 7, 7)
+    store.work.complete([taken])
+    store.work.complete([leases[5]])
+    assert sql_conn.execute(pickups).fetchone() == (7,)
+    assert read() == (7, 7, 7)
+    counters.fold(store.db)
+    assert read() == (7, 7, 7)
+
+
+def test_a_pickup_counts_in_the_minute_its_attempt_started_and_reads_as_it_runs(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Migration 31: a pickup counted at its attempt's end goes to the minute the attempt
+    started (a start after the ending statement's, as only a forged row has, to that
+    statement's minute); while it runs, the readers count it in that minute, for its own queue
+    only, and not before the window."""
+    store.ops.enqueue([{}], queue="other")
+    assert len(store.work.claim("other", "w9", TTL)) == 1  # another queue's, running
+    store.ops.enqueue([{}] * 3, queue="m")
+    early, now, forged = store.work.claim("m", "w1", TTL, limit=3)
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET started_at = started_at - interval '3 minutes', "
+        "due_at = due_at - interval '3 minutes' WHERE job_id = %s",
+        (early.job_id,),
+    )
+
+    def started(since: timedelta) -> int:
+        return sum(m.started for m in history.read_stats(store.db, "m", since).minutes)
+
+    assert (started(timedelta(minutes=1)), started(timedelta(minutes=10))) == (2, 3)
+    [recent] = [p for p in history.pickup_recent(store.db) if p.queue == "m"]
+    assert recent.started == 2  # the current and the previous minute's: not early's
+    store.work.complete([early, now])
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET started_at = now() + interval '1 hour' WHERE job_id = %s",
+        (forged.job_id,),
+    )
+    store.work.complete([forged])
+    counted = sql_conn.execute(
+        "SELECT minute, bucket, sum(delta)::integer FROM leasectl.queue_history_deltas "
+        "WHERE counter = 'pickup' AND queue = 'm' GROUP BY 1, 2"
+    ).fetchall()
+    # early: its start's minute, 3 minutes back; now: its start's; forged: its end's.
+    expected = sql_conn.execute(
+        "SELECT date_trunc('minute', CASE WHEN job_id = %s THEN ended_at ELSE started_at END, "
+        "'UTC'), leasectl.history_wait_bucket(started_at - due_at), count(*)::integer "
+        "FROM leasectl.job_attempts WHERE job_id = ANY(%s) GROUP BY 1, 2",
+        (forged.job_id, [early.job_id, now.job_id, forged.job_id]),
+    ).fetchall()
+    assert sorted(counted) == sorted(expected) and len(expected) == 3, (counted, expected)
+    assert (started(timedelta(minutes=1)), started(timedelta(minutes=10))) == (2, 3)

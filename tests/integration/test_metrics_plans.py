@@ -142,6 +142,7 @@ def test_the_scrapes_pickup_latency_reads_two_minutes_of_history(
 ) -> None:
     seed(sql_conn)
     seed_history(sql_conn)
+    seed_running(sql_conn, 2000)
     query = queries.get("history_pickup_recent").render(SCHEMA)
     with generic_plan(sql_conn, query, queries.CONSOLE_SETTINGS) as explain:
         for _ in range(6):
@@ -149,6 +150,28 @@ def test_the_scrapes_pickup_latency_reads_two_minutes_of_history(
     assert "Seq Scan on queue_history " not in plan and "Bitmap" not in plan, plan
     # The current and the previous minute of each of the 40 queues, no more.
     assert 0 < rows_read(plan, "queue_history_minute_idx") <= 2 * HISTORY_QUEUES, plan
+    # The running attempts (migration 31): inlined, through the Processing jobs' index and the
+    # attempts' primary key, beside the history of every finished job.
+    assert "history_running_pickups" not in plan and "Seq Scan on job" not in plan, plan
+    assert "jobs_processing_idx" in plan and "job_attempts_pkey" in plan, plan
+
+
+def seed_running(conn: psycopg.Connection[Any], jobs: int) -> None:
+    """``jobs`` Processing jobs of 5 queues, each with its running attempt as a claim opens it
+    (queue, due time); half of them started two hours ago."""
+    conn.execute(
+        "INSERT INTO leasectl.jobs (queue, status, attempts, lease_owner, lease_until) "
+        "SELECT 'q' || (i %% 5), 'Processing', 1, 'w', now() + interval '1 minute' "
+        "FROM generate_series(1, %s) AS i",
+        (jobs,),
+    )
+    conn.execute(
+        "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at, queue, "
+        "due_at) SELECT id, 1, 'w', now() - (id % 2) * interval '2 hours', queue, created_at "
+        "FROM leasectl.jobs WHERE status = 'Processing'"
+    )
+    conn.execute("VACUUM ANALYZE leasectl.jobs")
+    conn.execute("VACUUM ANALYZE leasectl.job_attempts")
 
 
 CUSTOM = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
@@ -159,12 +182,17 @@ CUSTOM = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
 def test_stats_reads_an_hour_of_one_queue_or_of_every_queue_by_index(
     sql_conn: psycopg.Connection[Any], name: str, queue: str | None
 ) -> None:
+    seed(sql_conn)
     seed_history(sql_conn)
+    seed_running(sql_conn, 2000)
     query = queries.get(name).render(SCHEMA)
     with generic_plan(sql_conn, query, CUSTOM) as explain:
         plan = explain({"since": timedelta(hours=1), "queue": queue})
     table = "queue_backlog" if name == "stats_backlog" else "queue_history"
     assert f"Seq Scan on {table} " not in plan, plan
+    if name != "stats_backlog":  # and the running attempts, as in the scrape's
+        assert "history_running_pickups" not in plan and "Seq Scan on job" not in plan, plan
+        assert "jobs_processing_idx" in plan and "job_attempts_pkey" in plan, plan
     if queue is None:
         assert rows_read(plan, f"{table}_minute_idx") <= 61 * HISTORY_QUEUES, plan
     else:

@@ -742,12 +742,16 @@ ADDED_BY_29 = (
     ", queue, error_kind",
     "-- (queue, error_kind: a failure's, job_fail; migration 29.)\n",
 )
-# Migration 30's (each claim appends its pickups to the history): removed first too.
-ADDED_BY_30 = (
-    ";\n-- (Each claim appends its pickups to the history, migration 30; row-level security lets "
-    "a\n-- worker write those only.)\n"
-    "GRANT INSERT (queue, minute, counter, bucket, delta) ON {schema}.queue_history_deltas TO "
-    "{role}",
+# Migration 31's (each claim writes its attempt's queue and due time): removed first too.
+ADDED_BY_31 = (
+    ", queue, due_at",
+    "-- (queue, due_at: each claim's, for the history's pickup when the attempt ends; migration "
+    "31.)\n",
+)
+# Migration 30's, which 31 took back (each claim appended its pickups to the history): a grant
+# as at version 30 adds it to today's without 31's.
+GRANTED_BY_30 = (
+    "GRANT INSERT (queue, minute, counter, bucket, delta) ON leasectl.queue_history_deltas TO {}"
 )
 ADDED_BY_17 = (
     *ADDED_BY_19,
@@ -805,7 +809,7 @@ def grant_as_before(
         kind,
         role,
         (
-            *ADDED_BY_30,
+            *ADDED_BY_31,
             *ADDED_BY_29,
             *ADDED_BY_28,
             *ADDED_BY_25,
@@ -1340,34 +1344,22 @@ def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
         with psycopg.connect(granted.dsn(kind), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM leasectl.queue_history")
-    # A worker's claims append their pickups (migration 30), and nothing else: no other
-    # count, no other minute, no bucket or delta a claim could not write.
+    # A worker writes no delta at all since migration 31 (its pickups come from its attempts),
+    # not even a pickup of the current minute as migration 30's claims appended.
     with psycopg.connect(granted.dsn("worker"), autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
-            "VALUES ('hq', date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1)"
-        )
-        for values in (
-            "date_trunc('minute', now(), 'UTC'), 'enqueued', 0, 1",
-            "date_trunc('minute', now(), 'UTC'), 'retried', 0, 1",
-            "date_trunc('minute', now(), 'UTC') - interval '1 day', 'pickup', 3, 1",
-            "date_trunc('minute', now(), 'UTC') + interval '1 year', 'pickup', 3, 1",
-            "date_trunc('minute', now(), 'UTC'), 'pickup', 64, 1",
-            "date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1001",
-        ):
-            with pytest.raises(errors.InsufficientPrivilege):
-                conn.execute(
-                    "INSERT INTO leasectl.queue_history_deltas "
-                    f"(queue, minute, counter, bucket, delta) VALUES ('hq', {values})"
-                )
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(
+                "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
+                "VALUES ('hq', date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1)"
+            )
     # A worker may run status: its pickup latency is not readable, null, and nothing fails.
     worker_status = cli("status", "--json", dsn=granted.dsn("worker"))
     assert worker_status.returncode == 0, worker_status.stderr
     assert json.loads(worker_status.stdout)["pickup"] is None
     with psycopg.connect(granted.dsn("operator"), autocommit=True) as conn:
-        # Delta rows: one per statement and counter (enqueued, pickup, completed), and the
-        # worker's own pickup above.
-        assert conn.execute(calls[0]).fetchone() == (4,)
+        # Delta rows: one per statement and counter (enqueued; completed and pickup, by the
+        # completion).
+        assert conn.execute(calls[0]).fetchone() == (3,)
         assert conn.execute(calls[1]).fetchone() == (0,)
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute(calls[2])
@@ -1590,8 +1582,8 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
         every = init_to(empty_db_dsn, 25, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            for kind, name in names.items():  # today's grants but 28's to 30's
-                grant_without(conn, kind, name, (*ADDED_BY_30, *ADDED_BY_29, *ADDED_BY_28))
+            for kind, name in names.items():  # today's grants but 28's to 31's
+                grant_without(conn, kind, name, (*ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
             [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)
@@ -1619,21 +1611,23 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
 def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_upgrade(
     server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Migration 30 moves the pickups into the claims: a worker granted before it (no INSERT on
-    the history's deltas) claims after the upgrade with no `leasectl grant` re-run, and its
-    pickups are counted; it still may write no other count."""
+    """Migrations 30 and 31 move the pickups to the attempts: a worker granted before them (no
+    INSERT of an attempt's queue and due time) claims and completes after the upgrade with no
+    `leasectl grant` re-run, and its pickups are counted; it may write no count itself."""
     tag = secrets.token_hex(4)
     names = {kind: f"lc_v29_{kind}_{tag}" for kind in KINDS}
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
         every = init_to(empty_db_dsn, 29, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_without(conn, kind, name, ADDED_BY_30)
+                grant_without(conn, kind, name, ADDED_BY_31)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][29:]
             store.ops.enqueue([{}] * 3, queue="q")
         with Stores.connect(roles.dsn("worker"), "leasectl") as store:
-            assert len(store.work.claim("q", "w-old", timedelta(seconds=30), 3)) == 3
+            leases = store.work.claim("q", "w-old", timedelta(seconds=30), 3)
+            assert len(leases) == 3
+            assert store.work.complete(leases) == {lease.job_id for lease in leases}
         with psycopg.connect(roles.dsn("worker"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(
@@ -1643,3 +1637,66 @@ def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_u
         proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
         assert proc.returncode == 0, proc.stderr
         assert sum(b["started"] for b in json.loads(proc.stdout)["buckets"]) == 3
+
+
+def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 31 takes back migration 30's INSERT on the history's deltas from the workers
+    that had it (granted then), and gives them their attempts' queue and due time: they claim
+    and complete with no `leasectl grant` re-run. An attempt opened at version 30, whose claim
+    counted its pickup then, counts none when it ends after the upgrade."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v30_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = init_to(empty_db_dsn, 30, monkeypatch)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_without(conn, kind, name, ADDED_BY_31)
+            conn.execute(sql.SQL(GRANTED_BY_30).format(sql.Identifier(names["worker"])))
+            # A lease taken at version 30: its attempt without a due time, its pickup counted.
+            conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q'), ('q'), ('q')")
+            conn.execute(
+                "UPDATE leasectl.jobs SET status = 'Processing', lease_owner = 'w-old', "
+                "attempts = 1, lease_until = now() + interval '1 minute' "
+                "WHERE id = (SELECT min(id) FROM leasectl.jobs)"
+            )
+            conn.execute(
+                "INSERT INTO leasectl.job_attempts (job_id, attempt, lease_owner, started_at) "
+                "SELECT min(id), 1, 'w-old', now() FROM leasectl.jobs"
+            )
+            conn.execute(
+                "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, delta) "
+                "VALUES ('q', date_trunc('minute', now(), 'UTC'), 'pickup', 0, 1)"
+            )
+            [(old_job,)] = conn.execute("SELECT min(id) FROM leasectl.jobs").fetchall()
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][30:]
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            leases = store.work.claim("q", "w-new", timedelta(seconds=30), 3)
+            assert len(leases) == 2
+            done = store.work.complete(leases)
+            assert done == {lease.job_id for lease in leases}
+        # The lease of version 30, still running, is counted once (by its claim), not as a
+        # running attempt too.
+        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
+        assert proc.returncode == 0, proc.stderr
+        assert sum(b["started"] for b in json.loads(proc.stdout)["buckets"]) == 3
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
+            # The lease of version 30 ends now: completed, its pickup not counted again.
+            conn.execute(
+                "UPDATE leasectl.job_attempts SET outcome = 'completed', ended_at = now() "
+                "WHERE job_id = %s AND attempt = 1",
+                (old_job,),
+            )
+        with psycopg.connect(roles.dsn("worker"), autocommit=True) as conn:
+            with pytest.raises(errors.InsufficientPrivilege):
+                conn.execute(
+                    "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, "
+                    "delta) VALUES ('q', date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1)"
+                )
+        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
+        assert proc.returncode == 0, proc.stderr
+        buckets = json.loads(proc.stdout)["buckets"]
+        assert sum(b["started"] for b in buckets) == 3
+        assert sum(b["completed"] for b in buckets) == 3

@@ -17,7 +17,7 @@ import leasectl
 from tests.integration.test_privileges import (
     ADDED_BY_28,
     ADDED_BY_29,
-    ADDED_BY_30,
+    ADDED_BY_31,
     KINDS,
     Roles,
     grant_without,
@@ -77,7 +77,7 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
             for kind, name in names.items():
                 # `leasectl grant` as version 27 ran it: today's without migrations 28's to
                 # 30's pieces.
-                grant_without(conn, kind, name, (*ADDED_BY_30, *ADDED_BY_29, *ADDED_BY_28))
+                grant_without(conn, kind, name, (*ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][27:]
         enqueue_and_claim(made, spans)

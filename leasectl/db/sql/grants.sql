@@ -65,16 +65,14 @@ GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, 
     last_error, updated_at, snoozes, max_attempts, progress, progress_message, limit_shard)
     ON {schema}.jobs TO {role};
 -- (queue, error_kind: a failure's, job_fail; migration 29.)
-GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at),
+-- (queue, due_at: each claim's, for the history's pickup when the attempt ends; migration 31.)
+GRANT INSERT (job_id, attempt, lease_owner, started_at, heartbeat_at, queue, due_at),
     UPDATE (outcome, ended_at, heartbeat_at, error, error_detail, queue, error_kind)
     ON {schema}.job_attempts TO {role};
 GRANT INSERT (worker_id, hostname, pid, queues, lease_ttl, heartbeat_every, started_at,
     last_seen_at), UPDATE (last_seen_at, stopped_at, queues, lease_ttl, heartbeat_every)
     ON {schema}.workers TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.claim_budget, {schema}.claim_settle TO {role};
--- (Each claim appends its pickups to the history, migration 30; row-level security lets a
--- worker write those only.)
-GRANT INSERT (queue, minute, counter, bucket, delta) ON {schema}.queue_history_deltas TO {role};
 
 -- name: grant_producer
 -- What `leasectl enqueue` (an application adding jobs) needs: insert jobs and read their ids.

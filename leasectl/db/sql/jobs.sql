@@ -183,18 +183,11 @@ WITH budget AS (
     FROM changed AS c
     WHERE c.completing AND a.job_id = ANY (ARRAY[c.id]) AND a.attempt = c.attempts
 ), opened AS (
-    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
-    SELECT id, attempts, lease_owner, now(), now() FROM changed WHERE NOT completing
-), picked_up AS (
-    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
-    -- each job claimed became due to now.
-    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
-    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
-           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
-                                   * 1000),
-           count(*)
+    -- (queue, due_at: the history counts the pickup when the attempt ends, migration 31.)
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at,
+                                       queue, due_at)
+    SELECT id, attempts, lease_owner, now(), now(), queue, greatest(created_at, run_at)
     FROM changed WHERE NOT completing
-    GROUP BY 1, 2, 4
 ), settled AS (
     -- (A function, not an UPDATE here: claim_budget changed shard rows in this statement, and
     -- an UPDATE of the statement itself would skip a row the statement changed.) A claim that
@@ -282,18 +275,10 @@ WITH budget AS (
     WHERE a.job_id = ANY (ARRAY[c.id]) AND a.attempt = c.attempts - 1
       AND a.outcome = 'running'
 ), opened AS (
-    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
-    SELECT id, attempts, lease_owner, now(), now() FROM claimed
-), picked_up AS (
-    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
-    -- each job claimed became due to now.
-    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
-    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
-           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
-                                   * 1000),
-           count(*)
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at,
+                                       queue, due_at)
+    SELECT id, attempts, lease_owner, now(), now(), queue, greatest(created_at, run_at)
     FROM claimed
-    GROUP BY 1, 2, 4
 ), settled AS (
     SELECT {schema}.claim_settle(%(queue)s, u.used, b.budget, %(limit)s, b.shards, b.held,
                                  b.wait) AS throttle_wait
@@ -337,18 +322,10 @@ WITH previous AS (
     WHERE a.job_id = c.id AND a.attempt < c.attempts AND a.outcome = 'running'
       AND a.job_id = %(id)s
 ), opened AS (
-    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at)
-    SELECT id, attempts, lease_owner, now(), now() FROM claimed
-), picked_up AS (
-    -- The history's pickups (migration 30): a delta per bucket of pickup latency, from when
-    -- each job claimed became due to now.
-    INSERT INTO {schema}.queue_history_deltas (queue, minute, counter, bucket, delta)
-    SELECT queue, date_trunc('minute', now(), 'UTC'), 'pickup',
-           {schema}.history_bucket(extract(epoch FROM now() - greatest(created_at, run_at))
-                                   * 1000),
-           count(*)
+    INSERT INTO {schema}.job_attempts (job_id, attempt, lease_owner, started_at, heartbeat_at,
+                                       queue, due_at)
+    SELECT id, attempts, lease_owner, now(), now(), queue, greatest(created_at, run_at)
     FROM claimed
-    GROUP BY 1, 2, 4
 ), settled AS (
     SELECT {schema}.claim_settle(b.queue, u.used, b.budget, 1, b.shards, b.held, b.wait)
         AS throttle_wait

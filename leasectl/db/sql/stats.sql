@@ -34,12 +34,19 @@ FROM (
     FROM {schema}.queue_history_deltas AS d
     WHERE d.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
       AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+    UNION ALL
+    -- The attempts still running, counted when they end (migration 31).
+    SELECT r.minute, 0, 1, 0, 0, 0
+    FROM {schema}.history_running_pickups(
+        date_trunc('minute', now() - %(since)s::interval, 'UTC'), %(queue)s::text) AS r
 ) AS c
 GROUP BY c.minute
 ORDER BY c.minute;
 
 -- name: stats_pickup
 -- Per minute and pickup bucket (0-based): the attempts started, summed over the queue(s).
+-- (Those ended are counted in the history, those still running read as they run: migration 31;
+-- the same in stats_counts' `started` and in history_pickup_recent.)
 SELECT p.minute, p.bucket, sum(p.n)::bigint AS n
 FROM (
     SELECT h.minute, (b.i - 1)::integer AS bucket, b.n
@@ -53,6 +60,10 @@ FROM (
     WHERE d.counter = 'pickup'
       AND d.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
       AND (%(queue)s::text IS NULL OR d.queue = %(queue)s::text)
+    UNION ALL
+    SELECT r.minute, r.bucket::integer, 1
+    FROM {schema}.history_running_pickups(
+        date_trunc('minute', now() - %(since)s::interval, 'UTC'), %(queue)s::text) AS r
 ) AS p
 WHERE p.n > 0
 GROUP BY p.minute, p.bucket
@@ -90,6 +101,10 @@ FROM (
     FROM {schema}.queue_history_deltas AS d
     WHERE d.counter = 'pickup'
       AND d.minute >= date_trunc('minute', now(), 'UTC') - interval '1 minute'
+    UNION ALL
+    SELECT r.queue, r.bucket::integer, 1
+    FROM {schema}.history_running_pickups(
+        date_trunc('minute', now(), 'UTC') - interval '1 minute', NULL) AS r
 ) AS p
 WHERE p.n > 0
 GROUP BY p.queue, p.bucket
