@@ -3,12 +3,15 @@ transaction, on a database of N finished jobs (1 in 50 Failed, each with its fai
 and M Pending, with a week of per-minute history for Q queues.
 
     python -m bench.queues_view ADMIN_DSN [--finished 10000000] [--pending 2000000]
-        [--queues 40] [--runs 50]
+        [--queues 40] [--runs 50] [--keep NAME | --reuse NAME]
 
 Prints the p50 and p95 (ms) of the overview (`Q`: every queue) and of one queue's screen
 (`enter`), as the console runs them (its poll connection, its settings), and the load average.
-The database is created afresh and dropped afterwards. The history's deltas that seeding wrote
-are folded before measuring, as on a system where `watch` or the exporter runs.
+The database is created afresh and dropped afterwards; with ``--keep NAME`` it is called NAME
+and kept, and ``--reuse NAME`` measures on it again without seeding (the seed takes minutes):
+its history is first brought up to the current minute, as a running fold would have. The
+history's deltas that seeding wrote are folded before measuring, as on a system where `watch`
+or the exporter runs.
 """
 
 from __future__ import annotations
@@ -57,6 +60,35 @@ def seed_history(dsn: str, queues: int) -> None:
             conn.execute(f"VACUUM ANALYZE leasectl.{table}")
 
 
+def top_up_history(dsn: str) -> None:
+    """A reused database's history brought up to the current minute (each queue's minutes
+    since the last seeded one, as seeded) and cut to a week, as `watch` would keep it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO leasectl.queue_history (queue, minute, enqueued, started, completed, "
+            "failed, pickup) "
+            "SELECT q.queue, m, 100, 100, 98, 2, "
+            "ARRAY[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 30, 20]::bigint[] "
+            "FROM (SELECT DISTINCT queue FROM leasectl.queue_backlog) AS q, "
+            "generate_series((SELECT max(minute) FROM leasectl.queue_backlog_minutes) "
+            "+ interval '1 minute', date_trunc('minute', now(), 'UTC'), interval '1 minute') AS m "
+            "ON CONFLICT DO NOTHING"
+        )
+        conn.execute(
+            "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
+            "SELECT h.queue, h.minute, 5000, false FROM leasectl.queue_history AS h "
+            "WHERE h.minute > (SELECT max(minute) FROM leasectl.queue_backlog_minutes)"
+        )
+        conn.execute(
+            "INSERT INTO leasectl.queue_backlog_minutes (minute) "
+            "SELECT DISTINCT minute FROM leasectl.queue_history "
+            "WHERE minute > (SELECT max(minute) FROM leasectl.queue_backlog_minutes)"
+        )
+        for table in ("queue_history", "queue_backlog", "queue_backlog_minutes"):
+            conn.execute(f"DELETE FROM leasectl.{table} WHERE minute < now() - interval '7 days'")
+            conn.execute(f"VACUUM ANALYZE leasectl.{table}")
+
+
 def times(fn: object, runs: int) -> list[float]:
     assert callable(fn)
     for _ in range(3):
@@ -76,11 +108,19 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=2_000_000)
     parser.add_argument("--queues", type=int, default=40)
     parser.add_argument("--runs", type=int, default=50)
+    reuse = parser.add_mutually_exclusive_group()
+    reuse.add_argument("--keep", metavar="NAME", help="seed database NAME and keep it")
+    reuse.add_argument("--reuse", metavar="NAME", help="measure on NAME, seeded by --keep")
     args = parser.parse_args()
-    name = f"bench_queues_view_{os.getpid()}"
+    name = args.keep or args.reuse or f"bench_queues_view_{os.getpid()}"
+    dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=name)
+    if args.reuse:
+        log(f"reusing {name}: its history up to the current minute")
+        top_up_history(dsn)
+        measure(dsn, args.runs)
+        return
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    dsn = psycopg.conninfo.make_conninfo(args.dsn, dbname=name)
     try:
         leasectl_init(dsn)
         log(f"seeding {args.finished:,} finished, {args.pending:,} pending")
@@ -96,24 +136,30 @@ def main() -> None:
             ).fetchone() != (0,):
                 pass
             conn.execute("VACUUM ANALYZE leasectl.queue_history_deltas, leasectl.queue_history")
-        log("measuring")
-        with Database.connect(dsn, "leasectl", max_size=1) as db:
-            reads = QueuesReads(db)
-            view = reads.overview()
-            overview = times(reads.overview, args.runs)
-            detail = reads.queue("payments")
-            queue = times(lambda: reads.queue("payments"), args.runs)
         print(f"database: {args.finished:,} finished + {args.pending:,} pending, "
-              f"{args.queues + 3} queues' week of minutes; {args.runs} runs each")  # fmt: skip
-        print(f"overview ({len(view.rows)} queues): p50 {percentile(overview, 50):.1f} ms, "
-              f"p95 {percentile(overview, 95):.1f} ms")  # fmt: skip
-        print(f"queue screen ({len(detail.errors.groups)} error groups, "
-              f"{detail.errors.scanned:,} failures read): p50 {percentile(queue, 50):.1f} ms, "
-              f"p95 {percentile(queue, 95):.1f} ms")  # fmt: skip
-        print(f"load average: {os.getloadavg()}")
+              f"{args.queues + 3} queues' week of minutes")  # fmt: skip
+        measure(dsn, args.runs)
     finally:
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if not args.keep:
+            with psycopg.connect(args.dsn, autocommit=True) as conn:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def measure(dsn: str, runs: int) -> None:
+    log("measuring")
+    with Database.connect(dsn, "leasectl", max_size=1) as db:
+        reads = QueuesReads(db)
+        view = reads.overview()
+        overview = times(reads.overview, runs)
+        detail = reads.queue("payments")
+        queue = times(lambda: reads.queue("payments"), runs)
+    print(f"{runs} runs each")
+    print(f"overview ({len(view.rows)} queues): p50 {percentile(overview, 50):.1f} ms, "
+          f"p95 {percentile(overview, 95):.1f} ms")  # fmt: skip
+    print(f"queue screen ({len(detail.errors.groups)} error groups, "
+          f"{detail.errors.scanned:,} failures read): p50 {percentile(queue, 50):.1f} ms, "
+          f"p95 {percentile(queue, 95):.1f} ms")  # fmt: skip
+    print(f"load average: {os.getloadavg()}")
 
 
 if __name__ == "__main__":
