@@ -92,6 +92,11 @@ def test_the_overview_lists_every_queue_with_its_figures_in_attention_order(
         counters.fold_on(conn, SCHEMA, 10_000, timedelta(seconds=5))
     again = {r.queue: r for r in QueuesReads(store.db).overview().rows}["payments"]
     assert (again.completed, again.failed, again.pending.value) == (2, 3, 6)
+    # Folded and not folded yet (in the same minute, but at a minute's turn): added.
+    (lease,) = store.work.claim("payments", "w-1", TTL)
+    store.work.fail(lease, "PSPError: 503 for invoice 9", retry_delay=TTL, retry=False)
+    both = {r.queue: r for r in QueuesReads(store.db).overview().rows}["payments"]
+    assert (both.completed, both.failed, sum(m.enqueued for m in both.minutes)) == (2, 4, 12)
 
 
 def test_the_overview_stops_at_its_queue_limit(
