@@ -38,12 +38,16 @@ def seed_history(dsn: str, queues: int) -> None:
             "SELECT q, date_trunc('minute', now(), 'UTC') - make_interval(mins => m), 100, 100, "
             "98, 2, ARRAY[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 50, 30, 20]::bigint[] "
             "FROM unnest(ARRAY['payments', 'emails', 'reports'] || ARRAY(SELECT 'q' || i "
-            "FROM generate_series(1, %s) AS i)) AS q, generate_series(0, 7 * 1440 - 1) AS m",
+            "FROM generate_series(1, %s) AS i)) AS q, generate_series(0, 7 * 1440 - 1) AS m "
+            # (A minute's rows together, oldest first, as the fold writes them: the window's
+            # are in a few pages, not one a queue.)
+            "ORDER BY m DESC, q",
             (queues,),
         )
         conn.execute(
             "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
-            "SELECT queue, minute, 5000, false FROM leasectl.queue_history"
+            "SELECT queue, minute, 5000, false FROM leasectl.queue_history "
+            "ORDER BY minute, queue"
         )
         conn.execute(
             "INSERT INTO leasectl.queue_backlog_minutes (minute) "
@@ -61,8 +65,10 @@ def seed_history(dsn: str, queues: int) -> None:
 
 
 def top_up_history(dsn: str) -> None:
-    """A reused database's history brought up to the current minute (each queue's minutes
-    since the last seeded one, as seeded) and cut to a week, as `watch` would keep it."""
+    """A reused database's history brought up to the current minute: each queue's minutes
+    since the last seeded one, as seeded, a minute's rows together as the fold writes them
+    (appended: the week before is kept, none deleted, so that no minute's rows go to the free
+    space of many pages, as no running system's do)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO leasectl.queue_history (queue, minute, enqueued, started, completed, "
@@ -72,21 +78,23 @@ def top_up_history(dsn: str) -> None:
             "FROM (SELECT DISTINCT queue FROM leasectl.queue_backlog) AS q, "
             "generate_series((SELECT max(minute) FROM leasectl.queue_backlog_minutes) "
             "+ interval '1 minute', date_trunc('minute', now(), 'UTC'), interval '1 minute') AS m "
-            "ON CONFLICT DO NOTHING"
+            "ORDER BY m, q.queue ON CONFLICT DO NOTHING"
         )
         conn.execute(
             "INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
             "SELECT h.queue, h.minute, 5000, false FROM leasectl.queue_history AS h "
-            "WHERE h.minute > (SELECT max(minute) FROM leasectl.queue_backlog_minutes)"
+            "WHERE h.minute > (SELECT max(minute) FROM leasectl.queue_backlog_minutes) "
+            "ORDER BY h.minute, h.queue"
         )
         conn.execute(
             "INSERT INTO leasectl.queue_backlog_minutes (minute) "
             "SELECT DISTINCT minute FROM leasectl.queue_history "
             "WHERE minute > (SELECT max(minute) FROM leasectl.queue_backlog_minutes)"
         )
-        for table in ("queue_history", "queue_backlog", "queue_backlog_minutes"):
-            conn.execute(f"DELETE FROM leasectl.{table} WHERE minute < now() - interval '7 days'")
-            conn.execute(f"VACUUM ANALYZE leasectl.{table}")
+        conn.execute(
+            "VACUUM ANALYZE leasectl.queue_history, leasectl.queue_backlog, "
+            "leasectl.queue_backlog_minutes"
+        )
 
 
 def times(fn: object, runs: int) -> list[float]:
