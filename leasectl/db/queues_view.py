@@ -28,7 +28,14 @@ from leasectl.core.counts import (
 )
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import PausedQueue
-from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, attention_order
+from leasectl.core.queues import (
+    TREND_MINUTES,
+    WINDOW,
+    QueueDetail,
+    QueueRow,
+    QueuesOverview,
+    attention_order,
+)
 from leasectl.core.stats import (
     MINUTE,
     MinuteStats,
@@ -50,6 +57,9 @@ from leasectl.db.stats import PICKUP_ROW_LIMIT, minutes_from_rows, pickup_from_r
 # of history of each kind (counts, backlog samples) it reads: that many queues' window.
 QUEUE_LIMIT = 500
 HISTORY_ROW_LIMIT = QUEUE_LIMIT * 61
+# The overview reads the backlog's samples of the minutes its trend compares, no more (the
+# view shows nothing else of them; the queue screen reads the window's).
+SAMPLED_SINCE = timedelta(minutes=TREND_MINUTES)
 # The queue screen reads at most this many failed attempts (of every queue, the newest) and
 # audit rows of each table: a tenth of a second at most, every refresh.
 ERRORS_SCAN = 5_000
@@ -111,7 +121,7 @@ class QueuesReads:
         """Every queue with live jobs, a pause, a limit or history in ``window``, in attention
         order (at most ``queue_limit``)."""
         limits = self._limits()
-        history = {"since": window, "row_limit": HISTORY_ROW_LIMIT}
+        history = {"since": window, "sampled_since": SAMPLED_SINCE, "row_limit": HISTORY_ROW_LIMIT}
         rows = self._read(
             [
                 ("settings", "console_settings", settings_params(timeout)),
@@ -120,7 +130,7 @@ class QueuesReads:
                 ("limits", "status_limits", limits),
                 ("pickup", "history_pickup_recent", limits),
                 ("history", "queues_view_minutes", history),
-                ("sampled", "stats_sampled", history),
+                ("sampled", "stats_sampled", {"since": SAMPLED_SINCE}),
             ],
             timeout,
             limits,
@@ -169,9 +179,9 @@ class QueuesReads:
     def queue(
         self, queue: str, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
     ) -> QueueDetail:
-        """One queue: its counts now (the overview's, every queue's statements as the scrape
-        runs them: generic plans), the window's minutes, its error groups and audit events
-        (one queue's statements: a custom plan each, its name folding the other branches)."""
+        """One queue: its counts and limits now (the overview's statements, as the scrape runs
+        them: generic plans), the window's minutes, its error groups and audit events (one
+        queue's statements: a custom plan each, its name folding the other branches)."""
         one = {"queue": queue, "limits_limit": 1, "since": window}
         errors = errors_params(window, queue, ERRORS_SCAN)
         events = events_params(window, None, queue, EVENTS_SCAN, EVENTS_SHOWN)
@@ -179,9 +189,11 @@ class QueuesReads:
             [
                 ("settings", "console_settings", settings_params(timeout)),
                 *_LIVE_READS,
+                # (A generic plan, the overview's: planned for one queue, it took longer than
+                # it runs.)
+                ("limits", "status_limits", one),
                 ("custom", "console_settings", settings_params(timeout, custom=True)),
                 ("paused", "queues_view_paused", one),
-                ("limits", "status_limits", one),
                 ("counts", "stats_counts", one),
                 ("pickup", "stats_pickup", one),
                 ("backlog", "stats_backlog", one),
@@ -295,7 +307,8 @@ def _bounded(row: dict[str, Any]) -> BoundedCount:
 class _Window:
     """The window's minutes, from ``since``'s to ``until``'s (as ``fill`` makes them), of each
     queue from its ``queues_view_minutes`` rows: a minute it has no row for is empty, with 0
-    pending where the backlog was sampled (``sampled``)."""
+    pending where the backlog was sampled (``sampled``: the minutes of ``SAMPLED_SINCE``, as
+    the rows' samples; the older ones' pending is None, as not sampled)."""
 
     def __init__(self, since: datetime, until: datetime, sampled: Iterable[datetime]) -> None:
         first = minute_of(since)

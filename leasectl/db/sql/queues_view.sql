@@ -8,7 +8,7 @@
 -- it). Minutes are UTC minutes, from date_trunc('minute', now() - %(since)s, 'UTC') on.
 
 -- name: queues_view_minutes
--- Per queue with history in the window: its minutes in arrays, each minute as its offset from the window's first (0 on). Rows of counts, kind history (folded) and deltas (not folded yet; a minute's counts are the two added): jobs enqueued, completed and failed for good; rows of kind backlog: the due Pending jobs the fold counted (capped_at: the minutes counted to the cap, a lower bound; estimated_at: the planner's estimate past the cap). At most %(row_limit)s minutes of each, the newest first (a cut drops the oldest; in the minute it cuts, any queue's).
+-- Per queue with history in the window: its minutes in arrays, each minute as its offset from the window's first (0 on). Rows of counts, kind history (folded) and deltas (not folded yet; a minute's counts are the two added): jobs enqueued, completed and failed for good; rows of kind backlog, of the minutes from now() - %(sampled_since)s on (those the trend compares): the due Pending jobs the fold counted (capped_at: the minutes counted to the cap, a lower bound; estimated_at: the planner's estimate past the cap). At most %(row_limit)s minutes of each, the newest first (a cut drops the oldest; in the minute it cuts, any queue's).
 -- A row per queue, not per queue and minute, and minutes as integers: a Python object per
 -- queue, no timestamp to load (BENCHMARKS.md, "This round's costs"). A queue_history row is
 -- its (queue, minute)'s only one (the primary key): no grouping by minute but the deltas'. The
@@ -55,7 +55,7 @@ FROM (
            (date_part('epoch', b.minute - date_trunc('minute', now() - %(since)s::interval, 'UTC'))
             / 60)::integer AS at
     FROM {schema}.queue_backlog AS b
-    WHERE b.minute >= date_trunc('minute', now() - %(since)s::interval, 'UTC')
+    WHERE b.minute >= date_trunc('minute', now() - %(sampled_since)s::interval, 'UTC')
     ORDER BY b.minute DESC
     LIMIT %(row_limit)s
 ) AS b
