@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from leasectl.core.config import parse_duration
@@ -115,52 +115,6 @@ class MinuteStats:
     @property
     def pickup_p95_ms(self) -> float | None:
         return percentile(self.pickup, 0.95)
-
-
-# Every field's default but ``start``'s (``minute_series`` sets them at once).
-_MINUTE_DEFAULTS = {f.name: f.default for f in fields(MinuteStats) if f.name != "start"}
-
-
-def minute_series(
-    starts: Sequence[datetime],
-    *,
-    enqueued: Sequence[int],
-    completed: Sequence[int],
-    failed: Sequence[int],
-    pending: Sequence[int | None],
-    pending_capped: Sequence[bool],
-    pending_estimated: Sequence[bool],
-) -> tuple[MinuteStats, ...]:
-    """A queue's minutes from a list per figure (a minute a place; the others at their
-    defaults): the MinuteStats ``MinuteStats(start, enqueued=..., ...)`` makes, but each made
-    with its fields set at once, not by a frozen dataclass's ``__init__`` (an
-    ``object.__setattr__`` per field: four times as long). The Queues view makes one per queue
-    and minute of its hour at each refresh (BENCHMARKS.md, "This round's costs")."""
-    new = object.__new__
-    out = []
-    for start, e, c, f, p, cap, est in zip(
-        starts,
-        enqueued,
-        completed,
-        failed,
-        pending,
-        pending_capped,
-        pending_estimated,
-        strict=True,
-    ):
-        minute = new(MinuteStats)
-        minute.__dict__.update(
-            _MINUTE_DEFAULTS,
-            start=start,
-            enqueued=e,
-            completed=c,
-            failed=f,
-            pending=p,
-            pending_capped=cap,
-            pending_estimated=est,
-        )
-        out.append(minute)
-    return tuple(out)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ histogram, the minutes of a window, --since, and the JSON document's exact shape
 from __future__ import annotations
 
 import math
-from dataclasses import FrozenInstanceError, replace
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -21,7 +20,6 @@ from leasectl.core.stats import (
     bucket_bounds,
     bucket_of,
     fill,
-    minute_series,
     parse_since,
     percentile,
 )
@@ -118,22 +116,6 @@ def test_minutes_are_utc_minutes_whatever_the_offset_they_were_read_with() -> No
     found = MinuteStats(T0.astimezone(odd), completed=1)
     minutes = fill(T0.astimezone(odd), T0.astimezone(odd), [found], [])
     assert [(m.start, m.completed) for m in minutes] == [(T0, 1)]
-
-
-def test_a_series_of_minutes_is_what_the_constructor_makes_frozen_too() -> None:
-    starts = [T0, T0 + timedelta(minutes=1)]
-    series = minute_series(starts, enqueued=[1, 0], completed=[2, 0], failed=[3, 0],
-                           pending=[4, None], pending_capped=[True, False],
-                           pending_estimated=[True, False])  # fmt: skip
-    assert series == (
-        MinuteStats(T0, enqueued=1, completed=2, failed=3, pending=4, pending_capped=True,
-                    pending_estimated=True),
-        MinuteStats(T0 + timedelta(minutes=1)),
-    )  # fmt: skip
-    assert vars(series[1]) == vars(MinuteStats(T0 + timedelta(minutes=1)))
-    assert hash(series[0]) == hash(replace(series[0]))
-    with pytest.raises(FrozenInstanceError):
-        series[0].failed = 0  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("text", ["1h", "30m", "90s", "31d"])
