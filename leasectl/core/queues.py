@@ -55,7 +55,8 @@ class QueueRow:
     paused: PausedQueue | None
     limit: QueueLimit | None
     # The window's minutes, oldest first, every one (empty ones as zeros); ``pending`` is the
-    # due backlog the fold sampled that minute (None: not sampled).
+    # due backlog the fold sampled that minute (None: not sampled; the Queues view reads the
+    # samples of the trend's minutes only, the queue screen the window's).
     minutes: tuple[MinuteStats, ...]
     pickup: PickupLatency | None  # over the current and the previous minute; None: none started
 

@@ -5,8 +5,8 @@ timeout, as facts (``core/queues.py``).
 The overview reuses the scrape's bounded reads (``metrics.sql``: each queue's Pending and Stuck
 jobs counted to a shared cap, then estimated; its leases, exact), the paused and limited
 queues, the recent pickup latency, and reads the window's per-minute history of every queue
-(``queues_view.sql``). The queue screen reads one queue: the console's counts, `stats`' minutes,
-`errors`' groups and `events`' timeline of it."""
+(``queues_view.sql``: one row per queue, its minutes in arrays). The queue screen reads one
+queue: the console's counts, `stats`' minutes, `errors`' groups and `events`' timeline of it."""
 
 from __future__ import annotations
 
@@ -28,19 +28,37 @@ from leasectl.core.counts import (
 )
 from leasectl.core.limits import QueueLimit
 from leasectl.core.models import PausedQueue
-from leasectl.core.queues import WINDOW, QueueDetail, QueueRow, QueuesOverview, attention_order
-from leasectl.core.stats import MinuteStats, PickupLatency, QueueStats, add, fill, minute_of
+from leasectl.core.queues import (
+    TREND_MINUTES,
+    WINDOW,
+    QueueDetail,
+    QueueRow,
+    QueuesOverview,
+    attention_order,
+)
+from leasectl.core.stats import (
+    MINUTE,
+    MinuteStats,
+    PickupLatency,
+    QueueStats,
+    add,
+    fill,
+    minute_of,
+)
 from leasectl.db import sql as queries
 from leasectl.db.connection import Database
 from leasectl.db.console import settings_params
 from leasectl.db.incident import error_report, errors_params, events_params, timeline_of
-from leasectl.db.rows import limit_from_row, paused_from_row
+from leasectl.db.rows import from_tuples, limit_from_row, paused_from_row
 from leasectl.db.stats import PICKUP_ROW_LIMIT, minutes_from_rows, pickup_from_rows
 
-# The most queues the overview lists (the attention order decides which), and the most rows
-# of history it reads: that many queues' window of minutes.
+# The most queues the overview lists (the attention order decides which), and the most minutes
+# of history of each kind (counts, backlog samples) it reads: that many queues' window.
 QUEUE_LIMIT = 500
 HISTORY_ROW_LIMIT = QUEUE_LIMIT * 61
+# The overview reads the backlog's samples of the minutes its trend compares, no more (the
+# view shows nothing else of them; the queue screen reads the window's).
+SAMPLED_SINCE = timedelta(minutes=TREND_MINUTES)
 # The queue screen reads at most this many failed attempts (of every queue, the newest) and
 # audit rows of each table: a tenth of a second at most, every refresh.
 ERRORS_SCAN = 5_000
@@ -102,7 +120,7 @@ class QueuesReads:
         """Every queue with live jobs, a pause, a limit or history in ``window``, in attention
         order (at most ``queue_limit``)."""
         limits = self._limits()
-        history = {"since": window, "row_limit": HISTORY_ROW_LIMIT}
+        history = {"since": window, "sampled_since": SAMPLED_SINCE, "row_limit": HISTORY_ROW_LIMIT}
         rows = self._read(
             [
                 ("settings", "console_settings", settings_params(timeout)),
@@ -110,22 +128,22 @@ class QueuesReads:
                 ("paused", "console_paused", limits),
                 ("limits", "status_limits", limits),
                 ("pickup", "history_pickup_recent", limits),
-                ("history", "queues_view_history", history),
-                ("backlog", "queues_view_backlog", history),
-                ("sampled", "stats_sampled", history),
+                ("history", "queues_view_minutes", history),
+                ("sampled", "stats_sampled", {"since": SAMPLED_SINCE}),
             ],
             timeout,
             limits,
         )
         db_now: datetime = rows["clock"][0]["db_now"]
         truncated = _truncated(rows)
-        for name, limit in (
-            ("pickup", PICKUP_ROW_LIMIT),
-            ("history", HISTORY_ROW_LIMIT),
-            ("backlog", HISTORY_ROW_LIMIT),
-        ):
-            if len(rows[name]) >= limit:
-                truncated.add(name)
+        if len(rows["pickup"]) >= PICKUP_ROW_LIMIT:
+            truncated.add("pickup")
+        read: dict[str, int] = defaultdict(int)
+        for r in rows["history"]:
+            read[r["kind"]] += len(r["at"])
+        for kind, n in read.items():
+            if n >= HISTORY_ROW_LIMIT:
+                truncated.add("backlog" if kind == "backlog" else "history")
         for name in ("paused", "limits"):
             if rows[name] and int(rows[name][0]["total"]) > len(rows[name]):
                 truncated.add(name)
@@ -133,16 +151,16 @@ class QueuesReads:
         paused = {p.queue: p for p in map(paused_from_row, rows["paused"])}
         limited = {lim.queue: lim for lim in map(limit_from_row, rows["limits"])}
         pickup = {p.queue: p for p in pickup_from_rows(rows["pickup"])}
-        minutes = _per_queue(rows["history"], rows["backlog"])
         since = db_now - window
-        sampled = [r["minute"] for r in rows["sampled"]]
+        window_minutes = _Window(since, db_now, (r["minute"] for r in rows["sampled"]))
+        minutes = window_minutes.per_queue(rows["history"])
         names = {*live.names, *paused, *limited, *minutes}
         found = [
             live.row(
                 name,
                 paused=paused.get(name),
                 limit=limited.get(name),
-                minutes=fill(since, db_now, minutes.get(name, ()), sampled),
+                minutes=minutes.get(name) or window_minutes.empty(),
                 pickup=pickup.get(name),
             )
             for name in names
@@ -160,9 +178,9 @@ class QueuesReads:
     def queue(
         self, queue: str, *, window: timedelta = WINDOW, timeout: timedelta = TIMEOUT
     ) -> QueueDetail:
-        """One queue: its counts now (the overview's, every queue's statements as the scrape
-        runs them: generic plans), the window's minutes, its error groups and audit events
-        (one queue's statements: a custom plan each, its name folding the other branches)."""
+        """One queue: its counts and limits now (the overview's statements, as the scrape runs
+        them: generic plans), the window's minutes, its error groups and audit events (one
+        queue's statements: a custom plan each, its name folding the other branches)."""
         one = {"queue": queue, "limits_limit": 1, "since": window}
         errors = errors_params(window, queue, ERRORS_SCAN)
         events = events_params(window, None, queue, EVENTS_SCAN, EVENTS_SHOWN)
@@ -170,9 +188,11 @@ class QueuesReads:
             [
                 ("settings", "console_settings", settings_params(timeout)),
                 *_LIVE_READS,
+                # (A generic plan, the overview's: planned for one queue, it took longer than
+                # it runs.)
+                ("limits", "status_limits", one),
                 ("custom", "console_settings", settings_params(timeout, custom=True)),
                 ("paused", "queues_view_paused", one),
-                ("limits", "status_limits", one),
                 ("counts", "stats_counts", one),
                 ("pickup", "stats_pickup", one),
                 ("backlog", "stats_backlog", one),
@@ -283,25 +303,97 @@ def _bounded(row: dict[str, Any]) -> BoundedCount:
     return BoundedCount.read(int(row["jobs"]), int(row["cap"]), row["estimate"])
 
 
-def _per_queue(
-    history: Iterable[dict[str, Any]], backlog: Iterable[dict[str, Any]]
-) -> dict[str, list[MinuteStats]]:
-    """``queues_view_history``'s and ``queues_view_backlog``'s rows as each queue's minutes
-    (only those with a row: ``fill`` makes the others)."""
-    found: dict[str, dict[datetime, dict[str, Any]]] = defaultdict(lambda: defaultdict(dict))
-    for r in history:
-        found[r["queue"]][minute_of(r["minute"])].update(
-            {k: int(r[k]) for k in ("enqueued", "completed", "failed")}
+class _Window:
+    """The window's minutes, from ``since``'s to ``until``'s (as ``fill`` makes them), of each
+    queue from its ``queues_view_minutes`` rows: a minute it has no row for is empty, with 0
+    pending where the backlog was sampled (``sampled``: the minutes of ``SAMPLED_SINCE``, as
+    the rows' samples; the older ones' pending is None, as not sampled)."""
+
+    def __init__(self, since: datetime, until: datetime, sampled: Iterable[datetime]) -> None:
+        first = minute_of(since)
+        n = int((minute_of(until) - first) / MINUTE) + 1
+        self.starts = tuple(first + i * MINUTE for i in range(n))
+        were_sampled = {int((minute_of(s) - first) / MINUTE) for s in sampled}
+        self.pending: tuple[int | None, ...] = tuple(
+            0 if i in were_sampled else None for i in range(n)
         )
-    for r in backlog:
-        found[r["queue"]][minute_of(r["minute"])].update(
-            {
-                "pending": int(r["pending"]),
-                "pending_capped": bool(r["capped"]),
-                "pending_estimated": bool(r["estimated"]),
-            }
+
+    def per_queue(self, rows: Iterable[dict[str, Any]]) -> dict[str, tuple[MinuteStats, ...]]:
+        """Each queue's minutes (of the queues with a row)."""
+        n = len(self.starts)
+        found: dict[str, _Columns] = {}
+        for r in rows:
+            c = found.get(r["queue"]) or found.setdefault(r["queue"], _Columns(n, self.pending))
+            if r["kind"] == "backlog":
+                c.sampled(r["at"], r["pending"], r["capped_at"] or (), r["estimated_at"] or ())
+            else:  # folded history, then the deltas not folded yet: added
+                c.counted(r["at"], r["enqueued"], r["completed"], r["failed"])
+        return {queue: c.minutes(self.starts) for queue, c in found.items()}
+
+    def empty(self) -> tuple[MinuteStats, ...]:
+        """The minutes of a queue without history in the window."""
+        return _Columns(len(self.starts), self.pending).minutes(self.starts)
+
+
+class _Columns:
+    """One queue's window, a list per figure (a minute a place) until made into minutes."""
+
+    def __init__(self, n: int, pending: tuple[int | None, ...]) -> None:
+        self.n = n
+        self.enqueued, self.completed, self.failed = [0] * n, [0] * n, [0] * n
+        self.pending = list(pending)
+        self.capped, self.estimated = [False] * n, [False] * n
+
+    def counted(
+        self, at: list[int], enqueued: list[int], completed: list[int], failed: list[int]
+    ) -> None:
+        for i, e, c, f in zip(at, enqueued, completed, failed, strict=True):
+            if 0 <= i < self.n:  # (a delta of a minute past the read's clock: not shown)
+                self.enqueued[i] += e
+                self.completed[i] += c
+                self.failed[i] += f
+
+    def sampled(
+        self,
+        at: list[int],
+        pending: list[int],
+        capped_at: Iterable[int],
+        estimated_at: Iterable[int],
+    ) -> None:
+        for i, p in zip(at, pending, strict=True):
+            if 0 <= i < self.n:
+                self.pending[i] = p
+        for i in capped_at:
+            if 0 <= i < self.n:
+                self.capped[i] = True
+        for i in estimated_at:
+            if 0 <= i < self.n:
+                self.estimated[i] = True
+
+    def minutes(self, starts: tuple[datetime, ...]) -> tuple[MinuteStats, ...]:
+        # (Without a MinuteStats.__init__ each: 43 queues x 61 minutes at each refresh.)
+        return from_tuples(
+            MinuteStats,
+            _MINUTE_COLUMNS,
+            zip(
+                starts,
+                self.enqueued,
+                self.completed,
+                self.failed,
+                self.pending,
+                self.capped,
+                self.estimated,
+                strict=True,
+            ),
         )
-    return {
-        queue: [MinuteStats(minute, **values) for minute, values in by_minute.items()]
-        for queue, by_minute in found.items()
-    }
+
+
+_MINUTE_COLUMNS = (
+    "start",
+    "enqueued",
+    "completed",
+    "failed",
+    "pending",
+    "pending_capped",
+    "pending_estimated",
+)

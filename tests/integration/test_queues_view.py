@@ -92,6 +92,32 @@ def test_the_overview_lists_every_queue_with_its_figures_in_attention_order(
         counters.fold_on(conn, SCHEMA, 10_000, timedelta(seconds=5))
     again = {r.queue: r for r in QueuesReads(store.db).overview().rows}["payments"]
     assert (again.completed, again.failed, again.pending.value) == (2, 3, 6)
+    # Folded and not folded yet (in the same minute, but at a minute's turn): added.
+    (lease,) = store.work.claim("payments", "w-1", TTL)
+    store.work.fail(lease, "PSPError: 503 for invoice 9", retry_delay=TTL, retry=False)
+    both = {r.queue: r for r in QueuesReads(store.db).overview().rows}["payments"]
+    assert (both.completed, both.failed, sum(m.enqueued for m in both.minutes)) == (2, 4, 12)
+
+
+def test_the_overview_reads_the_trends_samples_as_the_fold_wrote_them(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    backlog(sql_conn, "big", [7000, 8000])
+    sql_conn.execute(
+        "UPDATE leasectl.queue_backlog SET capped = true, estimated = (pending = 8000) "
+        "WHERE queue = 'big'"
+    )
+    # A sample older than the trend's minutes: not read (the view shows nothing of it).
+    old = "date_trunc('minute', now(), 'UTC') - interval '30 minutes'"
+    sql_conn.execute(f"INSERT INTO leasectl.queue_backlog_minutes (minute) VALUES ({old})")
+    sql_conn.execute(
+        f"INSERT INTO leasectl.queue_backlog (queue, minute, pending, capped) "
+        f"VALUES ('big', {old}, 5, false)"
+    )
+    [big] = QueuesReads(store.db).overview().rows
+    samples = [(m.pending, m.pending_capped, m.pending_estimated) for m in big.minutes if m.pending]
+    assert samples == [(7000, True, False), (8000, True, True)]
+    assert len(big.minutes) == 61 and big.minutes[-31].pending is None
 
 
 def test_the_overview_stops_at_its_queue_limit(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, fields
+from dataclasses import FrozenInstanceError, dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -90,3 +90,20 @@ def test_a_class_with_post_init_is_refused() -> None:
 
     with pytest.raises(TypeError):
         from_tuples(Checked, ["id", "status"], [(1, "Pending")])
+
+
+def test_a_model_without_a_status_is_what_its_constructor_makes_and_frozen() -> None:
+    from leasectl.core.stats import MinuteStats
+    from leasectl.db.rows import from_tuples
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    names = ["start", "completed", "pending", "pending_capped"]
+    made = from_tuples(MinuteStats, names, [(t0, 2, 4, True), (t0, 0, None, False)])
+    assert made == (
+        MinuteStats(t0, completed=2, pending=4, pending_capped=True),
+        MinuteStats(t0),
+    )
+    assert vars(made[1]) == vars(MinuteStats(t0))  # every field set, the defaults too
+    assert hash(made[0]) == hash(MinuteStats(t0, completed=2, pending=4, pending_capped=True))
+    with pytest.raises(FrozenInstanceError):
+        made[0].failed = 0  # type: ignore[misc]
