@@ -478,8 +478,23 @@ def test_a_pickup_counts_in_the_minute_its_attempt_started_and_reads_as_it_runs(
     only, and not before the window."""
     store.ops.enqueue([{}], queue="other")
     assert len(store.work.claim("other", "w9", TTL)) == 1  # another queue's, running
-    store.ops.enqueue([{}] * 3, queue="m")
+    # Due 10 minutes ago: a pickup's minute is its start's, not its job's creation's.
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, created_at, run_at) SELECT 'm', now() - "
+        "interval '10 minutes', now() - interval '10 minutes' FROM generate_series(1, 3)"
+    )
     early, now, forged = store.work.claim("m", "w1", TTL, limit=3)
+    # early: as if claimed 3 minutes ago (its job and its attempt), migration 31 an hour ago.
+    sql_conn.execute(
+        "UPDATE leasectl.schema_migrations SET applied_at = now() - interval '1 hour' "
+        "WHERE version = 31"
+    )
+    sql_conn.execute(
+        "UPDATE leasectl.jobs SET updated_at = updated_at - interval '3 minutes', "
+        "created_at = created_at - interval '3 minutes', run_at = run_at - interval '3 minutes' "
+        "WHERE id = %s",
+        (early.job_id,),
+    )
     sql_conn.execute(
         "UPDATE leasectl.job_attempts SET started_at = started_at - interval '3 minutes', "
         "due_at = due_at - interval '3 minutes' WHERE job_id = %s",

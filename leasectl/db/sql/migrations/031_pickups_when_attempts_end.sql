@@ -111,33 +111,32 @@ $$;
 -- one queue or of all (NULL). The readers of the history (`stats`, `status`, the exporter,
 -- the console's Queues view) add them to the counted ones, so that a minute's `started` and
 -- pickup latency are whole while its attempts run: a queue of ten-minute jobs shows its
--- pickups as they start. At most 10,000 Processing jobs are looked at (a worker role can hold
--- any number of leases: a reader's time stays bounded), through jobs_processing_idx, and each
--- one's attempt by the attempts' primary key (OFFSET 0: a probe per job, never a join that
--- reads every attempt). As its caller (SECURITY INVOKER), and with no SET clause, so that it
--- is inlined into the statement that reads it and planned with it: an SQL-standard body, its
--- names bound when it is created (no search_path, and no quoting a schema's name could end).
+-- pickups as they start. Read from the Processing jobs alone (jobs_processing_idx), no attempt
+-- row: a Processing job's updated_at is its claim's now(), its attempt's started_at (no
+-- statement but a claim writes updated_at without changing the status: heartbeats do not),
+-- and created_at and run_at are as the claim saw them, so that the job gives the same minute
+-- and bucket as its attempt's end will. Leases taken before this migration, counted by their
+-- claim, are left out by the time it was applied. At most 10,000 Processing jobs are looked
+-- at (a worker role can hold any number of leases: a reader's time stays bounded). As its
+-- caller (SECURITY INVOKER), and with no SET clause, so that it is inlined into the statement
+-- that reads it and planned with it: an SQL-standard body, its names bound when it is created
+-- (no search_path, and no quoting a schema's name could end).
 CREATE FUNCTION {schema}.history_running_pickups(since timestamptz, only_queue text)
 RETURNS TABLE (queue text, minute timestamptz, bucket smallint)
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
-    SELECT a.queue,
-           pg_catalog.date_bin('1 minute', a.started_at, timestamptz '2000-01-01 00:00+00'),
-           {schema}.history_wait_bucket(a.started_at OPERATOR(pg_catalog.-) a.due_at)
-    FROM (
-        SELECT j.id, j.attempts FROM {schema}.jobs AS j
-        WHERE j.status OPERATOR(pg_catalog.=) 'Processing'
-          AND (only_queue IS NULL OR j.queue OPERATOR(pg_catalog.=) only_queue)
-        LIMIT 10000
-    ) AS j
-    CROSS JOIN LATERAL (
-        SELECT a.queue, a.started_at, a.due_at FROM {schema}.job_attempts AS a
-        WHERE a.job_id OPERATOR(pg_catalog.=) j.id
-          AND a.attempt OPERATOR(pg_catalog.=) j.attempts
-          AND a.ended_at IS NULL AND a.due_at IS NOT NULL
-          AND a.started_at OPERATOR(pg_catalog.>=) since
-        OFFSET 0
-    ) AS a;
+    SELECT j.queue,
+           pg_catalog.date_bin('1 minute', j.updated_at, timestamptz '2000-01-01 00:00+00'),
+           {schema}.history_wait_bucket(
+               j.updated_at OPERATOR(pg_catalog.-) greatest(j.created_at, j.run_at))
+    FROM {schema}.jobs AS j
+    WHERE j.status OPERATOR(pg_catalog.=) 'Processing'
+      AND (only_queue IS NULL OR j.queue OPERATOR(pg_catalog.=) only_queue)
+      AND j.updated_at OPERATOR(pg_catalog.>=) since
+      AND j.updated_at OPERATOR(pg_catalog.>) (
+          SELECT m.applied_at FROM {schema}.schema_migrations AS m
+          WHERE m.version OPERATOR(pg_catalog.=) 31)
+    LIMIT 10000;
 END;
 
 -- The claims no longer append pickups: workers granted by an older leasectl lose the INSERT on
