@@ -697,8 +697,8 @@ MUTANTS += (
                  ("(c.outcome = 'failed' OR c.queue IS NULL)", "true"))),
     _attempts("hit", "WHERE k.hit\n", "WHERE TRUE\n"),
     # The pickups (migration 31): counted once an attempt ends, from its start and due time.
-    _attempts("pickup-wait", "history_wait_bucket(c.started_at - c.due_at)",
-              "history_wait_bucket(c.started_at - c.started_at)", PICKUP),
+    _attempts("pickup-wait", "history_wait_bucket(c.started_at, c.due_at)",
+              "history_wait_bucket(c.started_at, c.started_at)", PICKUP),
     _attempts("pickup-start-minute",
               "least(date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00'),",
               "least(s.minute,", RUNNING_PICKUPS),

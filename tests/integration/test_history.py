@@ -184,7 +184,8 @@ def test_a_wait_has_the_bucket_of_its_milliseconds_at_every_bound(
     bounds = [0] + [math.ceil(bucket_bounds(b)[0] * 1000) for b in range(1, 64)]
     waits = sorted({max(-5_000_000, us + d) for us in bounds for d in (-1, 0, 1)} | {10**15})
     got = sql_conn.execute(
-        "SELECT array_agg(leasectl.history_wait_bucket(make_interval(secs => us / 1e6)) "
+        "SELECT array_agg(leasectl.history_wait_bucket(timestamptz '2026-01-01' + "
+        "make_interval(secs => us / 1e6), timestamptz '2026-01-01') "
         "ORDER BY n), array_agg(leasectl.history_bucket(us / 1e3) ORDER BY n) "
         "FROM unnest(%s::bigint[]) WITH ORDINALITY AS x(us, n)",
         (waits,),
@@ -520,9 +521,41 @@ def test_a_pickup_counts_in_the_minute_its_attempt_started_and_reads_as_it_runs(
     # early: its start's minute, 3 minutes back; now: its start's; forged: its end's.
     expected = sql_conn.execute(
         "SELECT date_trunc('minute', CASE WHEN job_id = %s THEN ended_at ELSE started_at END, "
-        "'UTC'), leasectl.history_wait_bucket(started_at - due_at), count(*)::integer "
+        "'UTC'), leasectl.history_wait_bucket(started_at, due_at), count(*)::integer "
         "FROM leasectl.job_attempts WHERE job_id = ANY(%s) GROUP BY 1, 2",
         (forged.job_id, [early.job_id, now.job_id, forged.job_id]),
     ).fetchall()
     assert sorted(counted) == sorted(expected) and len(expected) == 3, (counted, expected)
     assert (started(timedelta(minutes=1)), started(timedelta(minutes=10))) == (2, 3)
+
+
+def test_infinite_times_count_in_a_bucket_and_fail_no_reader_nor_completion(
+    db_dsn: str, store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Times a worker may write (a Processing job's updated_at, its attempts' started_at and
+    due_at) or the owner by hand, infinite: the readers answer, the completion completes, and
+    each pickup lands in the first or the open bucket of a minute no later than now."""
+    store.ops.enqueue([{}] * 3, queue="inf")
+    a, b, c = store.work.claim("inf", "w1", TTL, limit=3)
+    sql_conn.execute("UPDATE leasectl.jobs SET updated_at = 'infinity' WHERE id = %s", (a.job_id,))
+    sql_conn.execute("UPDATE leasectl.jobs SET created_at = 'infinity' WHERE id = %s", (b.job_id,))
+    assert sum(m.started for m in history.read_stats(store.db, "inf", HOUR).minutes) == 3
+    for args in (("stats", "--queue", "inf", "--json"), ("status", "--json")):
+        proc = cli(*args, dsn=db_dsn)
+        assert proc.returncode == 0, proc.stderr
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET started_at = 'infinity' WHERE job_id = %s", (a.job_id,)
+    )
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET due_at = 'infinity' WHERE job_id = %s", (b.job_id,)
+    )
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET due_at = '-infinity' WHERE job_id = %s", (c.job_id,)
+    )
+    assert store.work.complete([a, b, c]) == {a.job_id, b.job_id, c.job_id}
+    rows = sql_conn.execute(
+        "SELECT bucket, sum(delta)::integer, bool_and(minute <= now()) "
+        "FROM leasectl.queue_history_deltas WHERE queue = 'inf' AND counter = 'pickup' "
+        "GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert rows == [(0, 1, True), (63, 2, True)], rows

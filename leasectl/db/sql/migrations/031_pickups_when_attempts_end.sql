@@ -31,14 +31,18 @@
 
 ALTER TABLE {schema}.job_attempts ADD COLUMN due_at timestamptz;
 
--- The pickup latency's bucket (history_bucket's, migration 20) of a wait given as an interval:
--- the same bucket for every whole number of microseconds (a test proves it at each bound), by
--- a binary search of the 63 bounds. history_bucket computes in float8 from milliseconds, and
--- the wait's milliseconds (extract, date_part) are computed in numeric: that and the logarithm
--- cost about 3 microseconds an attempt, on the statement that ends it.
-CREATE FUNCTION {schema}.history_wait_bucket(waited interval) RETURNS smallint
+-- The pickup latency's bucket (history_bucket's, migration 20) of a wait from `due` to
+-- `started`: the same bucket for every whole number of microseconds (a test proves it at each
+-- bound), by a binary search of the 63 bounds. history_bucket computes in float8 from
+-- milliseconds, and the wait's milliseconds (extract, date_part) are computed in numeric: that
+-- and the logarithm cost about 3 microseconds an attempt, on the statement that ends it. An
+-- infinite time (written by hand, or by a role that may write the row: a worker writes
+-- updated_at and its attempts' times) is no error, which would fail the statement that ends
+-- the attempt or every reader: the first bucket, or the open one if it started after.
+CREATE FUNCTION {schema}.history_wait_bucket(started timestamptz, due timestamptz)
+RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN least(63, width_bucket(waited,
+RETURN (CASE WHEN isfinite(started) AND isfinite(due) THEN least(63, width_bucket(started - due,
     '{1000 us,1415 us,2000 us,2829 us,4000 us,5657 us,8000 us,11314 us,16000 us,22628 us,
       32000 us,45255 us,64000 us,90510 us,128000 us,181020 us,256000 us,362039 us,512000 us,
       724078 us,1024000 us,1448155 us,2048000 us,2896310 us,4096000 us,5792619 us,8192000 us,
@@ -48,7 +52,8 @@ RETURN least(63, width_bucket(waited,
       8388608000 us,11863283204 us,16777216000 us,23726566407 us,33554432000 us,47453132813 us,
       67108864000 us,94906265625 us,134217728000 us,189812531249 us,268435456000 us,
       379625062498 us,536870912000 us,759250124995 us,1073741824000 us,1518500249989 us,
-      2147483648000 us}'::interval[]))::smallint;
+      2147483648000 us}'::interval[]))
+             WHEN started > due THEN 63 ELSE 0 END)::smallint;
 
 LOCK TABLE {schema}.job_attempts IN SHARE MODE;
 
@@ -96,7 +101,7 @@ BEGIN
                ('pickup', c.due_at IS NOT NULL,
                 least(date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00'),
                       s.minute),
-                history_wait_bucket(c.started_at - c.due_at))
+                history_wait_bucket(c.started_at, c.due_at))
     ) AS k(counter, hit, minute, bucket)
     CROSS JOIN LATERAL (SELECT coalesce(c.queue, j.queue) AS queue) AS q
     WHERE k.hit
@@ -125,10 +130,13 @@ CREATE FUNCTION {schema}.history_running_pickups(since timestamptz, only_queue t
 RETURNS TABLE (queue text, minute timestamptz, bucket smallint)
 LANGUAGE sql STABLE PARALLEL SAFE
 BEGIN ATOMIC
+    -- (A start after now(), which only a row written by hand or by a worker has, counts in
+    -- now()'s minute, as the trigger counts it.)
     SELECT j.queue,
-           pg_catalog.date_bin('1 minute', j.updated_at, timestamptz '2000-01-01 00:00+00'),
-           {schema}.history_wait_bucket(
-               j.updated_at OPERATOR(pg_catalog.-) greatest(j.created_at, j.run_at))
+           least(pg_catalog.date_bin('1 minute', j.updated_at, timestamptz '2000-01-01 00:00+00'),
+                 pg_catalog.date_bin('1 minute', pg_catalog.now(),
+                                     timestamptz '2000-01-01 00:00+00')),
+           {schema}.history_wait_bucket(j.updated_at, greatest(j.created_at, j.run_at))
     FROM {schema}.jobs AS j
     WHERE j.status OPERATOR(pg_catalog.=) 'Processing'
       AND (only_queue IS NULL OR j.queue OPERATOR(pg_catalog.=) only_queue)
