@@ -76,7 +76,7 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
                 # `leasectl grant` as version 27 ran it: today's without migrations 28's to
-                # 30's pieces.
+                # 31's pieces (30's is no longer in it).
                 grant_without(conn, kind, name, (*ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][27:]

@@ -1,6 +1,7 @@
 -- The history's pickups are counted when their attempt ends, by the trigger that already counts
 -- the attempt's outcome, not by the claim (design.md, "History"). {schema} is the quoted schema
--- name; as in migration 6, the bodies name no schema.
+-- name; as in migration 6, the PL/pgSQL body names no schema (history_running_pickups' does:
+-- an SQL-standard body, parsed when it is created, no string a schema's name could end).
 --
 -- Migration 30 made each claim append its pickups to queue_history_deltas in a data-modifying
 -- CTE: one more node that inserts, and an aggregate, set up by every claim statement. It was
