@@ -150,8 +150,12 @@ def test_the_scrapes_pickup_latency_reads_two_minutes_of_history(
     assert "Seq Scan on queue_history " not in plan and "Bitmap" not in plan, plan
     # The current and the previous minute of each of the 40 queues, no more.
     assert 0 < rows_read(plan, "queue_history_minute_idx") <= 2 * HISTORY_QUEUES, plan
-    # The running attempts (migration 31): inlined, through the Processing jobs' index alone,
-    # beside the history of every finished job.
+    assert_reads_running_attempts_by_index(plan)
+
+
+def assert_reads_running_attempts_by_index(plan: str) -> None:
+    """The running attempts (migration 31): inlined, through the Processing jobs' index alone,
+    beside the history of every finished job."""
     assert "history_running_pickups" not in plan and "Seq Scan on job" not in plan, plan
     assert "jobs_processing_idx" in plan and "job_attempts" not in plan, plan
 
@@ -191,8 +195,7 @@ def test_stats_reads_an_hour_of_one_queue_or_of_every_queue_by_index(
     table = "queue_backlog" if name == "stats_backlog" else "queue_history"
     assert f"Seq Scan on {table} " not in plan, plan
     if name != "stats_backlog":  # and the running attempts, as in the scrape's
-        assert "history_running_pickups" not in plan and "Seq Scan on job" not in plan, plan
-        assert "jobs_processing_idx" in plan and "job_attempts" not in plan, plan
+        assert_reads_running_attempts_by_index(plan)
     if queue is None:
         assert rows_read(plan, f"{table}_minute_idx") <= 61 * HISTORY_QUEUES, plan
     else:

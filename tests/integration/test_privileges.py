@@ -820,6 +820,15 @@ def grant_as_before(
     )
 
 
+def stats_sums(dsn: str, queue: str) -> dict[str, int]:
+    """`leasectl stats --queue QUEUE --json` as the role of ``dsn`` reads it (it must succeed):
+    each count of the last hour summed over its minutes."""
+    proc = cli("stats", "--queue", queue, "--json", dsn=dsn)
+    assert proc.returncode == 0, proc.stderr
+    buckets = json.loads(proc.stdout)["buckets"]
+    return {k: sum(b[k] for b in buckets) for k in ("enqueued", "started", "completed")}
+
+
 def test_roles_granted_before_migration_7_keep_working_after_the_upgrade(
     server_dsn: str, empty_db_dsn: str
 ) -> None:
@@ -1320,11 +1329,8 @@ def test_history_is_read_by_viewers_and_folded_and_pruned_by_operators_only(
     with Stores.connect(granted.dsn("worker"), "leasectl") as store:
         leases = store.work.claim("hq", "w-role", timedelta(seconds=30), 2)
         assert store.work.complete(leases) == {lease.job_id for lease in leases}
-    proc = cli("stats", "--queue", "hq", "--json", dsn=granted.dsn("viewer"))
-    assert proc.returncode == 0, proc.stderr
-    buckets = json.loads(proc.stdout)["buckets"]
-    assert sum(b["enqueued"] for b in buckets) == 2
-    assert sum(b["completed"] for b in buckets) == 2
+    counted = stats_sums(granted.dsn("viewer"), "hq")
+    assert (counted["enqueued"], counted["completed"]) == (2, 2)
     status = cli("status", "--json", dsn=granted.dsn("viewer"))
     assert status.returncode == 0, status.stderr
     assert [p["queue"] for p in json.loads(status.stdout)["pickup"]] == ["hq"]
@@ -1383,9 +1389,7 @@ def test_roles_granted_at_version_19_read_and_fold_the_history_after_the_upgrade
         with psycopg.connect(roles.dsn("operator"), autocommit=True) as conn:
             assert conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)").fetchone() == (1,)
         for kind in ("viewer", "operator"):
-            proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn(kind))
-            assert proc.returncode == 0, proc.stderr
-            assert sum(b["enqueued"] for b in json.loads(proc.stdout)["buckets"]) == 1
+            assert stats_sums(roles.dsn(kind), "q")["enqueued"] == 1
         with psycopg.connect(roles.dsn("viewer"), autocommit=True) as conn:
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute("SELECT leasectl.history_fold(10, 10, 100, 10)")
@@ -1634,9 +1638,7 @@ def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_u
                     "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, delta) "
                     "VALUES ('q', date_trunc('minute', now(), 'UTC'), 'completed', 1)"
                 )
-        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
-        assert proc.returncode == 0, proc.stderr
-        assert sum(b["started"] for b in json.loads(proc.stdout)["buckets"]) == 3
+        assert stats_sums(roles.dsn("viewer"), "q")["started"] == 3
 
 
 def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice(
@@ -1679,9 +1681,7 @@ def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice
             assert done == {lease.job_id for lease in leases}
         # The lease of version 30, still running, is counted once (by its claim), not as a
         # running attempt too.
-        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
-        assert proc.returncode == 0, proc.stderr
-        assert sum(b["started"] for b in json.loads(proc.stdout)["buckets"]) == 3
+        assert stats_sums(roles.dsn("viewer"), "q")["started"] == 3
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn:
             # The lease of version 30 ends now: completed, its pickup not counted again.
             conn.execute(
@@ -1695,8 +1695,5 @@ def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice
                     "INSERT INTO leasectl.queue_history_deltas (queue, minute, counter, bucket, "
                     "delta) VALUES ('q', date_trunc('minute', now(), 'UTC'), 'pickup', 3, 1)"
                 )
-        proc = cli("stats", "--queue", "q", "--json", dsn=roles.dsn("viewer"))
-        assert proc.returncode == 0, proc.stderr
-        buckets = json.loads(proc.stdout)["buckets"]
-        assert sum(b["started"] for b in buckets) == 3
-        assert sum(b["completed"] for b in buckets) == 3
+        counted = stats_sums(roles.dsn("viewer"), "q")
+        assert (counted["started"], counted["completed"]) == (3, 3)
