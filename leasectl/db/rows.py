@@ -47,11 +47,10 @@ def from_tuples(cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]
     extra columns are ignored.
 
     Many rows come this way (a claim batch, a console refresh, a watcher pass of 100,000, the
-    Queues view's minutes of every queue), so
-    each instance's ``__dict__`` is filled in one step, without ``__init__``: a frozen
-    dataclass's ``__init__`` sets each field through ``object.__setattr__``, which made this
-    three times slower. Hence ``cls`` must have no ``__post_init__`` nor slots; every field is
-    set, as ``__init__`` would set it.
+    Queues view's minutes of every queue), so each instance's ``__dict__`` is filled in one
+    step, without ``__init__``: a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, which made this three times slower. Hence ``cls`` must have no
+    ``__post_init__`` nor slots; every field is set, as ``__init__`` would set it.
     """
     if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__"):
         raise TypeError(f"{cls.__name__} cannot be built without its __init__")
