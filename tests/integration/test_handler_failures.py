@@ -99,7 +99,8 @@ def test_every_failed_attempt_is_one_log_line_with_its_error_escaped(
     [retried, permanent] = store.ops.enqueue(
         [{}, {"permanent": True}], queue="q\x07", max_attempts=3
     )
-    wait_until(lambda: status(store, permanent) == JobStatus.FAILED)
+    # The log line follows the outcome's commit: wait for each line, not for the status.
+    wait_until(lambda: len(lines(caplog, f"job {permanent} attempt 1 ")) == 1)
     wait_until(lambda: len(lines(caplog, f"job {retried} attempt 1 ")) == 1)
     [line] = lines(caplog, f"job {retried} attempt 1 ")
     assert "(queue 'q\\x07') failed: 'ValueError: bad \\x1b[31mred\\x1b[0m'; retrying in" in line
