@@ -663,7 +663,8 @@ V30_PICKUPS = (
 # counts; the pickups of the attempts that end).
 ATTEMPTS_SQL = "migrations/031_pickups_when_attempts_end.sql"
 ATTEMPTS_FILTER = (
-    "WHERE outcome IN ('completed', 'failed') OR (ended_at IS NOT NULL AND due_at IS NOT NULL)"
+    "WHERE outcome IN ('completed', 'failed')\n"
+    "               OR (ended_at IS NOT NULL AND due_at IS NOT NULL)"
 )
 
 
@@ -674,17 +675,18 @@ def _attempts(name: str, text: str, replacement: str, *tests: str) -> Mutant:
 
 MUTANTS += (
     _attempts("old-rows",
-              "        UNION ALL\n        SELECT job_id, outcome, queue, started_at, due_at, "
-              "-1\n        FROM old_attempts\n        "
+              "            UNION ALL\n            SELECT job_id, outcome, queue, started_at, "
+              "due_at, -1\n            FROM old_attempts\n            "
               + ATTEMPTS_FILTER + "\n", "", NOT_COUNTED),
-    _attempts("net-increase", "HAVING sum(c.sign) > 0", "", NOT_COUNTED),
+    # (A sum of 0, an attempt read as it was and as it is, would break the deltas' CHECK.)
+    _attempts("net-increase", "WHERE k.n > 0;", "WHERE k.n IS NOT NULL;", NOT_COUNTED),
     _attempts("attempt-job", "WHERE id = c.job_id AND (c.outcome", "WHERE (c.outcome"),
     _attempts("failure-reads-job", "(c.outcome = 'failed' OR c.queue IS NULL)",
               "c.queue IS NULL"),
     _attempts("queue-of-the-attempt", "coalesce(c.queue, j.queue)", "c.queue",
               COUNTERS + "test_the_attempts_trigger_reads_each_job_by_its_key_on_a_large_history"),
-    _attempts("completed", "('completed', c.outcome = 'completed',", "('completed', TRUE,"),
-    _attempts("failed", "('failed', c.outcome = 'failed',", "('failed', TRUE,"),
+    _attempts("completed", "FILTER (WHERE c.outcome = 'completed')", "FILTER (WHERE TRUE)"),
+    _attempts("failed", "FILTER (WHERE c.outcome = 'failed')", "FILTER (WHERE TRUE)"),
     _attempts("retried-pending", "c.outcome = 'failed' AND j.status = 'Pending'",
               "c.outcome = 'failed'"),
     # A retry is a failed attempt whose job is Pending: the rows are already only completed and
@@ -693,22 +695,18 @@ MUTANTS += (
     # (Pending, `released`) then counts.
     mutant("counters-retried-failed", ATTEMPTS_SQL, "counters_from_attempts",
            "c.outcome = 'failed' AND j.status = 'Pending'", "j.status = 'Pending'", (NEITHER,),
-           also=(("FROM new_attempts\n        " + ATTEMPTS_FILTER, "FROM new_attempts"),
+           also=(("FROM new_attempts\n            " + ATTEMPTS_FILTER, "FROM new_attempts"),
                  ("(c.outcome = 'failed' OR c.queue IS NULL)", "true"))),
-    _attempts("hit", "WHERE k.hit\n", "WHERE TRUE\n"),
     # The pickups (migration 31): counted once an attempt ends, from its start and due time.
     _attempts("pickup-wait", "history_wait_bucket(c.started_at, c.due_at)",
               "history_wait_bucket(c.started_at, c.started_at)", PICKUP),
-    _attempts("pickup-start-minute",
-              "least(date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00'),",
-              "least(s.minute,", RUNNING_PICKUPS),
-    _attempts("pickup-not-after-the-end", "                      s.minute),",
-              "                      c.started_at),", RUNNING_PICKUPS),
-    _attempts("pickup-claimed-before", "('pickup', c.due_at IS NOT NULL,", "('pickup', true,",
-              V30_PICKUPS),
-    _attempts("pickup-ends", "OR (ended_at IS NOT NULL AND due_at IS NOT NULL)\n        UNION",
-              "OR (due_at IS NOT NULL)\n        UNION", EVERY_END,
-              ),
+    _attempts("pickup-start-minute", "least(g.started, s.minute)", "s.minute", RUNNING_PICKUPS),
+    _attempts("pickup-not-after-the-end", "least(g.started, s.minute)", "g.started",
+              RUNNING_PICKUPS),
+    _attempts("pickup-claimed-before", "FILTER (WHERE c.due_at IS NOT NULL)",
+              "FILTER (WHERE TRUE)", V30_PICKUPS),
+    _attempts("pickup-ends", "OR (ended_at IS NOT NULL AND due_at IS NOT NULL)\n            UNION",
+              "OR (due_at IS NOT NULL)\n            UNION", EVERY_END),
 )  # fmt: skip
 
 MUTANTS += (

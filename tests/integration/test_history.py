@@ -559,3 +559,40 @@ def test_infinite_times_count_in_a_bucket_and_fail_no_reader_nor_completion(
         "GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert rows == [(0, 1, True), (63, 2, True)], rows
+
+
+def test_one_statement_ending_attempts_of_several_minutes_and_waits_counts_each_once(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """One completion of attempts that started in two minutes after waits of many buckets (the
+    trigger sums a statement's attempts by queue, start minute and bucket, then writes each
+    group's counts): each completion once, in the statement's minute, and each pickup once, in
+    its start's minute and its wait's bucket."""
+    sql_conn.execute(
+        "INSERT INTO leasectl.jobs (queue, created_at, run_at) "
+        "SELECT 'g', now() - i * interval '7 seconds', now() - i * interval '7 seconds' "
+        "FROM generate_series(1, 12) AS i"
+    )
+    leases = store.work.claim("g", "w1", TTL, limit=12)
+    assert len(leases) == 12
+    # Half of them as if claimed two minutes earlier, after the same waits.
+    sql_conn.execute(
+        "UPDATE leasectl.job_attempts SET started_at = started_at - interval '2 minutes', "
+        "due_at = due_at - interval '2 minutes' WHERE job_id = ANY(%s)",
+        ([lease.job_id for lease in leases[:6]],),
+    )
+    assert store.work.complete(leases) == {lease.job_id for lease in leases}
+    counted = sql_conn.execute(
+        "SELECT counter, minute, bucket, sum(delta)::integer FROM leasectl.queue_history_deltas "
+        "WHERE queue = 'g' AND counter IN ('completed', 'pickup') GROUP BY 1, 2, 3"
+    ).fetchall()
+    expected = sql_conn.execute(
+        "SELECT 'pickup', date_trunc('minute', started_at, 'UTC'), "
+        "leasectl.history_wait_bucket(started_at, due_at), count(*)::integer "
+        "FROM leasectl.job_attempts WHERE queue = 'g' GROUP BY 2, 3 "
+        "UNION ALL SELECT 'completed', date_trunc('minute', max(ended_at), 'UTC'), 0, "
+        "count(*)::integer FROM leasectl.job_attempts WHERE queue = 'g'"
+    ).fetchall()
+    assert sorted(counted) == sorted(expected), (counted, expected)
+    assert len({(minute, bucket) for _, minute, bucket, _ in expected}) >= 4, expected
+    assert (sums(store, "g")["started"], sums(store, "g")["completed"]) == (12, 12)

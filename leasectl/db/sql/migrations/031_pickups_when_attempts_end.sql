@@ -68,25 +68,42 @@ BEGIN
     -- Each attempt of the statement counted once as it is now (+1) and once as it was (-1): an
     -- attempt whose outcome or end did not change counts nothing. Every row taken has ended (a
     -- completed or failed attempt has its ended_at), so each counts its pickup, if its claim
-    -- wrote a due time.
+    -- wrote a due time. The attempts are summed first by queue, start minute and wait bucket
+    -- (a statement's attempts fall in a few such groups), and each group's sums then made
+    -- rows: making four rows of each attempt and hashing them cost a statement of 50 attempts
+    -- half again as much (BENCHMARKS.md, "This round's costs").
     INSERT INTO queue_history_deltas (queue, minute, counter, bucket, delta)
-    SELECT q.queue, k.minute, k.counter, k.bucket, sum(c.sign)
+    SELECT g.queue, k.minute, k.counter, k.bucket, k.n
     FROM (
-        SELECT job_id, outcome, queue, started_at, due_at, 1 AS sign
-        FROM new_attempts
-        WHERE outcome IN ('completed', 'failed') OR (ended_at IS NOT NULL AND due_at IS NOT NULL)
-        UNION ALL
-        SELECT job_id, outcome, queue, started_at, due_at, -1
-        FROM old_attempts
-        WHERE outcome IN ('completed', 'failed') OR (ended_at IS NOT NULL AND due_at IS NOT NULL)
-    ) AS c
-    -- The job, by primary key, only where the attempt cannot tell: a failure's retry, and the
-    -- queue of an attempt opened before this migration (a one-time filter on c's columns).
-    LEFT JOIN LATERAL (
-        SELECT queue, status FROM jobs
-        WHERE id = c.job_id AND (c.outcome = 'failed' OR c.queue IS NULL)
-        OFFSET 0
-    ) AS j ON true
+        SELECT coalesce(c.queue, j.queue) AS queue,
+               date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00') AS started,
+               history_wait_bucket(c.started_at, c.due_at) AS bucket,
+               sum(c.sign) FILTER (WHERE c.outcome = 'completed') AS completed,
+               sum(c.sign) FILTER (WHERE c.outcome = 'failed') AS failed,
+               sum(c.sign) FILTER (WHERE c.outcome = 'failed' AND j.status = 'Pending')
+                   AS retried,
+               sum(c.sign) FILTER (WHERE c.due_at IS NOT NULL) AS pickups
+        FROM (
+            SELECT job_id, outcome, queue, started_at, due_at, 1 AS sign
+            FROM new_attempts
+            WHERE outcome IN ('completed', 'failed')
+               OR (ended_at IS NOT NULL AND due_at IS NOT NULL)
+            UNION ALL
+            SELECT job_id, outcome, queue, started_at, due_at, -1
+            FROM old_attempts
+            WHERE outcome IN ('completed', 'failed')
+               OR (ended_at IS NOT NULL AND due_at IS NOT NULL)
+        ) AS c
+        -- The job, by primary key, only where the attempt cannot tell: a failure's retry, and
+        -- the queue of an attempt opened before this migration (a one-time filter on c's
+        -- columns).
+        LEFT JOIN LATERAL (
+            SELECT queue, status FROM jobs
+            WHERE id = c.job_id AND (c.outcome = 'failed' OR c.queue IS NULL)
+            OFFSET 0
+        ) AS j ON true
+        GROUP BY 1, 2, 3
+    ) AS g
     -- The statement's minute (UTC), and a pickup's: date_bin, since date_trunc with a time
     -- zone looks the zone up at each call. (No PL/pgSQL variable: a parameter would have the
     -- statement planned again at each call, a custom plan, which cost more than all of its
@@ -95,19 +112,17 @@ BEGIN
         SELECT date_bin('1 minute', statement_timestamp(), timestamptz '2000-01-01 00:00+00')
     ) AS s(minute)
     CROSS JOIN LATERAL (
-        VALUES ('completed', c.outcome = 'completed', s.minute, 0::smallint),
-               ('failed', c.outcome = 'failed', s.minute, 0::smallint),
-               ('retried', c.outcome = 'failed' AND j.status = 'Pending', s.minute,
-                0::smallint),
-               ('pickup', c.due_at IS NOT NULL,
-                least(date_bin('1 minute', c.started_at, timestamptz '2000-01-01 00:00+00'),
-                      s.minute),
-                history_wait_bucket(c.started_at, c.due_at))
-    ) AS k(counter, hit, minute, bucket)
-    CROSS JOIN LATERAL (SELECT coalesce(c.queue, j.queue) AS queue) AS q
-    WHERE k.hit
-    GROUP BY k.counter, q.queue, k.minute, k.bucket
-    HAVING sum(c.sign) > 0;
+        VALUES ('completed', s.minute, 0::smallint, g.completed),
+               ('failed', s.minute, 0::smallint, g.failed),
+               ('retried', s.minute, 0::smallint, g.retried),
+               ('pickup', least(g.started, s.minute), g.bucket, g.pickups)
+    ) AS k(counter, minute, bucket, n)
+    -- Each group's sums are rows of their own, not added up again (a second aggregate cost a
+    -- statement of one attempt more than it saved): a statement whose attempts started in two
+    -- minutes writes the statement minute's completions as two rows, which the fold adds. An
+    -- attempt read as it was and as it is falls in one group (the same queue, start and due
+    -- time), where the two net to 0: no row.
+    WHERE k.n > 0;
     RETURN NULL;
 END
 $$;
