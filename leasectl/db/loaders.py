@@ -22,13 +22,19 @@ from leasectl.db.sql import WORKER_SETTINGS
 
 @functools.lru_cache(maxsize=32)
 def job_maker(names: tuple[str, ...]) -> Callable[[Sequence[Any]], Job]:
-    """Rows of a ``jobs.*`` select (columns ``names``) -> Job, without building a dict per row."""
+    """Rows of a ``jobs.*`` select (columns ``names``) -> Job, without building a dict per row;
+    its progress only if reported by its current attempt (``rows.current_progress``)."""
     positions = [names.index(name) for name in JOB_FIELDS]
     status_at = JOB_FIELDS.index("status")
+    reported = names.index("progress_attempt") if "progress_attempt" in names else None
+    attempts_at = names.index("attempts")
+    progress_at = (JOB_FIELDS.index("progress"), JOB_FIELDS.index("progress_message"))
 
     def make(row: Sequence[Any]) -> Job:
         values = [row[i] for i in positions]
         values[status_at] = STATUS_BY_VALUE[values[status_at]]
+        if reported is not None and row[reported] != row[attempts_at]:
+            values[progress_at[0]] = values[progress_at[1]] = None
         return Job(*values)
 
     return make

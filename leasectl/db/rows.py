@@ -82,8 +82,16 @@ def from_tuples(cls: type[T], names: Sequence[str], rows: Iterable[Sequence[Any]
     return tuple(made)
 
 
+def current_progress(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``jobs`` row without the progress of an earlier attempt: a report belongs to the
+    attempt that made it (``progress_attempt``, migration 32; a claim clears none)."""
+    if "progress_attempt" in row and row["progress_attempt"] != row.get("attempts"):
+        return {**row, "progress": None, "progress_message": None}
+    return row
+
+
 def job_from_row(row: dict[str, Any]) -> Job:
-    job: Job = from_row(Job, {**row, "status": JobStatus(row["status"])})
+    job: Job = from_row(Job, {**current_progress(row), "status": JobStatus(row["status"])})
     return job
 
 

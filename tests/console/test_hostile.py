@@ -130,7 +130,8 @@ def seed_hostile(conn: psycopg.Connection) -> list[Hostile]:
             )
         # What the expired lease's handler last reported (ctx.progress, migration 21).
         conn.execute(
-            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s WHERE id = %s",
+            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s, "
+            "progress_attempt = attempts WHERE id = %s",
             (name, ids["expired"]),
         )
         seeded.append(Hostile(name, text, **ids))

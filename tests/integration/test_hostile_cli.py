@@ -176,7 +176,8 @@ def _seed(dsn: str) -> Hostile:
         live[value] = job(value, value, value, {}, "1 day")
         # What its handler reported (ctx.progress, migration 21): the message is untrusted too.
         conn.execute(
-            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s WHERE id = %s",
+            "UPDATE leasectl.jobs SET progress = 0.42, progress_message = %s, "
+            "progress_attempt = attempts WHERE id = %s",
             [value, live[value]],
         )
         conn.execute(

@@ -748,6 +748,8 @@ ADDED_BY_31 = (
     "-- (queue, due_at: each claim's, for the history's pickup when the attempt ends; migration "
     "31.)\n",
 )
+# Migration 32's (the attempt a heartbeat's progress is of): removed first too.
+ADDED_BY_32 = (",\n    progress_attempt",)
 # Migration 30's, which 31 took back (each claim appended its pickups to the history): a grant
 # as at version 30 adds it to today's without 31's.
 GRANTED_BY_30 = (
@@ -809,6 +811,7 @@ def grant_as_before(
         kind,
         role,
         (
+            *ADDED_BY_32,
             *ADDED_BY_31,
             *ADDED_BY_29,
             *ADDED_BY_28,
@@ -1587,7 +1590,9 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
         every = init_to(empty_db_dsn, 25, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():  # today's grants but 28's to 31's
-                grant_without(conn, kind, name, (*ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28))
+                grant_without(
+                    conn, kind, name, (*ADDED_BY_32, *ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28)
+                )
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
             [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)
@@ -1624,7 +1629,7 @@ def test_workers_granted_at_version_29_claim_and_count_their_pickups_after_the_u
         every = init_to(empty_db_dsn, 29, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_without(conn, kind, name, ADDED_BY_31)
+                grant_without(conn, kind, name, (*ADDED_BY_32, *ADDED_BY_31))
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][29:]
             store.ops.enqueue([{}] * 3, queue="q")
@@ -1654,7 +1659,7 @@ def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice
         every = init_to(empty_db_dsn, 30, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                grant_without(conn, kind, name, ADDED_BY_31)
+                grant_without(conn, kind, name, (*ADDED_BY_32, *ADDED_BY_31))
             conn.execute(sql.SQL(GRANTED_BY_30).format(sql.Identifier(names["worker"])))
             # A lease taken at version 30: its attempt without a due time, its pickup counted.
             conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q'), ('q'), ('q')")
@@ -1697,3 +1702,34 @@ def test_workers_granted_at_version_30_lose_the_deltas_and_count_no_pickup_twice
                 )
         counted = stats_sums(roles.dsn("viewer"), "q")
         assert (counted["started"], counted["completed"]) == (3, 3)
+
+
+def test_workers_granted_at_version_31_report_progress_after_the_upgrade(
+    server_dsn: str, empty_db_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 32 gives the workers granted before it the attempt of the progress they
+    report: a heartbeat with progress succeeds with no `leasectl grant` re-run, and the report
+    reads as its attempt's; a progress reported before the upgrade reads as none."""
+    tag = secrets.token_hex(4)
+    names = {kind: f"lc_v31_{kind}_{tag}" for kind in KINDS}
+    with login_roles(server_dsn, empty_db_dsn, names) as roles:
+        every = init_to(empty_db_dsn, 31, monkeypatch)
+        with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
+            for kind, name in names.items():
+                grant_without(conn, kind, name, ADDED_BY_32)
+            # A lease of version 31 with its handler's report, as its heartbeat wrote it.
+            [(before,)] = conn.execute(
+                "INSERT INTO leasectl.jobs (queue, status, lease_owner, lease_until, attempts, "
+                "progress, progress_message) VALUES ('q', 'Processing', 'w-old', "
+                "now() + interval '1 minute', 1, 0.25, 'a') RETURNING id"
+            ).fetchall()
+            conn.execute("INSERT INTO leasectl.jobs (queue) VALUES ('q')")
+        ttl = timedelta(seconds=30)
+        with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
+            assert store.db.migrate() == [m.version for m in every][31:]
+        with Stores.connect(roles.dsn("worker"), "leasectl") as store:
+            assert store.ops.get_job(before).progress is None
+            [lease] = store.work.claim("q", "w-new", ttl, 1)
+            assert set(store.work.heartbeat([lease], ttl, progress=[(0.5, "b")])) == {lease.job_id}
+            job = store.ops.get_job(lease.job_id)
+            assert (job.progress, job.progress_message) == (0.5, "b")

@@ -1,6 +1,7 @@
 """Per-job timeouts and progress (migration 21), with real workers: a handler past its job's
 timeout is cancelled and its attempt fails (retried as any failure); progress rides the
-heartbeats, bounded, and the next claim clears it."""
+heartbeats, bounded, and belongs to the attempt that reported it; the bounds are a trigger
+that only the statements naming the columns read (migration 32)."""
 
 from __future__ import annotations
 
@@ -112,9 +113,11 @@ def test_a_job_within_its_timeout_completes(
     assert worker.stats.timed_out == 0
 
 
-def test_progress_rides_the_heartbeat_and_the_next_claim_clears_it(
+def test_progress_rides_the_heartbeat_and_belongs_to_its_attempt(
     store: Stores, run_worker: Any, sql_conn: psycopg.Connection[Any]
 ) -> None:
+    """A heartbeat writes the latest report with its attempt; readers show it while that is
+    the job's attempt (the next claim writes no progress: migration 32)."""
     go_on = threading.Event()
 
     def handler(ctx: JobContext) -> None:
@@ -134,14 +137,22 @@ def test_progress_rides_the_heartbeat_and_the_next_claim_clears_it(
         poll_interval=timedelta(milliseconds=50),
     )
     wait_until(lambda: row(sql_conn, job_id, "progress")[0] is not None, timeout=20)
-    assert row(sql_conn, job_id, "progress, progress_message") == (0.5, "step 100")
+    assert row(sql_conn, job_id, "progress, progress_message, progress_attempt") == (
+        0.5,
+        "step 100",
+        1,
+    )
     go_on.set()
     wait_until(lambda: row(sql_conn, job_id, "status::text")[0] == "Pending", timeout=20)
-    # Kept while the job waits (what the last attempt got to); the next claim clears it.
-    assert row(sql_conn, job_id, "progress")[0] == 0.5
+    # Shown while the job waits (what the last attempt got to); not once the next one runs.
+    job = store.ops.get_job(job_id)
+    assert (job.progress, job.progress_message) == (0.5, "step 100")
     sql_conn.execute("UPDATE leasectl.jobs SET run_at = now() WHERE id = %s", (job_id,))
     wait_until(lambda: row(sql_conn, job_id, "status::text")[0] == "Failed", timeout=20)
-    assert row(sql_conn, job_id, "attempts, progress, progress_message") == (2, None, None)
+    assert row(sql_conn, job_id, "attempts, progress_attempt") == (2, 1)
+    job = store.ops.get_job(job_id)
+    assert (job.attempts, job.progress, job.progress_message) == (2, None, None)
+    assert store.ops.inspect(job_id).job.progress is None
 
 
 def test_a_report_the_database_refuses_costs_no_lease(
@@ -248,8 +259,8 @@ def test_enqueue_timeout_is_stored_and_inspect_shows_it_with_progress_and_snooze
     [job_id] = json.loads(proc.stdout)["ids"]
     assert row(sql_conn, job_id, "timeout") == (timedelta(seconds=90),)
     sql_conn.execute(
-        "UPDATE leasectl.jobs SET snoozes = 2, progress = 0.375, progress_message = 'rows 3/8' "
-        "WHERE id = %s",
+        "UPDATE leasectl.jobs SET snoozes = 2, progress = 0.375, progress_message = 'rows 3/8', "
+        "progress_attempt = attempts WHERE id = %s",
         (job_id,),
     )
     shown = cli("inspect", str(job_id), dsn=db_dsn)
@@ -270,3 +281,56 @@ def test_enqueue_refuses_a_timeout_out_of_bounds(
     proc = cli("enqueue", "-q", "ct", "--timeout", value, dsn=db_dsn)
     assert_one_line_error(proc, 2, "--timeout")
     assert sql_conn.execute("SELECT count(*) FROM leasectl.jobs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("progress", 1.5),
+        ("progress", -0.1),
+        ("progress", float("nan")),
+        ("progress", float("inf")),
+        ("snoozes", 101),
+        ("snoozes", -1),
+        ("timeout", timedelta(days=8)),
+        ("timeout", timedelta(milliseconds=500)),
+    ],
+)
+def test_the_run_bounds_refuse_a_value_out_of_them_as_a_check_did(
+    store: Stores, sql_conn: psycopg.Connection[Any], column: str, value: Any
+) -> None:
+    """Written by an UPDATE or an INSERT (a hostile worker or producer may write these
+    columns): the statement fails with check_violation naming jobs_run_bounds, and the row is
+    unchanged."""
+    [job_id] = store.ops.enqueue([{}], queue="rb")
+    before = row(sql_conn, job_id, "progress, snoozes, timeout")
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_run_bounds") as refused:
+        sql_conn.execute(f"UPDATE leasectl.jobs SET {column} = %s WHERE id = %s", (value, job_id))
+    assert refused.value.diag.constraint_name == "jobs_run_bounds"
+    assert row(sql_conn, job_id, "progress, snoozes, timeout") == before
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_run_bounds"):
+        sql_conn.execute(f"INSERT INTO leasectl.jobs (queue, {column}) VALUES ('rb', %s)", (value,))
+    assert sql_conn.execute("SELECT count(*) FROM leasectl.jobs WHERE queue = 'rb'").fetchone() == (
+        1,
+    )
+
+
+def test_only_statements_that_write_the_bounded_columns_check_them(
+    store: Stores, sql_conn: psycopg.Connection[Any]
+) -> None:
+    """The claim and the completion do not read the bounds (a CHECK constraint is
+    read by every statement that writes a row: it cost each single-job round trip about 5% of
+    its server CPU); a heartbeat and a snooze do. Shown with a row out of the
+    bounds, which only the table's owner can make, with the trigger disabled."""
+    [job_id] = store.ops.enqueue([{}], queue="ob")
+    sql_conn.execute("ALTER TABLE leasectl.jobs DISABLE TRIGGER jobs_run_bounds")
+    try:
+        sql_conn.execute("UPDATE leasectl.jobs SET snoozes = 500 WHERE id = %s", (job_id,))
+    finally:
+        sql_conn.execute("ALTER TABLE leasectl.jobs ENABLE TRIGGER jobs_run_bounds")
+    [lease] = store.work.claim("ob", "w", TTL)
+    for progress in ([(0.5, "half")], None):  # (every heartbeat names the progress column)
+        with pytest.raises(UsageError, match="jobs_run_bounds"):
+            store.work.heartbeat([lease], TTL, progress=progress)
+    assert store.work.complete([lease]) == {job_id}
+    assert row(sql_conn, job_id, "status::text, snoozes") == ("Completed", 500)

@@ -313,7 +313,9 @@ SELECT j.id, j.queue, j.status::text AS status, j.priority, j.run_at, j.attempts
        left(j.last_error, 300) AS last_error, j.created_at, j.updated_at,
        coalesce(least(greatest(w.heartbeat_every, interval '0'), interval '3650 days'),
                 %(risk_window)s::interval) AS risk_window,
-       j.lease_until AS lapsed_at, j.progress
+       j.lease_until AS lapsed_at,
+       -- (The current attempt's report only: migration 32.)
+       CASE WHEN j.progress_attempt = j.attempts THEN j.progress END AS progress
 FROM picked AS p
 JOIN {schema}.jobs AS j ON j.id = p.id
 LEFT JOIN {schema}.workers AS w ON w.worker_id = j.lease_owner

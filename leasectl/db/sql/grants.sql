@@ -60,9 +60,10 @@ GRANT SELECT ON {schema}.jobs, {schema}.job_attempts, {schema}.workers,
     {schema}.queue_limit_shards TO {role};
 GRANT EXECUTE ON FUNCTION {schema}.queue_limit_now, {schema}.queue_limit_ramp TO {role};
 -- (snoozes, max_attempts: a snooze, job_snooze; progress, progress_message: heartbeats carry
--- it, claims clear it; migration 21.)
+-- it, migration 21; progress_attempt: the attempt it is of, migration 32.)
 GRANT UPDATE (status, lease_owner, lease_until, heartbeat_at, attempts, run_at, finished_at,
-    last_error, updated_at, snoozes, max_attempts, progress, progress_message, limit_shard)
+    last_error, updated_at, snoozes, max_attempts, progress, progress_message, limit_shard,
+    progress_attempt)
     ON {schema}.jobs TO {role};
 -- (queue, error_kind: a failure's, job_fail; migration 29.)
 -- (queue, due_at: each claim's, for the history's pickup when the attempt ends; migration 31.)

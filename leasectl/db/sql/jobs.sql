@@ -159,9 +159,6 @@ WITH budget AS (
         attempts = CASE WHEN t.attempt IS NULL THEN j.attempts + 1 ELSE j.attempts END,
         finished_at = CASE WHEN t.attempt IS NULL THEN j.finished_at ELSE now() END,
         last_error = CASE WHEN t.attempt IS NULL THEN j.last_error END,
-        -- A claim clears what the previous attempt's handler reported (migration 21).
-        progress = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress END,
-        progress_message = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress_message END,
         limit_shard = CASE WHEN t.attempt IS NULL THEN t.shard ELSE j.limit_shard END,
         updated_at = now()
     FROM targets AS t
@@ -260,8 +257,8 @@ WITH budget AS (
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
-        heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
-        progress_message = NULL, limit_shard = p.shard, updated_at = now()
+        heartbeat_at = now(), attempts = j.attempts + 1, limit_shard = p.shard,
+        updated_at = now()
     FROM slots AS p
     -- (`status::text`: not through jobs_processing_idx; see jobs_complete_and_claim.)
     WHERE j.id = ANY (ARRAY[p.id]) AND j.status::text = 'Processing' AND j.lease_until < now()
@@ -302,9 +299,8 @@ WITH previous AS (
 ), claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'Processing', lease_owner = %(owner)s, lease_until = now() + %(ttl)s,
-        heartbeat_at = now(), attempts = j.attempts + 1, progress = NULL,
-        progress_message = NULL, limit_shard = (SELECT shards[1] FROM budget),
-        updated_at = now()
+        heartbeat_at = now(), attempts = j.attempts + 1,
+        limit_shard = (SELECT shards[1] FROM budget), updated_at = now()
     WHERE j.id = %(id)s
       AND (j.status = 'Pending' OR (j.status = 'Processing' AND j.lease_until < now()))
       -- (Not one at the integer's maximum: its +1 would fail the statement.)
@@ -338,11 +334,14 @@ FROM claimed AS c LEFT JOIN settled AS s ON true;
 -- name: jobs_heartbeat
 -- Extend the leases this owner still holds (fenced by id, owner, attempts, status); returns them.
 -- Each lease may carry its handler's latest progress (ctx.progress: a fraction and a message,
--- the message cut to its column by the worker); NULL progress leaves the stored one as it is.
+-- the message cut to its column by the worker), written with the attempt it is of (migration
+-- 32: a claim clears none; the readers show a report of the job's current attempt only); NULL
+-- progress leaves the stored one as it is.
 UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now(),
     progress = coalesce(f.progress, j.progress),
-    progress_message = CASE WHEN f.progress IS NULL THEN j.progress_message ELSE f.message END
+    progress_message = CASE WHEN f.progress IS NULL THEN j.progress_message ELSE f.message END,
+    progress_attempt = CASE WHEN f.progress IS NULL THEN j.progress_attempt ELSE f.attempt END
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(progress)s::real[],
             %(messages)s::text[]) AS f(id, attempt, progress, message)
 -- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
@@ -475,7 +474,11 @@ SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts
        CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
             THEN octet_length(j.last_error) END AS last_error_cut_bytes,
        j.created_at, j.updated_at, j.finished_at, j.unique_key, j.concurrency_key,
-       j.snoozes, j.timeout, j.progress, j.progress_message,
+       j.snoozes, j.timeout,
+       -- (The current attempt's report only: migration 32.)
+       CASE WHEN j.progress_attempt = j.attempts THEN j.progress END AS progress,
+       CASE WHEN j.progress_attempt = j.attempts THEN j.progress_message END
+           AS progress_message,
        -- A Waiting job's key holder: the key's head (jobs_key_head_idx, one probe).
        (SELECT h.id FROM {schema}.jobs AS h
         WHERE j.status = 'Waiting' AND h.queue = j.queue
