@@ -21,7 +21,8 @@ previous one's key), on a fresh database per variant (``--variants``, the first 
 pickups by migration 20's statement trigger on attempts opened, which probes each job),
 *trigger* (migrations 27-29: the counts written once, the pickups by that trigger), *030* (the
 pickups appended by a CTE of each claim, migration 30), *shipped* (the pickups counted with the
-attempt's outcome, migration 31) and *nopickup* (shipped, counting no pickup: what they cost);
+attempt's outcome, migration 31), *nopickup* (shipped, counting no pickup: what they cost) and
+*bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32);
 also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
 trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
@@ -177,6 +178,34 @@ def as_026(dsn: str) -> None:
         conn.execute(_function(20, "counters_from_attempts"))
 
 
+_SHARD = "        limit_shard = CASE WHEN t.attempt IS NULL THEN t.shard ELSE j.limit_shard END,\n"
+_CLEARS = """        progress = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress END,
+        progress_message = CASE WHEN t.attempt IS NULL THEN NULL ELSE j.progress_message END,
+"""
+
+
+def claim_21() -> queries.Query:
+    """The shipped claim clearing the previous attempt's progress, as before migration 32."""
+    shipped = queries.get(NAME)
+    assert shipped.text.count(_SHARD) == 1
+    return queries.Query(
+        NAME + "_21", shipped.description, shipped.text.replace(_SHARD, _CLEARS + _SHARD)
+    )
+
+
+def bounds_21(dsn: str) -> None:
+    """The run bounds as migration 21 made them (a CHECK every statement writing jobs reads),
+    instead of migration 32's trigger; run with ``claim_21``."""
+    text = next(m for m in queries.migrations() if m.version == 21).text
+    found = re.search(
+        r"ALTER TABLE \{schema\}\.jobs ADD CONSTRAINT jobs_run_bounds .*?;", text, re.S
+    )
+    assert found, "migration 21's jobs_run_bounds not found"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER jobs_run_bounds ON leasectl.jobs")
+        conn.execute(queries.Query("bounds_21", "", found[0]).render("leasectl"))
+
+
 def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, float]]:
     """The PL/pgSQL functions' total and self time per trip (µs) and calls per trip, as
     pg_stat_user_functions has them since the reset (flushed first: the backend flushes its
@@ -199,6 +228,7 @@ TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "030": (as_030, "30"),
     "shipped": (lambda dsn: None, "31"),
     "nopickup": (no_pickups, "31"),
+    "bounds21": (bounds_21, "21"),
 }
 
 
@@ -209,7 +239,7 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
     from leasectl.db import hot
     from leasectl.db.connection import Database
 
-    claims = {"30": claim_30(True), "20": claim_30(False)}
+    claims = {"30": claim_30(True), "20": claim_30(False), "21": claim_21()}
     by_name = {q.name: q for q in claims.values()}
     real = queries
     hot.queries = types.SimpleNamespace(  # type: ignore[assignment]
