@@ -750,6 +750,9 @@ ADDED_BY_31 = (
 )
 # Migration 32's (the attempt a heartbeat's progress is of): removed first too.
 ADDED_BY_32 = (",\n    progress_attempt",)
+# What the grants gained after version 27 (30's is no longer in them): removed, today's grants
+# are version 27's.
+ADDED_AFTER_27 = (*ADDED_BY_32, *ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28)
 # Migration 30's, which 31 took back (each claim appended its pickups to the history): a grant
 # as at version 30 adds it to today's without 31's.
 GRANTED_BY_30 = (
@@ -1589,10 +1592,8 @@ def test_operators_granted_at_version_25_requeue_with_settings_after_the_upgrade
     with login_roles(server_dsn, empty_db_dsn, names) as roles:
         every = init_to(empty_db_dsn, 25, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
-            for kind, name in names.items():  # today's grants but 28's to 31's
-                grant_without(
-                    conn, kind, name, (*ADDED_BY_32, *ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28)
-                )
+            for kind, name in names.items():  # as at 25 (26 and 27 granted nothing new)
+                grant_without(conn, kind, name, ADDED_AFTER_27)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][25:]
             [job] = store.ops.enqueue([{}], queue="q", max_attempts=1)

@@ -15,9 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import leasectl
 from tests.integration.test_privileges import (
-    ADDED_BY_28,
-    ADDED_BY_29,
-    ADDED_BY_31,
+    ADDED_AFTER_27,
     KINDS,
     Roles,
     grant_without,
@@ -75,9 +73,8 @@ def test_roles_granted_at_version_27_enqueue_with_a_trace_context_after_the_upgr
         every = init_to(empty_db_dsn, 27, monkeypatch)
         with psycopg.connect(empty_db_dsn, autocommit=True) as conn, conn.transaction():
             for kind, name in names.items():
-                # `leasectl grant` as version 27 ran it: today's without migrations 28's to
-                # 31's pieces (30's is no longer in it).
-                grant_without(conn, kind, name, (*ADDED_BY_31, *ADDED_BY_29, *ADDED_BY_28))
+                # `leasectl grant` as version 27 ran it.
+                grant_without(conn, kind, name, ADDED_AFTER_27)
         with Stores.connect(empty_db_dsn, "leasectl", check_schema=False) as store:
             assert store.db.migrate() == [m.version for m in every][27:]
         enqueue_and_claim(made, spans)
