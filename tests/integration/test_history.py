@@ -595,4 +595,5 @@ def test_one_statement_ending_attempts_of_several_minutes_and_waits_counts_each_
     ).fetchall()
     assert sorted(counted) == sorted(expected), (counted, expected)
     assert len({(minute, bucket) for _, minute, bucket, _ in expected}) >= 4, expected
-    assert (sums(store, "g")["started"], sums(store, "g")["completed"]) == (12, 12)
+    summed = sums(store, "g")
+    assert (summed["started"], summed["completed"]) == (12, 12)

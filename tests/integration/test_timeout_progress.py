@@ -318,10 +318,10 @@ def test_the_run_bounds_refuse_a_value_out_of_them_as_a_check_did(
 def test_only_statements_that_write_the_bounded_columns_check_them(
     store: Stores, sql_conn: psycopg.Connection[Any]
 ) -> None:
-    """The claim and the completion do not read the bounds (a CHECK constraint is
-    read by every statement that writes a row: it cost each single-job round trip about 5% of
-    its server CPU); a heartbeat and a snooze do. Shown with a row out of the
-    bounds, which only the table's owner can make, with the trigger disabled."""
+    """The claim and the completion do not read the bounds (a CHECK constraint is read by
+    every statement that writes a row: it cost each single-job round trip about 5% of its server
+    CPU); a heartbeat does. Shown with a row out of the bounds, which only the table's owner can
+    make, with the trigger disabled."""
     [job_id] = store.ops.enqueue([{}], queue="ob")
     sql_conn.execute("ALTER TABLE leasectl.jobs DISABLE TRIGGER jobs_run_bounds")
     try:

@@ -474,11 +474,8 @@ SELECT j.id, j.queue, j.status, j.priority, j.run_at, j.attempts, j.max_attempts
        CASE WHEN char_length(j.last_error) > %(text_chars)s::integer
             THEN octet_length(j.last_error) END AS last_error_cut_bytes,
        j.created_at, j.updated_at, j.finished_at, j.unique_key, j.concurrency_key,
-       j.snoozes, j.timeout,
-       -- (The current attempt's report only: migration 32.)
-       CASE WHEN j.progress_attempt = j.attempts THEN j.progress END AS progress,
-       CASE WHEN j.progress_attempt = j.attempts THEN j.progress_message END
-           AS progress_message,
+       -- (progress_attempt: job_from_row keeps the current attempt's report only, migration 32.)
+       j.snoozes, j.timeout, j.progress, j.progress_message, j.progress_attempt,
        -- A Waiting job's key holder: the key's head (jobs_key_head_idx, one probe).
        (SELECT h.id FROM {schema}.jobs AS h
         WHERE j.status = 'Waiting' AND h.queue = j.queue
