@@ -22,7 +22,8 @@ pickups by migration 20's statement trigger on attempts opened, which probes eac
 *trigger* (migrations 27-29: the counts written once, the pickups by that trigger), *030* (the
 pickups appended by a CTE of each claim, migration 30), *shipped* (the pickups counted with the
 attempt's outcome, migration 31), *nopickup* (shipped, counting no pickup: what they cost) and
-*bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32);
+*bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32)
+and *limited* (shipped, queue ``q`` limited too high to bind: what flow control costs a trip);
 also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
 trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
@@ -218,10 +219,20 @@ def _function_times(conn: Any, trips: int) -> dict[str, tuple[float, float, floa
     return {r[0]: (r[1] * 1e3 / trips, r[2] * 1e3 / trips, r[3] / trips) for r in rows}
 
 
+def limited(dsn: str) -> None:
+    """Queue ``q`` limited high enough never to bind (as ``bench.limits_cost``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT leasectl.queue_limit_set('q', 100000, 1000000, NULL, 'bench', "
+            "'not binding', 'leasectl_bench')"
+        )
+
+
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
 # one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE) or "20" (30's
 # without the CTE).
 TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
+    "limited": (limited, "31"),
     "nohist": (strip_history, "31"),
     "026": (as_026, "20"),
     "trigger": (pickup_trigger, "20"),

@@ -1029,12 +1029,24 @@ MUTANTS += (
 )  # fmt: skip
 
 
-# Flow control (migrations 17, 24): the budget a claim may take (claim_budget, made again by
-# migration 24 over the limit's shards: each shard's live-lease count, its bucket's refill),
-# what it gives back and counts (claim_settle) and the claims' use of it.
+# Flow control (migrations 17, 24, 33): the budget a claim may take (claim_budget, made again by
+# migration 24 over the limit's shards: each shard's live-lease count, its bucket's refill; kept
+# by migration 33 as claim_budget_counted, behind a claim_budget that decides from the shard's
+# row while the limit has room), what it gives back and counts (claim_settle) and the claims'
+# use of it.
 LIMITS_SQL = "migrations/017_queue_limits.sql"
 SHARDS_SQL = "migrations/024_sharded_limits.sql"
+ROOM_SQL = "migrations/033_limit_room_in_one_statement.sql"
 LIMITS = "tests/integration/test_limits.py::"
+ROOM = "tests/integration/test_limits_room.py::"
+ROOM_FIRST = ROOM + "test_a_first_claim_counts_its_shard_and_later_ones_add_to_the_hint"
+ROOM_REFILL = ROOM + "test_a_hint_that_fills_the_share_is_counted_again"
+ROOM_SHARE = ROOM + "test_no_shard_holds_more_leases_than_its_share"
+ROOM_RAMP = ROOM + "test_during_a_ramp_claims_take_the_ramps_limit"
+ROOM_RAMP_RATE = ROOM + "test_during_a_ramp_a_rate_takes_the_ramps_bucket"
+# (A mutant that makes the one-statement path decline more than it should is equivalent by
+# construction when the budget is all that shows: claim_budget_counted then decides, the same
+# budget. The tests below also read the stored hint, so that most such mutants are seen.)
 CAP_CUT = LIMITS + "test_cap_cuts_a_claim_and_frees_with_completions"
 RATE_SPENT = LIMITS + "test_rate_spends_tokens_and_says_when_the_next_is_due"
 SHARED = LIMITS + "test_the_bucket_is_shared_in_whole_tokens"
@@ -1080,7 +1092,7 @@ MUTANTS += (
     mutant("limits-skip-locked", SHARDS_SQL, "claim_budget",
            "WHERE q.queue = queue_name AND q.shard = i FOR UPDATE SKIP LOCKED;",
            "WHERE q.queue = queue_name AND q.shard = i FOR UPDATE;",
-           (LIMITS + "test_a_claim_skips_the_shards_other_claims_hold",)),
+           (ROOM + "test_the_counted_path_skips_the_shards_other_claims_hold",)),
     mutant("limits-wait-when-all-held", SHARDS_SQL, "claim_budget",
            "            EXIT WHEN v_read;", "            EXIT;",
            (LIMITS + "test_a_claim_waits_for_a_shard_only_when_every_shard_is_held",)),
@@ -1109,12 +1121,13 @@ MUTANTS += (
     mutant("limits-ramp-cap-claim", SHARDS_SQL, "claim_budget",
            "ceil(l.concurrency * f)", "ceil(l.concurrency * 1.0)",
            (LIMITS + "test_ramp_starts_at_the_floor_and_resumes",)),
-    mutant("limits-give-back", SHARDS_SQL, "claim_settle",
-           "SET tokens = q.tokens + r.n", "SET tokens = q.tokens",
+    mutant("limits-give-back", ROOM_SQL, "claim_settle",
+           "SET tokens = CASE WHEN rated THEN q.tokens + r.n ELSE q.tokens END",
+           "SET tokens = q.tokens",
            (LIMITS + "test_tokens_a_claim_did_not_use_go_back",)),
-    mutant("limits-throttled-count", SHARDS_SQL, "claim_settle",
+    mutant("limits-throttled-count", ROOM_SQL, "claim_settle",
            "SET throttled = q.throttled + 1", "SET throttled = q.throttled", (CAP_CUT,)),
-    mutant("limits-cut-only-when-used-up", SHARDS_SQL, "claim_settle",
+    mutant("limits-cut-only-when-used-up", ROOM_SQL, "claim_settle",
            "cut boolean := used >= budget AND budget < wanted;",
            "cut boolean := budget < wanted;",
            (LIMITS + "test_a_claim_short_of_jobs_is_not_throttled",)),
@@ -1139,6 +1152,70 @@ MUTANTS += (
     mutant("limits-claim-by-id-budget", "jobs.sql", "job_claim_by_id",
            "\n      AND (SELECT budget FROM budget) > 0", "",
            (LIMITS + "test_claim_by_id_honours_the_cap",)),
+    mutant("room-hint", ROOM_SQL, "claim_budget",
+           "AND (s.share IS NULL OR s.live_hint + wanted <= s.share)",
+           "AND (s.share IS NULL OR true)", (CAP_CUT, ROOM_SHARE)),
+    mutant("room-hint-adds", ROOM_SQL, "claim_budget",
+           "            live_hint = s.live_hint + wanted\n",
+           "            live_hint = s.live_hint\n", (ROOM_FIRST, ROOM_SHARE)),
+    mutant("room-tokens", ROOM_SQL, "claim_budget",
+           "\n          AND (x.tokens IS NULL OR x.tokens >= wanted)", "",
+           (LIMITS + "test_the_bucket_refills_at_the_rate",)),
+    mutant("room-spend", ROOM_SQL, "claim_budget",
+           "SET tokens = coalesce(x.tokens - wanted, s.tokens)",
+           "SET tokens = coalesce(x.tokens, s.tokens)",
+           (ROOM + "test_a_claim_by_the_hint_spends_its_shards_bucket",)),
+    mutant("room-burst", ROOM_SQL, "claim_budget",
+           "least(q.room, q.tokens", "greatest(q.room, q.tokens",
+           (LIMITS + "test_the_bucket_holds_at_most_its_burst",)),
+    mutant("room-refill", ROOM_SQL, "claim_budget",
+           "q.tokens + q.fill * greatest(", "q.tokens + 0 * greatest(", (RATE_SPENT,),
+           equivalent="a bucket the one-statement path finds short without its refill is "
+           "refilled and spent by claim_budget_counted: the same budget, the same tokens"),
+    mutant("room-ramp", ROOM_SQL, "claim_budget",
+           "\n          AND s.fast_from <= x.at", "", (ROOM_RAMP_RATE,)),
+    mutant("room-skip-locked", ROOM_SQL, "claim_budget",
+           "FOR UPDATE SKIP LOCKED) AS x\n        WHERE s.ctid = x.tid",
+           "FOR UPDATE) AS x\n        WHERE s.ctid = x.tid",
+           (LIMITS + "test_a_claim_skips_the_shards_other_claims_hold",)),
+    mutant("room-count-skip-locked", ROOM_SQL, "claim_budget",
+           "FOR UPDATE SKIP LOCKED) AS x,\n             queue_limits AS l",
+           "FOR UPDATE) AS x,\n             queue_limits AS l",
+           (LIMITS + "test_a_claim_skips_the_shards_other_claims_hold",)),
+    mutant("room-count-live", ROOM_SQL, "claim_budget",
+           "SELECT count(*)::integer AS live", "SELECT 0 AS live", (ROOM_SHARE,)),
+    mutant("room-count-own-shard", ROOM_SQL, "claim_budget",
+           "\n                        + l.shards) % l.shards = x.shard",
+           "\n                        + l.shards) >= 0", (ROOM_FIRST,)),
+    mutant("room-count-lease", ROOM_SQL, "claim_budget",
+           "\n                   AND j.lease_until >= now()", "", (ROOM_FIRST,)),
+    mutant("room-count-completing", ROOM_SQL, "claim_budget",
+           "\n                   AND NOT (j.id = ANY (coalesce(done_ids, '{}'))",
+           "\n                   AND NOT (false", (ROOM_REFILL,)),
+    mutant("room-count-room", ROOM_SQL, "claim_budget",
+           "\n          AND n.live + wanted <= s.share;", ";", (ROOM_SHARE,),
+           equivalent="a count without room for the budget writes the hint it counted (a "
+           "bound no looser than the one it replaces) and claim_budget_counted decides"),
+    mutant("room-count-ramp", ROOM_SQL, "claim_budget",
+           "AND l.queue = queue_name AND s.fast_from <= clock_timestamp()",
+           "AND l.queue = queue_name", (ROOM_RAMP,)),
+    mutant("room-counted-adds", ROOM_SQL, "claim_budget",
+           "UPDATE queue_limit_shards AS s SET live_hint = s.live_hint + r.n",
+           "UPDATE queue_limit_shards AS s SET live_hint = s.live_hint",
+           (ROOM + "test_what_the_counted_path_takes_counts_in_the_hint",)),
+    mutant("room-give-back", ROOM_SQL, "claim_settle",
+           "live_hint = q.live_hint - r.n", "live_hint = q.live_hint",
+           (ROOM + "test_leases_a_claim_did_not_take_leave_the_hint",)),
+    mutant("room-reshard-hint", ROOM_SQL, "queue_limit_reshard",
+           "tokens_at = excluded.tokens_at, live_hint = NULL,", "tokens_at = excluded.tokens_at,",
+           (ROOM + "test_a_limit_laid_out_anew_writes_each_shards_terms_and_forgets_the_hints",)),
+    mutant("room-reshard-share", ROOM_SQL, "queue_limit_reshard",
+           "\n        share = excluded.share,", "\n       ",
+           (ROOM + "test_a_limit_laid_out_anew_writes_each_shards_terms_and_forgets_the_hints",)),
+    mutant("room-terms-unused-shard", ROOM_SQL, "queue_limit_shard_terms",
+           "CASE WHEN shard < shards THEN coalesce(ramp_until, '-infinity') ELSE 'infinity' END",
+           "coalesce(ramp_until, '-infinity')",
+           (ROOM + "test_a_shard_the_limit_does_not_use_decides_nothing_alone",)),
 )  # fmt: skip
 
 

@@ -424,6 +424,31 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
     assert has_rows(25 if name == "jobs_complete_and_claim" else 10, picked), plan
 
 
+def test_a_claim_with_room_decides_from_one_shard_row_found_by_its_keys(
+    sql_conn: psycopg.Connection[Any],
+) -> None:
+    """Migration 33, as it ran: a limit far from binding (cap 100,000, 8 shards), the shard's
+    hint unknown. The first UPDATE finds the shard by primary key and its version by ctid, and
+    declines (no hint); the count reads the Processing index only; the first UPDATE then takes
+    the budget. The counted path (migration 24's five statements) never runs."""
+    seed(sql_conn)
+    seed_leases(sql_conn)
+    analyze(sql_conn)
+    limit_q(sql_conn)
+    query = queries.get("jobs_complete_and_claim").render(SCHEMA)
+    plans = explain_nested(sql_conn, query, claim_params(sql_conn, 1, complete=False))
+    updates = [p for t, p in plans if t.lstrip().startswith("UPDATE queue_limit_shards")]
+    assert len(updates) == 3, plans  # the hint, the count, the hint again
+    for plan in updates:
+        assert "Index Scan using queue_limit_shards_pkey" in plan, plan
+        assert "Tid Scan on queue_limit_shards s" in plan, plan
+        assert scans_of_big_tables(plan) == [], plan
+    assert "jobs_processing_idx" in updates[1], updates[1]
+    assert not any(t.lstrip().startswith("SELECT count(*)") for t, _ in plans), plans
+    *_, (_, outer) = plans
+    assert has_rows(1, outer.split("CTE picked")[1].split("CTE changed")[0]), outer
+
+
 def test_claim_budget_counts_live_leases_through_the_processing_index(
     sql_conn: psycopg.Connection[Any],
 ) -> None:
