@@ -4,7 +4,7 @@
 -- Migration 24's claim_budget ran five statements for every claim of a limited queue (the
 -- pause, the shard's lock, the limits, the shard's live leases, the bucket's spend): about 95
 -- microseconds of server CPU a claim, with a limit too high ever to bind, so that single-job
--- workers drained a limited queue at 87% of an unlimited one's rate (BENCHMARKS.md, "This
+-- workers drained a limited queue at 82-84% of an unlimited one's rate (BENCHMARKS.md, "This
 -- round's costs"). Each statement's start-up (its expressions compiled anew at each execution)
 -- was most of it. Here each shard row carries what a claim needs to decide alone:
 --
@@ -16,14 +16,17 @@
 --   unknown (NULL) until the next count. A lease lapses, completes or fails without lowering
 --   it: it only overstates, and overstating costs a count, never a lease too many.
 --
--- So claim_budget first tries one UPDATE of the shard the owner's name picks: locked FOR UPDATE
--- SKIP LOCKED, it spends the tokens and adds the budget to the hint when the whole budget fits
--- under the hint and in the bucket, no ramp is running and the queue is not paused. When the
--- hint is what fails, a second UPDATE counts the shard's live leases (as migration 24's function
--- counts them) and tries again with the count, the hint reset to it. Only when both fail (the
--- limit binds, a ramp runs, the shard is held by another claim, the queue is paused or has no
--- limit) does it run migration 24's function, kept whole as claim_budget_counted, and add what
--- that took to each shard's hint.
+-- So claim_budget first tries one UPDATE of the first shard no other claim holds, from the one
+-- the owner's name picks: locked FOR UPDATE SKIP LOCKED, it spends the tokens and adds the
+-- budget to the hint when the whole budget fits under the hint and in the bucket and no ramp is
+-- running. When the hint may be what failed, a second UPDATE counts the shard's live leases (as
+-- migration 24's function counts them), resets the hint to the count when the budget fits, and
+-- the first is tried once more. Only when they decline (the limit binds, a ramp runs, the
+-- budget is more than a shard holds, every shard is held by other claims, the queue has no
+-- limit) does it run migration 24's function, kept whole as claim_budget_counted (which also
+-- answers a paused queue with nothing), and add what that took to each shard's hint. (A paused
+-- queue's budget taken in one statement is given back whole by claim_settle: the claim
+-- statements' own pause check takes no job.)
 --
 -- Why one statement's view is enough: each of the two UPDATEs reads the shard row through the
 -- locked version's ctid with the statement's snapshot, so it changes nothing when the version
@@ -113,8 +116,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 AS $$
 DECLARE
-    -- The shard to try: the one the owner's name picks, where claim_budget_counted starts
-    -- (NULL, and no shard tried, without the statement's shard count).
+    -- Where to start: the shard the owner's name picks, where claim_budget_counted starts too;
+    -- the first of the shards from there that no other claim holds is tried (NULL, and none
+    -- tried, without the statement's shard count).
     i integer := CASE WHEN shard_count BETWEEN 1 AND 8
                       THEN ((hashtext(owner_name) % shard_count) + shard_count) % shard_count END;
     counted boolean;  -- (NULL: the shard's leases not counted yet)
@@ -122,7 +126,7 @@ BEGIN
     LOOP
         -- The hint: every lease of the budget fits under it, the whole budget in the bucket
         -- (refilled to a clock reading no later than tokens_at's: what it counts as refilled
-        -- was). A shard the limit does not use never gets here (fast_from is infinity). The
+        -- was). A shard the limit does not use takes nothing (its fast_from is infinity). The
         -- results are set in RETURNING, not by PL/pgSQL assignments: each of those is an
         -- expression set up anew in every transaction.
         UPDATE queue_limit_shards AS s
