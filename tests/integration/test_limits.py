@@ -67,6 +67,28 @@ def shards_of(sql_conn: psycopg.Connection, ids: list[int]) -> list[int]:
     return [r[0] for r in rows]
 
 
+def claim_while_held(store: Stores, db_dsn: str, held: str, wanted: int) -> tuple[bool, Any]:
+    """w1's trip for ``wanted`` jobs of Q while another transaction holds the shards of Q that
+    ``held`` (a condition on queue_limit_shards) selects: whether the trip was done before the
+    holder let go (a claim that queued for a held shard would still be waiting), and the trip."""
+    claimed: list[Any] = []
+    with psycopg.connect(db_dsn) as holder:
+        holder.execute(
+            f"SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND {held} FOR UPDATE",
+            (Q,),
+        )
+        claimer = threading.Thread(
+            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, wanted))
+        )
+        claimer.start()
+        claimer.join(10)
+        done_while_held = not claimer.is_alive()
+        holder.rollback()
+        claimer.join(10)
+    [got] = claimed
+    return done_while_held, got
+
+
 def test_a_claim_skips_the_shards_other_claims_hold(
     store: Stores, sql_conn: psycopg.Connection, db_dsn: str
 ) -> None:
@@ -74,22 +96,8 @@ def test_a_claim_skips_the_shards_other_claims_hold(
     eight shards held by other claims, a claim takes the free one at once, without waiting."""
     enqueue(store, 4)
     limit(store, concurrency=800)  # 8 shards of 100
-    claimed: list[Any] = []
-    with psycopg.connect(db_dsn) as holder:
-        holder.execute(
-            "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s AND shard <> 5 FOR UPDATE",
-            (Q,),
-        )
-        claimer = threading.Thread(
-            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 3))
-        )
-        claimer.start()
-        claimer.join(10)  # (a claim that queued for a held shard would still be waiting)
-        done_while_held = not claimer.is_alive()
-        holder.rollback()
-        claimer.join(10)
+    done_while_held, got = claim_while_held(store, db_dsn, "shard <> 5", 3)
     assert done_while_held
-    [got] = claimed
     assert len(got.leases) == 3 and got.throttle_wait is None
     assert shards_of(sql_conn, [lease.job_id for lease in got.leases]) == [5, 5, 5]
 

@@ -9,13 +9,13 @@ The hint is asserted as stored: it must never fall below the leases claimed unde
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
 from leasectl.core.limits import LimitSpec
+from tests.integration.test_limits import claim_while_held
 from tests.stores import Stores
 
 Q = "pay"
@@ -259,22 +259,7 @@ def test_the_counted_path_skips_the_shards_other_claims_hold(
     without waiting for a held one."""
     enqueue(store, 5)
     limit(store, concurrency=16)
-    claimed: list[Any] = []
-    with psycopg.connect(db_dsn) as holder:
-        holder.execute(
-            "SELECT * FROM leasectl.queue_limit_shards WHERE queue = %s "
-            "AND shard NOT IN (5, 6) FOR UPDATE",
-            (Q,),
-        )
-        claimer = threading.Thread(
-            target=lambda: claimed.append(store.work.trip([], Q, "w1", TTL, 3))
-        )
-        claimer.start()
-        claimer.join(10)  # (a claim that queued for a held shard would still be waiting)
-        done_while_held = not claimer.is_alive()
-        holder.rollback()
-        claimer.join(10)
+    done_while_held, got = claim_while_held(store, db_dsn, "shard NOT IN (5, 6)", 3)
     assert done_while_held
-    [got] = claimed
     assert len(got.leases) == 3
     assert leases_by_shard(sql_conn) == {5: 1, 6: 2} or leases_by_shard(sql_conn) == {5: 2, 6: 1}
