@@ -1122,7 +1122,7 @@ MUTANTS += (
            "ceil(l.concurrency * f)", "ceil(l.concurrency * 1.0)",
            (LIMITS + "test_ramp_starts_at_the_floor_and_resumes",)),
     mutant("limits-give-back", ROOM_SQL, "claim_settle",
-           "SET tokens = CASE WHEN rated THEN q.tokens + r.n ELSE q.tokens END",
+           "SET tokens = CASE WHEN q.fill IS NOT NULL THEN q.tokens + r.n ELSE q.tokens END",
            "SET tokens = q.tokens",
            (LIMITS + "test_tokens_a_claim_did_not_use_go_back",)),
     mutant("limits-throttled-count", ROOM_SQL, "claim_settle",

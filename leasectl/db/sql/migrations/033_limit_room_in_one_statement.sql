@@ -203,12 +203,11 @@ SET lock_timeout = '1s'
 AS $$
 DECLARE
     cut boolean := used >= budget AND budget < wanted;
-    rated boolean;
 BEGIN
     IF used < budget THEN
-        rated := (SELECT q.rate FROM queue_limits AS q WHERE q.queue = queue_name) IS NOT NULL;
+        -- (fill is NULL exactly when the limit has no rate: queue_limit_shard_terms.)
         UPDATE queue_limit_shards AS q
-        SET tokens = CASE WHEN rated THEN q.tokens + r.n ELSE q.tokens END,
+        SET tokens = CASE WHEN q.fill IS NOT NULL THEN q.tokens + r.n ELSE q.tokens END,
             live_hint = q.live_hint - r.n
         FROM (SELECT u.shard, count(*) AS n FROM unnest(shards[greatest(used, 0) + 1:budget]) AS u(shard)
               GROUP BY u.shard) AS r
