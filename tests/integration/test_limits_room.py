@@ -1,4 +1,4 @@
-"""Flow control's one-statement claims (migration 33): while a limit has room, a claim of a
+"""Flow control's one-statement claims (migrations 33, 34): while a limit has room, a claim of a
 limited queue decides from its shard's row alone (the limit's terms and ``live_hint``, an upper
 bound of the shard's live leases), counting the shard only when the hint is what stands in its
 way; whatever that path declines, migration 24's counted path decides.
@@ -263,3 +263,49 @@ def test_the_counted_path_skips_the_shards_other_claims_hold(
     assert done_while_held
     assert len(got.leases) == 3
     assert leases_by_shard(sql_conn) == {5: 1, 6: 2} or leases_by_shard(sql_conn) == {5: 2, 6: 1}
+
+
+def test_a_claim_whose_shard_another_claim_holds_takes_the_next_by_its_hint(
+    store: Stores, sql_conn: psycopg.Connection, db_dsn: str
+) -> None:
+    """Migration 34: the owner's shard first, by key; while another claim holds it, the next
+    shard that none holds, decided by that shard's hint alone. Cap 16 in 8 shards of 2: two
+    leases fill the next shard; its hint, written low here by hand to tell the paths apart,
+    lets a third in (a count would have placed it in the shard after)."""
+    enqueue(store, 5)
+    limit(store, concurrency=16)
+    i = shard_of_owner(sql_conn, "w1", 8)
+    k = (i + 1) % 8  # the first shard after the owner's
+    done_while_held, got = claim_while_held(store, db_dsn, f"shard <> {k}", 2)
+    assert done_while_held and len(got.leases) == 2
+    assert leases_by_shard(sql_conn) == {k: 2} and hint(sql_conn, k) == 2
+    sql_conn.execute(
+        "UPDATE leasectl.queue_limit_shards SET live_hint = 0 WHERE queue = %s AND shard = %s",
+        (Q, k),
+    )
+    done_while_held, got = claim_while_held(store, db_dsn, f"shard = {i}", 1)
+    assert done_while_held and len(got.leases) == 1
+    assert leases_by_shard(sql_conn) == {k: 3} and hint(sql_conn, k) == 1
+
+
+def test_a_claim_by_the_hint_refills_the_bucket_to_at_most_its_burst(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """A rate of 0.5/s, burst 3, an hour without a claim (1,800 tokens' worth): a claim of one
+    job decided by the hint refills its shard's bucket to 3 and spends 1 from there."""
+    enqueue(store, 5)
+    limit(store, rate=0.5, burst=3)
+    sql_conn.execute(
+        "UPDATE leasectl.queue_limit_shards SET tokens = 0, tokens_at = now() - interval '1 hour'"
+        " WHERE queue = %s",
+        (Q,),
+    )
+    (shards,) = sql_conn.execute(
+        "SELECT shards FROM leasectl.queue_limits WHERE queue = %s", (Q,)
+    ).fetchone()
+    i = shard_of_owner(sql_conn, "w1", shards)
+    assert len(store.work.trip([], Q, "w1", TTL, 1).leases) == 1
+    (tokens,) = sql_conn.execute(
+        "SELECT tokens FROM leasectl.queue_limit_shards WHERE queue = %s AND shard = %s", (Q, i)
+    ).fetchone()
+    assert tokens == 2.0

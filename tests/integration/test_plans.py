@@ -427,10 +427,11 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
 def test_a_claim_with_room_decides_from_one_shard_row_found_by_its_keys(
     sql_conn: psycopg.Connection[Any],
 ) -> None:
-    """Migration 33, as it ran: a limit far from binding (cap 100,000, 8 shards), the shard's
-    hint unknown. The first UPDATE finds the shard by primary key and its version by ctid, and
-    declines (no hint); the count reads the Processing index only; the first UPDATE then takes
-    the budget. The counted path (migration 24's five statements) never runs."""
+    """Migrations 33 and 34, as they ran: a limit far from binding (cap 100,000, 8 shards), the
+    shard's hint unknown. The first UPDATE finds the owner's shard by primary key and its
+    version by ctid, and declines (no hint); the SELECT locks that shard by primary key; the
+    count finds it by primary key and reads the Processing index only; the first UPDATE then
+    takes the budget. The counted path (migration 24's five statements) never runs."""
     seed(sql_conn)
     seed_leases(sql_conn)
     analyze(sql_conn)
@@ -440,10 +441,21 @@ def test_a_claim_with_room_decides_from_one_shard_row_found_by_its_keys(
     updates = [p for t, p in plans if t.lstrip().startswith("UPDATE queue_limit_shards")]
     assert len(updates) == 3, plans  # the hint, the count, the hint again
     for plan in updates:
-        assert "Index Scan using queue_limit_shards_pkey" in plan, plan
-        assert "Tid Scan on queue_limit_shards s" in plan, plan
+        assert "queue_limit_shards_pkey" in plan, plan
         assert scans_of_big_tables(plan) == [], plan
+    for hint in (updates[0], updates[2]):
+        assert "Tid Scan on queue_limit_shards s" in hint, hint
+        assert "Sort" not in hint, hint
     assert "jobs_processing_idx" in updates[1], updates[1]
+    [lock] = [p for t, p in plans if t.lstrip().startswith("SELECT q.shard")]
+    assert "queue_limit_shards_pkey" in lock, lock
+    # Once a claim has counted the shard (committed), the next one's budget is one statement.
+    sql_conn.execute(query, claim_params(sql_conn, 1, complete=False))
+    plans = explain_nested(sql_conn, query, claim_params(sql_conn, 1, complete=False))
+    [(text, hint), _] = plans
+    assert text.lstrip().startswith("UPDATE queue_limit_shards"), plans
+    assert "Tid Scan on queue_limit_shards s" in hint, hint
+    assert has_rows(1, hint), hint
     assert not any(t.lstrip().startswith("SELECT count(*)") for t, _ in plans), plans
     *_, (_, outer) = plans
     assert has_rows(1, outer.split("CTE picked")[1].split("CTE changed")[0]), outer
