@@ -1045,7 +1045,7 @@ ROOM_REFILL = ROOM + "test_a_hint_that_fills_the_share_is_counted_again"
 ROOM_SHARE = ROOM + "test_no_shard_holds_more_leases_than_its_share"
 ROOM_RAMP = ROOM + "test_during_a_ramp_claims_take_the_ramps_limit"
 ROOM_RAMP_RATE = ROOM + "test_during_a_ramp_a_rate_takes_the_ramps_bucket"
-ROOM_NEXT = ROOM + "test_a_claim_whose_shard_another_claim_holds_takes_the_next_by_its_hint"
+ROOM_NEXT = ROOM + "test_a_claim_whose_shards_other_claims_hold_takes_the_next_by_its_hint"
 ROOM_BURST = ROOM + "test_a_claim_by_the_hint_refills_the_bucket_to_at_most_its_burst"
 # (A mutant that makes the one-statement path decline more than it should is equivalent by
 # construction when the budget is all that shows: claim_budget_counted then decides, the same
@@ -1192,7 +1192,7 @@ MUTANTS += (
     mutant("room-next-by-hint", OWNERS_SQL, "claim_budget",
            "            CONTINUE WHEN k <> i;\n", "", (ROOM_NEXT,)),
     mutant("room-next-shard", OWNERS_SQL, "claim_budget",
-           "AND q.shard = coalesce(k, CASE", "AND q.shard = coalesce(NULL, CASE", (ROOM_NEXT,)),
+           "AND q.shard >= coalesce(k, CASE", "AND q.shard >= coalesce(NULL, CASE", (ROOM_NEXT,)),
     mutant("room-count-live", OWNERS_SQL, "claim_budget",
            "SELECT count(*)::integer AS live", "SELECT 0 AS live", (ROOM_SHARE,)),
     mutant("room-count-own-shard", OWNERS_SQL, "claim_budget",

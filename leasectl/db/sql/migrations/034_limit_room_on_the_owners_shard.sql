@@ -1,17 +1,19 @@
--- A claim of a limited queue whose limit has room tries its owner's shard by key (design.md,
--- "Flow control"). {schema} is the quoted schema name; no function body here names a schema.
+-- A claim of a limited queue whose limit has room looks for its shard in the primary key's
+-- order (design.md, "Flow control"). {schema} is the quoted schema name; no function body here
+-- names a schema.
 --
--- Migration 33's one-statement path found the first shard no other claim held in a subquery
--- that sorted the queue's shard rows (from the owner's shard on), locked the first and joined it
--- to the UPDATE by ctid: a Sort, a Limit, a join and the owner's shard computed in PL/pgSQL,
--- set up anew at every claim. Here the first UPDATE names the owner's shard by primary key, and
--- the version it locks (FOR UPDATE SKIP LOCKED, in an InitPlan) is the one it updates, by ctid:
--- about 18 microseconds less server CPU a claim (BENCHMARKS.md, "This round's costs"). Only
--- when that declines (another claim holds the shard, or its hint or bucket is short) does a
--- SELECT lock the first shard from the owner's that no other claim holds, as migration 33's
--- subquery chose it; then, as in migration 33: the hint on that shard, a count of its live
--- leases when the hint may be what failed, the hint again, and claim_budget_counted for what
--- these decline.
+-- Migration 33's one-statement path found the first shard no other claim held, from the
+-- owner's, in a subquery that sorted the queue's shard rows, locked the first and joined it to
+-- the UPDATE by ctid: a Sort, a join and the owner's shard computed in PL/pgSQL, set up anew at
+-- every claim. Here the first UPDATE's InitPlan walks the primary key from the owner's shard up
+-- to the last one, locks the first row no other claim holds (FOR UPDATE SKIP LOCKED), and the
+-- UPDATE changes that version, found by ctid: about 10 microseconds less server CPU a claim
+-- (BENCHMARKS.md, "This round's costs"). Only when that declines (its hint or its bucket is
+-- short, or every shard from the owner's to the last is held) does a SELECT lock the first
+-- shard from the owner's that no other claim holds, wrapping round to shard 0 (as migration
+-- 33's subquery chose it); then, as in migration 33: the hint on that shard, a count of its
+-- live leases when the hint may be what failed, the hint again, and claim_budget_counted for
+-- what these decline.
 --
 -- Why one statement's view is still enough: the first UPDATE reads the row through the locked
 -- version's ctid with its own snapshot, as migration 33's did (a version committed after the
@@ -31,18 +33,19 @@ DECLARE
     -- The shard the owner's name picks, where claim_budget_counted starts too (NULL, and no
     -- shard tried, without the statement's shard count); set when the first UPDATE declined.
     i integer;
-    -- The shard tried: NULL for the owner's, then the first from there that no other claim
-    -- holds.
+    -- Where the first UPDATE starts its walk: NULL for the owner's shard; then the shard the
+    -- SELECT locked.
     k integer;
     counted boolean;  -- (NULL: the shard's leases not counted yet)
 BEGIN
     LOOP
-        -- The hint: every lease of the budget fits under it, the whole budget in the bucket
-        -- (refilled to a clock reading no later than tokens_at's: an UPDATE computes its new
-        -- values in column order, tokens before tokens_at). A shard the limit does not use
-        -- takes nothing (its fast_from is infinity).
-        -- The results are set in RETURNING, not by PL/pgSQL assignments: each of those is an
-        -- expression set up anew in every transaction.
+        -- The hint, on the first shard from k that no other claim holds (a shard this claim
+        -- locked is not skipped): every lease of the budget fits under it, the whole budget in
+        -- the bucket (refilled to a clock reading no later than tokens_at's: an UPDATE computes
+        -- its new values in column order, tokens before tokens_at). A shard the limit does not
+        -- use takes nothing (its fast_from is infinity). The results are set in RETURNING, not
+        -- by PL/pgSQL assignments: each of those is an expression set up anew in every
+        -- transaction.
         UPDATE queue_limit_shards AS s
         SET tokens = CASE WHEN s.fill IS NULL THEN s.tokens
                           ELSE least(s.room, s.tokens + s.fill * greatest(
@@ -54,9 +57,11 @@ BEGIN
         WHERE s.ctid = (
                 SELECT q.ctid FROM queue_limit_shards AS q
                 WHERE q.queue = queue_name AND wanted > 0 AND q.shard < shard_count
-                  AND q.shard = coalesce(k, CASE WHEN shard_count BETWEEN 1 AND 8
-                                                 THEN ((hashtext(owner_name) % shard_count)
-                                                       + shard_count) % shard_count END)
+                  AND q.shard >= coalesce(k, CASE WHEN shard_count BETWEEN 1 AND 8
+                                                  THEN ((hashtext(owner_name) % shard_count)
+                                                        + shard_count) % shard_count END)
+                ORDER BY q.shard
+                LIMIT 1
                 FOR UPDATE SKIP LOCKED)
           AND s.fast_from <= clock_timestamp()
           AND (s.share IS NULL OR s.live_hint + wanted <= s.share)
@@ -70,9 +75,9 @@ BEGIN
         END IF;
         EXIT WHEN counted;
         IF k IS NULL THEN
-            -- The first shard from the owner's that no other claim holds (the owner's itself
-            -- when its hint or its bucket declined), locked; another one is tried by its hint
-            -- first.
+            -- The first shard from the owner's that no other claim holds, round to shard 0 (one
+            -- this claim locked already is not skipped), locked; one other than the owner's is
+            -- tried by its hint first.
             i := CASE WHEN shard_count BETWEEN 1 AND 8
                       THEN ((hashtext(owner_name) % shard_count) + shard_count) % shard_count END;
             SELECT q.shard INTO k
