@@ -346,7 +346,7 @@ def test_a_database_unreachable_at_start_is_one_line_and_exit_1(db_dsn: str) -> 
     assert_one_line_error(proc, 1, "cannot connect to")
 
 
-def test_a_scrape_past_its_timeout_says_down_and_the_next_one_reads(
+def test_a_scrape_past_its_timeout_says_down_and_a_new_read_answers(
     db_dsn: str, store: Stores
 ) -> None:
     store.ops.enqueue([{}], queue="q")
