@@ -1029,15 +1029,14 @@ MUTANTS += (
 )  # fmt: skip
 
 
-# Flow control (migrations 17, 24, 33, 34): the budget a claim may take (claim_budget, made
-# again by migration 24 over the limit's shards: each shard's live-lease count, its bucket's
-# refill; kept by migration 33 as claim_budget_counted, behind a claim_budget that decides from
-# the shard's row while the limit has room, the owner's shard tried by key since migration 34),
-# what it gives back and counts (claim_settle) and the claims' use of it.
+# Flow control (migrations 17, 24, 33): the budget a claim may take (claim_budget, made again by
+# migration 24 over the limit's shards: each shard's live-lease count, its bucket's refill; kept
+# by migration 33 as claim_budget_counted, behind a claim_budget that decides from the shard's
+# row while the limit has room), what it gives back and counts (claim_settle) and the claims'
+# use of it.
 LIMITS_SQL = "migrations/017_queue_limits.sql"
 SHARDS_SQL = "migrations/024_sharded_limits.sql"
 ROOM_SQL = "migrations/033_limit_room_in_one_statement.sql"
-OWNERS_SQL = "migrations/034_limit_room_on_the_owners_shard.sql"
 LIMITS = "tests/integration/test_limits.py::"
 ROOM = "tests/integration/test_limits_room.py::"
 ROOM_FIRST = ROOM + "test_a_first_claim_counts_its_shard_and_later_ones_add_to_the_hint"
@@ -1155,62 +1154,62 @@ MUTANTS += (
     mutant("limits-claim-by-id-budget", "jobs.sql", "job_claim_by_id",
            "\n      AND (SELECT budget FROM budget) > 0", "",
            (LIMITS + "test_claim_by_id_honours_the_cap",)),
-    mutant("room-hint", OWNERS_SQL, "claim_budget",
+    mutant("room-hint", ROOM_SQL, "claim_budget",
            "AND (s.share IS NULL OR s.live_hint + wanted <= s.share)",
            "AND (s.share IS NULL OR true)", (CAP_CUT, ROOM_SHARE)),
-    mutant("room-hint-adds", OWNERS_SQL, "claim_budget",
+    mutant("room-hint-adds", ROOM_SQL, "claim_budget",
            "            live_hint = s.live_hint + wanted\n",
            "            live_hint = s.live_hint\n", (ROOM_FIRST, ROOM_SHARE)),
-    mutant("room-tokens", OWNERS_SQL, "claim_budget",
+    mutant("room-tokens", ROOM_SQL, "claim_budget",
            "          AND (s.fill IS NULL\n               OR least(",
            "          AND (true\n               OR least(",
            (LIMITS + "test_the_bucket_refills_at_the_rate",)),
-    mutant("room-spend", OWNERS_SQL, "claim_budget",
+    mutant("room-spend", ROOM_SQL, "claim_budget",
            "                               - wanted\n", "                               - 0\n",
            (ROOM + "test_a_claim_by_the_hint_spends_its_shards_bucket",)),
-    mutant("room-burst", OWNERS_SQL, "claim_budget",
+    mutant("room-burst", ROOM_SQL, "claim_budget",
            "ELSE least(s.room, s.tokens", "ELSE greatest(s.room, s.tokens",
            (ROOM_BURST,)),
-    mutant("room-refill", OWNERS_SQL, "claim_budget",
+    mutant("room-refill", ROOM_SQL, "claim_budget",
            "OR least(s.room, s.tokens + s.fill * greatest(",
            "OR least(s.room, s.tokens + 0 * greatest(", (RATE_SPENT,),
            equivalent="a bucket the one-statement path finds short without its refill is "
            "refilled and spent by claim_budget_counted: the same budget, the same tokens"),
-    mutant("room-refill-spent", OWNERS_SQL, "claim_budget",
+    mutant("room-refill-spent", ROOM_SQL, "claim_budget",
            "ELSE least(s.room, s.tokens + s.fill * greatest(",
            "ELSE least(s.room, s.tokens + 0 * greatest(", (ROOM_BURST,)),
-    mutant("room-ramp", OWNERS_SQL, "claim_budget",
+    mutant("room-ramp", ROOM_SQL, "claim_budget",
            "\n          AND s.fast_from <= clock_timestamp()", "", (ROOM_RAMP_RATE,)),
-    mutant("room-skip-locked", OWNERS_SQL, "claim_budget",
+    mutant("room-skip-locked", ROOM_SQL, "claim_budget",
            "FOR UPDATE SKIP LOCKED)\n          AND s.fast_from",
            "FOR UPDATE)\n          AND s.fast_from",
            (LIMITS + "test_a_claim_skips_the_shards_other_claims_hold",)),
-    mutant("room-next-skip-locked", OWNERS_SQL, "claim_budget",
+    mutant("room-next-skip-locked", ROOM_SQL, "claim_budget",
            "            LIMIT 1\n            FOR UPDATE SKIP LOCKED;",
            "            LIMIT 1\n            FOR UPDATE;",
            (LIMITS + "test_a_claim_skips_the_shards_other_claims_hold",)),
-    mutant("room-next-by-hint", OWNERS_SQL, "claim_budget",
+    mutant("room-next-by-hint", ROOM_SQL, "claim_budget",
            "            CONTINUE WHEN k <> i;\n", "", (ROOM_NEXT,)),
-    mutant("room-next-shard", OWNERS_SQL, "claim_budget",
+    mutant("room-next-shard", ROOM_SQL, "claim_budget",
            "AND q.shard >= coalesce(k, CASE", "AND q.shard >= coalesce(NULL, CASE", (ROOM_NEXT,)),
-    mutant("room-count-live", OWNERS_SQL, "claim_budget",
+    mutant("room-count-live", ROOM_SQL, "claim_budget",
            "SELECT count(*)::integer AS live", "SELECT 0 AS live", (ROOM_SHARE,)),
-    mutant("room-count-own-shard", OWNERS_SQL, "claim_budget",
+    mutant("room-count-own-shard", ROOM_SQL, "claim_budget",
            "\n                        + l.shards) % l.shards = k",
            "\n                        + l.shards) >= 0", (ROOM_FIRST,)),
-    mutant("room-count-lease", OWNERS_SQL, "claim_budget",
+    mutant("room-count-lease", ROOM_SQL, "claim_budget",
            "\n                   AND j.lease_until >= now()", "", (ROOM_FIRST,)),
-    mutant("room-count-completing", OWNERS_SQL, "claim_budget",
+    mutant("room-count-completing", ROOM_SQL, "claim_budget",
            "\n                   AND NOT (j.id = ANY (coalesce(done_ids, '{}'))",
            "\n                   AND NOT (false", (ROOM_REFILL,)),
-    mutant("room-count-room", OWNERS_SQL, "claim_budget",
+    mutant("room-count-room", ROOM_SQL, "claim_budget",
            "\n          AND n.live + wanted <= s.share;", ";", (ROOM_SHARE,),
            equivalent="a count without room for the budget writes the hint it counted (a "
            "bound no looser than the one it replaces) and claim_budget_counted decides"),
-    mutant("room-count-ramp", OWNERS_SQL, "claim_budget",
+    mutant("room-count-ramp", ROOM_SQL, "claim_budget",
            "AND l.queue = queue_name AND s.fast_from <= clock_timestamp()",
            "AND l.queue = queue_name", (ROOM_RAMP,)),
-    mutant("room-counted-adds", OWNERS_SQL, "claim_budget",
+    mutant("room-counted-adds", ROOM_SQL, "claim_budget",
            "UPDATE queue_limit_shards AS s SET live_hint = s.live_hint + r.n",
            "UPDATE queue_limit_shards AS s SET live_hint = s.live_hint",
            (ROOM + "test_what_the_counted_path_takes_counts_in_the_hint",)),

@@ -1,4 +1,4 @@
-"""Flow control's one-statement claims (migrations 33, 34): while a limit has room, a claim of a
+"""Flow control's one-statement claims (migration 33): while a limit has room, a claim of a
 limited queue decides from its shard's row alone (the limit's terms and ``live_hint``, an upper
 bound of the shard's live leases), counting the shard only when the hint is what stands in its
 way; whatever that path declines, migration 24's counted path decides.
@@ -268,10 +268,10 @@ def test_the_counted_path_skips_the_shards_other_claims_hold(
 def test_a_claim_whose_shards_other_claims_hold_takes_the_next_by_its_hint(
     store: Stores, sql_conn: psycopg.Connection, db_dsn: str
 ) -> None:
-    """Migration 34: the first shard from the owner's that no other claim holds, round to shard
-    0 when every shard from the owner's to the last is held, decided by that shard's hint
-    alone. Cap 16 in 8 shards of 2: two leases fill shard 0; its hint, written low here by hand
-    to tell the paths apart, lets a third in (a count would have placed it in shard 1)."""
+    """The first shard from the owner's that no other claim holds, round to shard 0 when every
+    shard from the owner's to the last is held, decided by that shard's hint alone. Cap 16 in 8
+    shards of 2: two leases fill shard 0; its hint, written low here by hand to tell the paths
+    apart, lets a third in (a count would have placed it in shard 1)."""
     enqueue(store, 5)
     limit(store, concurrency=16)
     i = shard_of_owner(sql_conn, "w1", 8)

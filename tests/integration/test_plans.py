@@ -427,12 +427,12 @@ def test_a_limited_queues_claim_asks_its_budget_once_and_walks_its_index(
 def test_a_claim_with_room_decides_from_one_shard_row_found_by_its_keys(
     sql_conn: psycopg.Connection[Any],
 ) -> None:
-    """Migrations 33 and 34, as they ran: a limit far from binding (cap 100,000, 8 shards), the
-    shard's hint unknown. The first UPDATE walks the primary key from the owner's shard (no
-    sort) and finds its version by ctid, and declines (no hint); the SELECT locks that shard
-    by primary key; the count finds it by primary key and reads the Processing index only; the
-    first UPDATE then takes the budget. The counted path (migration 24's five statements)
-    never runs."""
+    """Migration 33, as it ran: a limit far from binding (cap 100,000, 8 shards), the shard's
+    hint unknown. The first UPDATE walks the primary key from the owner's shard (no sort) and
+    finds its version by ctid, and declines (no hint); the SELECT locks that shard by primary
+    key; the count finds it by primary key and reads the Processing index only; the first
+    UPDATE then takes the budget. The counted path (migration 24's five statements) never
+    runs."""
     seed(sql_conn)
     seed_leases(sql_conn)
     analyze(sql_conn)

@@ -17,24 +17,30 @@
 --   it: it only overstates, and overstating costs a count, never a lease too many.
 --
 -- So claim_budget first tries one UPDATE of the first shard no other claim holds, from the one
--- the owner's name picks: locked FOR UPDATE SKIP LOCKED, it spends the tokens and adds the
--- budget to the hint when the whole budget fits under the hint and in the bucket and no ramp is
--- running. When the hint may be what failed, a second UPDATE counts the shard's live leases (as
--- migration 24's function counts them), resets the hint to the count when the budget fits, and
--- the first is tried once more. Only when they decline (the limit binds, a ramp runs, the
--- budget is more than a shard holds, every shard is held by other claims, the queue has no
--- limit) does it run migration 24's function, kept whole as claim_budget_counted (which also
--- answers a paused queue with nothing), and add what that took to each shard's hint. (A paused
--- queue's budget taken in one statement is given back whole by claim_settle: the claim
--- statements' own pause check takes no job.)
+-- the owner's name picks up to the last: its InitPlan walks the shards' primary key (no sort of
+-- the shard rows: a subquery that sorted them and was joined to the UPDATE cost about 10
+-- microseconds more a claim) and locks that row FOR UPDATE SKIP LOCKED; the UPDATE spends the
+-- tokens and adds the budget to the hint when the whole budget fits under the hint and in the
+-- bucket and no ramp is running. When that declines, a SELECT locks the first shard from the
+-- owner's that no other claim holds, round to shard 0, and a shard other than the owner's is
+-- tried by the same UPDATE first. When the hint may be what failed, a second UPDATE counts the
+-- shard's live leases (as migration 24's function counts them), resets the hint to the count
+-- when the budget fits, and the first is tried once more. Only when they decline (the limit
+-- binds, a ramp runs, the budget is more than a shard holds, every shard is held by other
+-- claims, the queue has no limit) does it run migration 24's function, kept whole as
+-- claim_budget_counted (which also answers a paused queue with nothing), and add what that took
+-- to each shard's hint. (A paused queue's budget taken in one statement is given back whole by
+-- claim_settle: the claim statements' own pause check takes no job.)
 --
--- Why one statement's view is enough: each of the two UPDATEs reads the shard row through the
--- locked version's ctid with the statement's snapshot, so it changes nothing when the version
--- it locked was committed after its snapshot was taken (the ctid finds no version it can see).
--- Every claim that took leases under a shard wrote a new version of its row (the hint or the
--- bucket), and every change of the limit writes every shard row (queue_limit_reshard). So a
--- statement that does change the row saw, in its snapshot, every lease claimed under the shard
--- and the limit in force: the hint, the count and the limit it decides on are current.
+-- Why one statement's view is enough: the first UPDATE reads the shard row through the version
+-- its InitPlan locked, by ctid, with the statement's snapshot, so it changes nothing when that
+-- version was committed after its snapshot was taken (the ctid finds no version it can see). A
+-- shard the SELECT locked is this transaction's until it ends, so each later statement (a new
+-- snapshot) sees every claim that wrote it committed. Every claim that took leases under a
+-- shard wrote a new version of its row (the hint or the bucket), and every change of the limit
+-- writes every shard row (queue_limit_reshard). So a statement that does change the row saw,
+-- in its snapshot, every lease claimed under the shard and the limit in force: the hint, the
+-- count and the limit it decides on are current.
 ALTER TABLE {schema}.queue_limit_shards
     ADD COLUMN live_hint integer,
     ADD COLUMN share integer,
@@ -116,64 +122,81 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, {schema}, pg_temp
 AS $$
 DECLARE
-    -- Where to start: the shard the owner's name picks, where claim_budget_counted starts too;
-    -- the first of the shards from there that no other claim holds is tried (NULL, and none
-    -- tried, without the statement's shard count).
-    i integer := CASE WHEN shard_count BETWEEN 1 AND 8
-                      THEN ((hashtext(owner_name) % shard_count) + shard_count) % shard_count END;
+    -- The shard the owner's name picks, where claim_budget_counted starts too (NULL, and no
+    -- shard tried, without the statement's shard count); set when the first UPDATE declined.
+    i integer;
+    -- Where the first UPDATE starts its walk: NULL for the owner's shard; then the shard the
+    -- SELECT locked.
+    k integer;
     counted boolean;  -- (NULL: the shard's leases not counted yet)
 BEGIN
     LOOP
-        -- The hint: every lease of the budget fits under it, the whole budget in the bucket
-        -- (refilled to a clock reading no later than tokens_at's: what it counts as refilled
-        -- was). A shard the limit does not use takes nothing (its fast_from is infinity). The
-        -- results are set in RETURNING, not by PL/pgSQL assignments: each of those is an
-        -- expression set up anew in every transaction.
+        -- The hint, on the first shard from k that no other claim holds (a shard this claim
+        -- locked is not skipped): every lease of the budget fits under it, the whole budget in
+        -- the bucket (refilled to a clock reading no later than tokens_at's: an UPDATE computes
+        -- its new values in column order, tokens before tokens_at). A shard the limit does not
+        -- use takes nothing (its fast_from is infinity). The results are set in RETURNING, not
+        -- by PL/pgSQL assignments: each of those is an expression set up anew in every
+        -- transaction.
         UPDATE queue_limit_shards AS s
-        SET tokens = coalesce(x.tokens - wanted, s.tokens),
-            tokens_at = CASE WHEN x.tokens IS NULL THEN s.tokens_at ELSE x.at END,
+        SET tokens = CASE WHEN s.fill IS NULL THEN s.tokens
+                          ELSE least(s.room, s.tokens + s.fill * greatest(
+                                   date_part('epoch', clock_timestamp() - s.tokens_at), 0.0))
+                               - wanted
+                     END,
+            tokens_at = CASE WHEN s.fill IS NULL THEN s.tokens_at ELSE clock_timestamp() END,
             live_hint = s.live_hint + wanted
-        FROM (SELECT q.ctid AS tid,
-                     least(q.room, q.tokens + q.fill * greatest(
-                         date_part('epoch', clock_timestamp() - q.tokens_at), 0.0)) AS tokens,
-                     clock_timestamp() AS at
-              FROM queue_limit_shards AS q
-              WHERE q.queue = queue_name AND q.shard < shard_count AND wanted > 0
-              ORDER BY q.shard < i, q.shard
-              LIMIT 1
-              FOR UPDATE SKIP LOCKED) AS x
-        WHERE s.ctid = x.tid
-          AND s.fast_from <= x.at
+        WHERE s.ctid = (
+                SELECT q.ctid FROM queue_limit_shards AS q
+                WHERE q.queue = queue_name AND wanted > 0 AND q.shard < shard_count
+                  AND q.shard >= coalesce(k, CASE WHEN shard_count BETWEEN 1 AND 8
+                                                  THEN ((hashtext(owner_name) % shard_count)
+                                                        + shard_count) % shard_count END)
+                ORDER BY q.shard
+                LIMIT 1
+                FOR UPDATE SKIP LOCKED)
+          AND s.fast_from <= clock_timestamp()
           AND (s.share IS NULL OR s.live_hint + wanted <= s.share)
-          AND (x.tokens IS NULL OR x.tokens >= wanted)
+          AND (s.fill IS NULL
+               OR least(s.room, s.tokens + s.fill * greatest(
+                      date_part('epoch', clock_timestamp() - s.tokens_at), 0.0)) >= wanted)
         RETURNING wanted, true, array_fill(s.shard, ARRAY[wanted]), s.shard
         INTO budget, settle, shards, held;
         IF FOUND THEN
             RETURN;
         END IF;
         EXIT WHEN counted;
+        IF k IS NULL THEN
+            -- The first shard from the owner's that no other claim holds, round to shard 0 (one
+            -- this claim locked already is not skipped), locked; one other than the owner's is
+            -- tried by its hint first.
+            i := CASE WHEN shard_count BETWEEN 1 AND 8
+                      THEN ((hashtext(owner_name) % shard_count) + shard_count) % shard_count END;
+            SELECT q.shard INTO k
+            FROM queue_limit_shards AS q
+            WHERE q.queue = queue_name AND q.shard < shard_count AND wanted > 0
+            ORDER BY q.shard < i, q.shard
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED;
+            EXIT WHEN NOT FOUND;
+            CONTINUE WHEN k <> i;
+        END IF;
         counted := true;
         -- The count, when the hint may be what failed: the shard's live leases, counted as
         -- claim_budget_counted counts them, and the hint reset to them (then the hint again).
         UPDATE queue_limit_shards AS s
         SET live_hint = n.live
-        FROM (SELECT q.ctid AS tid, q.shard
-              FROM queue_limit_shards AS q
-              WHERE q.queue = queue_name AND q.shard < shard_count AND wanted > 0
-              ORDER BY q.shard < i, q.shard
-              LIMIT 1
-              FOR UPDATE SKIP LOCKED) AS x,
-             queue_limits AS l,
+        FROM queue_limits AS l,
              LATERAL (
                  SELECT count(*)::integer AS live
                  FROM jobs AS j
                  WHERE j.status = 'Processing' AND j.queue = queue_name
                    AND j.lease_until >= now()
                    AND ((coalesce(j.limit_shard::integer, (j.id % 8)::integer) % l.shards)
-                        + l.shards) % l.shards = x.shard
+                        + l.shards) % l.shards = k
                    AND NOT (j.id = ANY (coalesce(done_ids, '{}')) AND j.lease_owner = owner_name)
              ) AS n
-        WHERE s.ctid = x.tid
+        WHERE s.queue = queue_name AND s.shard = k
           AND l.queue = queue_name AND s.fast_from <= clock_timestamp()
           AND s.share IS NOT NULL AND (s.live_hint IS NULL OR s.live_hint + wanted > s.share)
           AND n.live + wanted <= s.share;
