@@ -108,8 +108,13 @@ class Watchdog:
 
 
 def _shut(fd: int) -> None:
-    """Shut the socket down (not close: the descriptor stays libpq's): a blocked read returns."""
-    sock = socket.socket(fileno=fd)
+    """Shut the socket down (not close: the descriptor stays libpq's): a blocked read returns.
+    A descriptor libpq already closed (the call failed on its own, a server that went away, and
+    has not returned yet) is left alone: the watchdog's thread must outlive it."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return  # closed: nothing to shut
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
