@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 import threading
 import time
@@ -31,7 +32,8 @@ class Watchdog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[int, tuple[float, int, object]] = {}  # token -> deadline, fd, owner
+        # token -> deadline, descriptor, owner, whether the descriptor is the watchdog's own
+        self._calls: dict[int, tuple[float, int, object, bool]] = {}
         self._next = 0
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -53,11 +55,21 @@ class Watchdog:
         self, conn: psycopg.Connection[Any], seconds: float | None, owner: object = None
     ) -> int:
         """``bound``'s start, for the hot path (no generator): a token for ``stop`` (0: none).
-        A call without a bound is still registered when it has an owner, for ``abort``."""
+        A call without a bound is still registered when it has an owner, for ``abort``.
+
+        The watchdog holds its own descriptor of the socket (a ``dup``, 0.3 µs), closed when the
+        call's entry goes: libpq may close its descriptor before the call returns (a server
+        that went away), and another socket opened meanwhile take that number; shutting the
+        number down would then cut that other socket. Its own keeps the call's socket, and so
+        its number, until then. (A process out of descriptors falls back to libpq's.)"""
         if seconds is None and owner is None:
             return 0
         deadline = time.monotonic() + seconds if seconds is not None else math.inf
-        entry = (deadline, conn.pgconn.socket, owner)
+        fd = conn.pgconn.socket
+        try:
+            entry = (deadline, os.dup(fd), owner, True)
+        except OSError:
+            entry = (deadline, fd, owner, False)
         with self._lock:
             self._next += 1
             token = self._next
@@ -74,14 +86,18 @@ class Watchdog:
     def stop(self, token: int) -> None:
         if token:
             with self._lock:
-                self._calls.pop(token, None)
+                entry = self._calls.pop(token, None)
+            if entry is not None:
+                _release(entry)
 
     def abort(self, owner: object) -> int:
         """End every call of ``owner`` under way now (a console that quits); how many."""
         with self._lock:
-            tokens = [t for t, (_, _, o) in self._calls.items() if o is owner]
+            tokens = [t for t, (_, _, o, _) in self._calls.items() if o is owner]
             for token in tokens:
-                _shut(self._calls.pop(token)[1])
+                entry = self._calls.pop(token)
+                _shut(entry[1])
+                _release(entry)
         return len(tokens)
 
     def _run(self) -> None:
@@ -89,11 +105,13 @@ class Watchdog:
             self._wake.wait()
             now = time.monotonic()
             with self._lock:
-                late = [t for t, (deadline, _, _) in self._calls.items() if deadline <= now]
+                late = [t for t, (deadline, _, _, _) in self._calls.items() if deadline <= now]
                 for token in late:
-                    # Shut down under the lock: the call cannot end, and its socket be closed and
-                    # its descriptor reused, meanwhile.
-                    _shut(self._calls.pop(token)[1])
+                    # (Under the lock: a call that ends meanwhile finds its entry gone, and its
+                    # stop has nothing to release.)
+                    entry = self._calls.pop(token)
+                    _shut(entry[1])
+                    _release(entry)
                     self.fired += 1
                 if not self._calls:
                     self._wake.clear()
@@ -107,10 +125,18 @@ class Watchdog:
             time.sleep(_CHECK_EVERY_S)
 
 
+def _release(entry: tuple[float, int, object, bool]) -> None:
+    """Close the watchdog's own descriptor of a call's socket (never libpq's)."""
+    if entry[3]:
+        with contextlib.suppress(OSError):
+            os.close(entry[1])
+
+
 def _shut(fd: int) -> None:
-    """Shut the socket down (not close: the descriptor stays libpq's): a blocked read returns.
-    A descriptor libpq already closed (the call failed on its own, a server that went away, and
-    has not returned yet) is left alone: the watchdog's thread must outlive it."""
+    """Shut the socket down (not close: a descriptor of libpq's stays libpq's): a blocked read
+    returns. A descriptor already closed (libpq's, in the fallback: the call failed on its own, a
+    server that went away, and has not returned yet) is left alone: the watchdog's thread must
+    outlive it."""
     try:
         sock = socket.socket(fileno=fd)
     except OSError:

@@ -1,8 +1,10 @@
 """The watchdog's thread outlives a call whose socket libpq closed before the call returned (a
-server that went away): it shuts the sockets still open and ignores the closed one."""
+server that went away): it shuts the sockets still open and ignores the closed one, and never
+cuts another socket that took the closed one's number."""
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -25,7 +27,8 @@ def test_the_thread_survives_a_closed_socket_and_still_cuts_the_next_call() -> N
     closed.close()
     try:
         # Two calls past their deadline: one whose socket libpq closed, one still blocked.
-        dog._calls[1] = (time.monotonic() - 1, closed_fd, None)
+        # (Not the watchdog's own descriptor: as when a process is out of descriptors.)
+        dog._calls[1] = (time.monotonic() - 1, closed_fd, None, False)
         dog._next = 1
         token = dog.start(_Conn(live.fileno()), 0.05)  # type: ignore[arg-type]
         deadline = time.monotonic() + 5
@@ -39,6 +42,50 @@ def test_the_thread_survives_a_closed_socket_and_still_cuts_the_next_call() -> N
     finally:
         for s in (peer, live, other):
             s.close()
+
+
+def test_a_socket_that_took_a_closed_calls_number_is_not_cut() -> None:
+    dog = Watchdog()
+    call, server = socket.socketpair()
+    number = call.fileno()
+    token = dog.start(_Conn(number), 0.2)  # type: ignore[arg-type]
+    call.close()  # libpq closed its descriptor; the call has not returned yet
+    other, other_peer = socket.socketpair()  # another thread's connection, opened meanwhile
+    try:
+        assert number in (other.fileno(), other_peer.fileno())  # the number, reused
+        deadline = time.monotonic() + 5
+        while dog.fired < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert dog.fired == 1
+        # Still whole, both ways (shut down, a read would return b"" and a write fail).
+        for a, b in ((other, other_peer), (other_peer, other)):
+            a.sendall(b"x")
+            b.settimeout(5)
+            assert b.recv(1) == b"x"
+        server.settimeout(5)
+        assert server.recv(1) == b""  # the call's own socket was cut
+        dog.stop(token)
+    finally:
+        for s in (other, other_peer, server):
+            s.close()
+
+
+def test_the_watchdogs_own_descriptors_are_closed_when_calls_end_or_are_cut() -> None:
+    dog = Watchdog()
+    a, b = socket.socketpair()
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(50):
+            dog.stop(dog.start(_Conn(a.fileno()), 30))  # type: ignore[arg-type]
+        dog.start(_Conn(a.fileno()), 0.01)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 5
+        while dog.fired < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert dog.fired == 1
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        a.close()
+        b.close()
 
 
 class _Conn:
