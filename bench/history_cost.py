@@ -16,15 +16,19 @@ machine the spread is the figure to read.
 ``--trips``: the worker's round trip alone, as ``bench/pause_cost.py`` measures it (its
 ``Variant``: ``jobs_complete_and_claim`` prepared through ``db/hot.py``, each claim resumed at the
 previous one's key), on a fresh database per variant (``--variants``, the first the base):
-*nohist* without the history's writes (as *before* above), *026* the worker's path at migration
+*nohist* without the history's writes (as *before* above), *nohist20* (nohist, its claim
+writing no queue or due time into the attempt either, as before migration 31: the worker's
+path with no history at all), *026* the worker's path at migration
 26 (the completion's counts written twice, to counter_deltas and the history's deltas, and the
 pickups by migration 20's statement trigger on attempts opened, which probes each job),
 *trigger* (migrations 27-29: the counts written once, the pickups by that trigger), *030* (the
 pickups appended by a CTE of each claim, migration 30), *shipped* (the pickups counted with the
 attempt's outcome, migration 31), *nopickup* (shipped, counting no pickup: what they cost) and
-*bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32)
-and *limited* (shipped, queue ``q`` limited too high to bind: what flow control costs a trip);
-also the trigger functions' time per trip (pg_stat_user_functions,
+*bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32),
+*limited* (shipped, queue ``q`` limited too high to bind: what flow control costs a trip) and
+*limcheck* (limited, the shards' bounds migration 24's CHECK, as before migration 34); each
+variant's server CPU per trip also paired by round with the base's (the median of the rounds'
+differences, and its quartiles); also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
 trips (complete 1, claim 1) and c=50 trips (complete 50, claim 50), the variants taking turns
 round by round, the order rotating. The server backend's CPU time per trip (/proc/PID/schedstat
@@ -232,12 +236,30 @@ def limited(dsn: str) -> None:
         )
 
 
+def limited_check(dsn: str) -> None:
+    """``limited``, the shards' bounds a CHECK every statement writing a shard reads (migration
+    24's) instead of migration 34's trigger on INSERT: what the CHECK cost a claim."""
+    text = next(m for m in queries.migrations() if m.version == 24).text
+    found = re.search(r"CONSTRAINT queue_limit_shards_bounded CHECK \(.*?\n    \)", text, re.S)
+    assert found, "migration 24's queue_limit_shards_bounded not found"
+    limited(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER queue_limit_shards_bounded ON leasectl.queue_limit_shards")
+        conn.execute(
+            queries.Query(
+                "shards_bounded_24", "", "ALTER TABLE {schema}.queue_limit_shards ADD " + found[0]
+            ).render("leasectl")
+        )
+
+
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
 # one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE) or "20" (30's
 # without the CTE).
 TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "limited": (limited, "31"),
+    "limcheck": (limited_check, "31"),
     "nohist": (strip_history, "31"),
+    "nohist20": (strip_history, "20"),
     "026": (as_026, "20"),
     "trigger": (pickup_trigger, "20"),
     "030": (as_030, "30"),
@@ -295,6 +317,18 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
                     f"wall {wall[k]:8.1f} µs "
                     f"({(wall[k] - wall[base_name]) / wall[base_name]:+.1%}); CPU every round: "
                     + ", ".join(f"{x * 1e6:.0f}" for x in variants[k].cpu)
+                )
+            # Paired by round (the variants of a round run back to back): the machine's drift,
+            # which moves every variant's rounds together, falls out of each round's difference.
+            for k in names[1:]:
+                diffs = sorted(
+                    (x - b) / b
+                    for x, b in zip(variants[k].cpu, variants[base_name].cpu, strict=True)
+                )
+                q1, med, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else diffs * 3
+                print(
+                    f"  {k:9} server CPU per trip, paired by round on {base_name}: median "
+                    f"{med:+.1%} (quartiles {q1:+.1%} to {q3:+.1%}, {len(diffs)} rounds)"
                 )
             for k in names:
                 per_trip = _function_times(variants[k].conn, rounds * trips)
