@@ -5,8 +5,8 @@
 -- PostgreSQL reads every CHECK constraint of a table from its stored text at each statement
 -- that inserts or updates a row of it (migration 32). The shards' CHECK is read by the one
 -- statement of a limited queue's claim that writes a row, claim_budget's UPDATE of the claim's
--- shard: about 9 microseconds of the 60-100 a limit costs a claim (BENCHMARKS.md, "This round's
--- costs").
+-- shard: about a fifth of claim_budget's time, 19-23 microseconds a claim on a slow day
+-- (BENCHMARKS.md, "This round's costs").
 --
 -- Only the owner's functions write shard rows (no role is granted INSERT, UPDATE or DELETE on
 -- them). queue_limit_reshard makes them with INSERT ... ON CONFLICT DO UPDATE: the row it
