@@ -59,9 +59,9 @@ class Watchdog:
 
         The watchdog holds its own descriptor of the socket (a ``dup``, 0.3 µs), closed when the
         call's entry goes: libpq may close its descriptor before the call returns (a server
-        that went away), and another socket opened meanwhile take that number; shutting the
-        number down would then cut that other socket. Its own keeps the call's socket, and so
-        its number, until then. (A process out of descriptors falls back to libpq's.)"""
+        that went away), and a socket another thread opens meanwhile may take that number;
+        shutting the number down would then cut that other socket. The watchdog's own keeps the
+        call's socket open until then. (A process out of descriptors falls back to libpq's.)"""
         if seconds is None and owner is None:
             return 0
         deadline = time.monotonic() + seconds if seconds is not None else math.inf
