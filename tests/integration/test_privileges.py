@@ -690,6 +690,7 @@ def test_operators_pause_and_resume_only_through_the_audited_functions(
         ("queue_limit_set", False),
         ("queue_limit_shard_count", False),
         ("queue_limit_shard_terms", False),
+        ("queue_limit_shards_bounds_refused", False),
         ("queue_limit_summed", False),
         ("queue_pause", False),
         ("queue_ramp", False),

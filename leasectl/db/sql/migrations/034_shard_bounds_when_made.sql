@@ -36,6 +36,9 @@ BEGIN
 END
 $$;
 
+-- (No role calls it: not PUBLIC's to run, like the limits' other functions.)
+REVOKE ALL ON FUNCTION {schema}.queue_limit_shards_bounds_refused FROM PUBLIC;
+
 CREATE TRIGGER queue_limit_shards_bounded
     BEFORE INSERT ON {schema}.queue_limit_shards
     FOR EACH ROW
