@@ -95,9 +95,7 @@ class Watchdog:
         with self._lock:
             tokens = [t for t, (_, _, o, _) in self._calls.items() if o is owner]
             for token in tokens:
-                entry = self._calls.pop(token)
-                _shut(entry[1])
-                _release(entry)
+                _cut(self._calls.pop(token))
         return len(tokens)
 
     def _run(self) -> None:
@@ -109,9 +107,7 @@ class Watchdog:
                 for token in late:
                     # (Under the lock: a call that ends meanwhile finds its entry gone, and its
                     # stop has nothing to release.)
-                    entry = self._calls.pop(token)
-                    _shut(entry[1])
-                    _release(entry)
+                    _cut(self._calls.pop(token))
                     self.fired += 1
                 if not self._calls:
                     self._wake.clear()
@@ -123,6 +119,12 @@ class Watchdog:
                     len(late),
                 )
             time.sleep(_CHECK_EVERY_S)
+
+
+def _cut(entry: tuple[float, int, object, bool]) -> None:
+    """Shut a call's socket down, then release its entry's descriptor."""
+    _shut(entry[1])
+    _release(entry)
 
 
 def _release(entry: tuple[float, int, object, bool]) -> None:

@@ -31,10 +31,7 @@ def test_the_thread_survives_a_closed_socket_and_still_cuts_the_next_call() -> N
         dog._calls[1] = (time.monotonic() - 1, closed_fd, None, False)
         dog._next = 1
         token = dog.start(_Conn(live.fileno()), 0.05)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 5
-        while dog.fired < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert dog.fired == 2
+        wait_fired(dog, 2)
         assert dog._thread is not None and dog._thread.is_alive()
         live.settimeout(5)
         assert live.recv(1) == b""  # shut down: a blocked read returns at once
@@ -53,10 +50,7 @@ def test_a_socket_that_took_a_closed_calls_number_is_not_cut() -> None:
     other, other_peer = socket.socketpair()  # another thread's connection, opened meanwhile
     try:
         assert number in (other.fileno(), other_peer.fileno())  # the number, reused
-        deadline = time.monotonic() + 5
-        while dog.fired < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert dog.fired == 1
+        wait_fired(dog, 1)
         # Still whole, both ways (shut down, a read would return b"" and a write fail).
         for a, b in ((other, other_peer), (other_peer, other)):
             a.sendall(b"x")
@@ -78,14 +72,19 @@ def test_the_watchdogs_own_descriptors_are_closed_when_calls_end_or_are_cut() ->
         for _ in range(50):
             dog.stop(dog.start(_Conn(a.fileno()), 30))  # type: ignore[arg-type]
         dog.start(_Conn(a.fileno()), 0.01)  # type: ignore[arg-type]
-        deadline = time.monotonic() + 5
-        while dog.fired < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert dog.fired == 1
+        wait_fired(dog, 1)
         assert len(os.listdir("/proc/self/fd")) == before
     finally:
         a.close()
         b.close()
+
+
+def wait_fired(dog: Watchdog, n: int) -> None:
+    """Until the watchdog has cut ``n`` calls (5 s at most), then that it has cut exactly ``n``."""
+    deadline = time.monotonic() + 5
+    while dog.fired < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dog.fired == n
 
 
 class _Conn:
