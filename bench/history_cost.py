@@ -26,7 +26,12 @@ pickups appended by a CTE of each claim, migration 30), *shipped* (the pickups c
 attempt's outcome, migration 31), *nopickup* (shipped, counting no pickup: what they cost) and
 *bounds21* (the run bounds a CHECK and the claim clearing progress, as before migration 32),
 *limited* (shipped, queue ``q`` limited too high to bind: what flow control costs a trip) and
-*limcheck* (limited, the shards' bounds migration 24's CHECK, as before migration 34); each
+*limcheck* (limited, the shards' bounds migration 24's CHECK, as before migration 34),
+*noset* (shipped, the completion's trigger function without its ``SET enable_seqscan`` and
+``SET jit``) and two experiments, not shipped: *limswap* (limited, a single-job trip handing its
+finished lease's place under its shard to the job it claims, the finished lease locked first,
+instead of calling ``claim_budget``; no rate credit is modelled) and *limswapnl* (limswap
+without the lock: what the lock costs); each
 variant's server CPU per trip also paired by round with the base's (the median of the rounds'
 differences, and its quartiles); also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
@@ -165,6 +170,18 @@ def no_pickups(dsn: str) -> None:
         conn.execute(queries.Query("counters_from_attempts_nopickup", "", body).render("leasectl"))
 
 
+def no_sets(dsn: str) -> None:
+    """The shipped completion's trigger without its SET enable_seqscan and jit: what the
+    function's two planner settings cost each statement that fires it."""
+    text = next(m for m in queries.migrations() if m.version == 31).text
+    found = re.search(r"CREATE OR REPLACE FUNCTION .*?\n\$\$;", text, re.S)
+    assert found, "migration 31's counters_from_attempts not found"
+    body, n = re.subn(r"SET enable_seqscan = off\nSET jit = off\n", "", found[0])
+    assert n == 1, "migration 31's settings are not where they were"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(queries.Query("counters_from_attempts_noset", "", body).render("leasectl"))
+
+
 def pickup_trigger(dsn: str) -> None:
     """The pickups as migration 20 wrote them: a statement trigger on attempts opened, each
     job probed by primary key (the claim runs without its own pickups; the completion's
@@ -252,12 +269,58 @@ def limited_check(dsn: str) -> None:
         )
 
 
+_BUDGET = re.compile(r"WITH budget AS \(\n.*?\n\), picked AS \(\n", re.S)
+_SWAP_BUDGET = """WITH swap AS (
+    -- (Experiment: a single-job trip of a limited queue hands its finished lease's place under
+    -- its shard to the job it claims, the finished lease locked first so that its completion
+    -- cannot fail; no rate credit is modelled.)
+    SELECT d.limit_shard
+    FROM {schema}.jobs AS d
+    WHERE d.id = (%(done_ids)s::bigint[])[1]
+      AND cardinality(%(done_ids)s::bigint[]) = 1 AND %(limit)s = 1
+      AND d.attempts = (%(done_attempts)s::integer[])[1] AND d.lease_owner = %(owner)s
+      AND d.status = 'Processing' AND d.queue = %(queue)s
+      AND d.lease_until >= now() + interval '5 seconds' AND d.limit_shard IS NOT NULL
+      AND EXISTS (SELECT FROM {schema}.queue_limit_shards AS s
+                  WHERE s.queue = %(queue)s AND s.shard = d.limit_shard
+                    AND s.fast_from < d.updated_at AND s.live_hint <= s.share)
+    FOR UPDATE OF d
+), budget AS (
+    SELECT 1 AS budget, false AS settle, ARRAY[w.limit_shard] AS shards, NULL::smallint AS held,
+           NULL::double precision AS wait
+    FROM swap AS w
+    UNION ALL
+    SELECT b.budget, b.settle, b.shards, b.held, b.wait
+    FROM {schema}.queue_limits AS l
+    CROSS JOIN LATERAL {schema}.claim_budget(
+        l.queue, %(limit)s, %(done_ids)s::bigint[], %(owner)s, l.shards) AS b
+    WHERE l.queue = %(queue)s AND NOT EXISTS (SELECT FROM swap)
+    UNION ALL
+    SELECT %(limit)s, false, NULL::smallint[], NULL::smallint, NULL::double precision
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue_limits AS l WHERE l.queue = %(queue)s)
+), picked AS (
+"""
+
+
+def claim_swap(lock: bool = True) -> queries.Query:
+    """Experiment: the shipped claim whose single-job trip of a limited queue takes its finished
+    lease's place under the shard (no claim_budget, no shard row written); ``lock``: the
+    finished lease locked first (without, what the lock costs)."""
+    shipped = queries.get(NAME)
+    swap = _SWAP_BUDGET if lock else _SWAP_BUDGET.replace("    FOR UPDATE OF d\n", "")
+    text, n = _BUDGET.subn(lambda _: swap, shipped.text)
+    assert n == 1, "the claim's budget CTE is not where it was"
+    return queries.Query(NAME + ("_swap" if lock else "_swapnl"), shipped.description, text)
+
+
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
 # one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE) or "20" (30's
 # without the CTE).
 TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "limited": (limited, "31"),
     "limcheck": (limited_check, "31"),
+    "limswap": (limited, "swap"),
+    "limswapnl": (limited, "swapnl"),
     "nohist": (strip_history, "31"),
     "nohist20": (strip_history, "20"),
     "026": (as_026, "20"),
@@ -265,6 +328,7 @@ TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "030": (as_030, "30"),
     "shipped": (lambda dsn: None, "31"),
     "nopickup": (no_pickups, "31"),
+    "noset": (no_sets, "31"),
     "bounds21": (bounds_21, "21"),
 }
 
@@ -276,7 +340,13 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
     from leasectl.db import hot
     from leasectl.db.connection import Database
 
-    claims = {"30": claim_30(True), "20": claim_30(False), "21": claim_21()}
+    claims = {
+        "30": claim_30(True),
+        "20": claim_30(False),
+        "21": claim_21(),
+        "swap": claim_swap(),
+        "swapnl": claim_swap(lock=False),
+    }
     by_name = {q.name: q for q in claims.values()}
     real = queries
     hot.queries = types.SimpleNamespace(  # type: ignore[assignment]
