@@ -155,31 +155,32 @@ def as_030(dsn: str) -> None:
         conn.execute(_function(27, "counters_from_attempts"))
 
 
-def no_pickups(dsn: str) -> None:
-    """The shipped claim, the completion's trigger without the pickups it counts."""
+def _counters_31(dsn: str, name: str, pattern: str, replacement: str) -> None:
+    """Migration 31's completion trigger function with ``pattern`` (found once) replaced, as
+    ``counters_from_attempts`` of the database at ``dsn``."""
     text = next(m for m in queries.migrations() if m.version == 31).text
     found = re.search(r"CREATE OR REPLACE FUNCTION .*?\n\$\$;", text, re.S)
     assert found, "migration 31's counters_from_attempts not found"
-    body, n = re.subn(
+    body, n = re.subn(pattern, replacement, found[0])
+    assert n == 1, f"migration 31's counters_from_attempts: {pattern!r} is not where it was"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(queries.Query(f"counters_from_attempts_{name}", "", body).render("leasectl"))
+
+
+def no_pickups(dsn: str) -> None:
+    """The shipped claim, the completion's trigger without the pickups it counts."""
+    _counters_31(
+        dsn,
+        "nopickup",
         r"FILTER \(WHERE c\.due_at IS NOT NULL\) AS pickups",
         "FILTER (WHERE false) AS pickups",
-        found[0],
     )
-    assert n == 1, "migration 31's pickups are not where they were"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(queries.Query("counters_from_attempts_nopickup", "", body).render("leasectl"))
 
 
 def no_sets(dsn: str) -> None:
     """The shipped completion's trigger without its SET enable_seqscan and jit: what the
     function's two planner settings cost each statement that fires it."""
-    text = next(m for m in queries.migrations() if m.version == 31).text
-    found = re.search(r"CREATE OR REPLACE FUNCTION .*?\n\$\$;", text, re.S)
-    assert found, "migration 31's counters_from_attempts not found"
-    body, n = re.subn(r"SET enable_seqscan = off\nSET jit = off\n", "", found[0])
-    assert n == 1, "migration 31's settings are not where they were"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(queries.Query("counters_from_attempts_noset", "", body).render("leasectl"))
+    _counters_31(dsn, "noset", r"SET enable_seqscan = off\nSET jit = off\n", "")
 
 
 def pickup_trigger(dsn: str) -> None:
@@ -314,8 +315,9 @@ def claim_swap(lock: bool = True) -> queries.Query:
 
 
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
-# one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE) or "20" (30's
-# without the CTE).
+# one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE), "20" (30's
+# without the CTE), "21" (clearing progress, as before migration 32), "swap" and "swapnl" (the
+# experiment above).
 TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "limited": (limited, "31"),
     "limcheck": (limited_check, "31"),
