@@ -1052,6 +1052,7 @@ ROOM_BURST = ROOM + "test_a_claim_by_the_hint_refills_the_bucket_to_at_most_its_
 CAP_CUT = LIMITS + "test_cap_cuts_a_claim_and_frees_with_completions"
 RATE_SPENT = LIMITS + "test_rate_spends_tokens_and_says_when_the_next_is_due"
 SHARED = LIMITS + "test_the_bucket_is_shared_in_whole_tokens"
+NOT_RENEWED = LIMITS + "test_a_lapsed_lease_of_a_capped_queue_is_not_renewed"
 
 MUTANTS += (
     mutant("limits-cap", SHARDS_SQL, "claim_budget",
@@ -1151,6 +1152,18 @@ MUTANTS += (
     mutant("limits-takeover-shard", "jobs.sql", "jobs_claim_expired",
            "limit_shard = p.shard,", "limit_shard = NULL,",
            (LIMITS + "test_claim_expired_is_capped_too",)),
+    mutant("limits-heartbeat-lapsed", "jobs.sql", "jobs_heartbeat",
+           "  AND (j.lease_until >= clock_timestamp()\n", "  AND (true\n", (NOT_RENEWED,)),
+    mutant("limits-heartbeat-live", "jobs.sql", "jobs_heartbeat",
+           "  AND (j.lease_until >= clock_timestamp()\n", "  AND (false\n", (NOT_RENEWED,)),
+    mutant("limits-heartbeat-uncapped", "jobs.sql", "jobs_heartbeat",
+           "       OR NOT EXISTS (SELECT FROM {schema}.queue_limits AS l\n",
+           "       OR false AND NOT EXISTS (SELECT FROM {schema}.queue_limits AS l\n",
+           (NOT_RENEWED,)),
+    mutant("limits-heartbeat-queue", "jobs.sql", "jobs_heartbeat",
+           "WHERE l.queue = j.queue AND l.concurrency", "WHERE l.concurrency", (NOT_RENEWED,)),
+    mutant("limits-heartbeat-cap", "jobs.sql", "jobs_heartbeat",
+           " AND l.concurrency IS NOT NULL))", "))", (NOT_RENEWED,)),
     mutant("limits-claim-by-id-budget", "jobs.sql", "job_claim_by_id",
            "\n      AND (SELECT budget FROM budget) > 0", "",
            (LIMITS + "test_claim_by_id_honours_the_cap",)),

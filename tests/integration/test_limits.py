@@ -32,6 +32,14 @@ def limit(store: Stores, **spec: Any) -> None:
     store.ops.set_limit(Q, LimitSpec(**spec), actor="t", reason="test")
 
 
+def lapse(conn: psycopg.Connection, *job_ids: int) -> None:
+    """The leases of ``job_ids`` lapsed a second ago (as a SIGSTOPped worker's do)."""
+    conn.execute(
+        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
+        (list(job_ids),),
+    )
+
+
 def test_cap_cuts_a_claim_and_frees_with_completions(store: Stores) -> None:
     enqueue(store, 10)
     limit(store, concurrency=3)
@@ -206,12 +214,35 @@ def test_lapsed_lease_frees_its_slot_and_a_live_one_does_not(
     assert len(held) == 2
     assert store.work.trip([], Q, "w2", TTL, 2).leases == []
     # One lease lapses (as a SIGKILLed worker's does): its slot is free, the other's is not.
-    sql_conn.execute(
-        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
-        (held[0].job_id,),
-    )
+    lapse(sql_conn, held[0].job_id)
     got = store.work.trip([], Q, "w2", TTL, 2, take_expired=False).leases
     assert len(got) == 1
+
+
+def test_a_lapsed_lease_of_a_capped_queue_is_not_renewed(
+    store: Stores, sql_conn: psycopg.Connection
+) -> None:
+    """Cap 1: w1's lease lapses, so a claim counts its slot free and w2 takes it; w1 then comes
+    back (a worker stopped past its lease) and heartbeats: renewing would make two live leases
+    under a cap of one, so nothing is renewed. A lapsed lease nobody took over is still
+    renewed where no cap is in force: a queue without limits, a queue with a rate only, while
+    another queue is capped."""
+    enqueue(store, 3)
+    for queue in ("free", "paced"):
+        enqueue(store, 1, queue=queue)
+    limit(store, concurrency=1)
+    store.ops.set_limit("paced", LimitSpec(rate=1000.0), actor="t", reason="test")
+    [a] = store.work.trip([], Q, "w1", TTL, 1).leases
+    [free] = store.work.trip([], "free", "w1", TTL, 1).leases
+    [paced] = store.work.trip([], "paced", "w1", TTL, 1).leases
+    lapse(sql_conn, a.job_id, free.job_id, paced.job_id)
+    [b] = store.work.trip([], Q, "w2", TTL, 1, take_expired=False).leases
+    assert store.work.heartbeat([a], TTL) == {}
+    assert set(store.work.heartbeat([free, paced], TTL)) == {free.job_id, paced.job_id}
+    # (A live lease of the capped queue is renewed as ever.)
+    assert set(store.work.heartbeat([b], TTL)) == {b.job_id}
+    (row,) = store.ops.limits([Q])
+    assert row.live == 1
 
 
 def test_a_lease_marked_stuck_frees_its_slot(store: Stores) -> None:
@@ -231,10 +262,7 @@ def test_claim_expired_is_capped_too(store: Stores, sql_conn: psycopg.Connection
     enqueue(store, 3)
     held = store.work.trip([], Q, "w1", TTL, 3).leases
     limit(store, concurrency=2)
-    sql_conn.execute(
-        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = ANY(%s)",
-        ([h.job_id for h in held],),
-    )
+    lapse(sql_conn, *(h.job_id for h in held))
     # Three lapsed leases, none live: the takeover may take two, each under its shard.
     got = store.work.trip([], Q, "w2", TTL, 3)
     assert len(got.leases) == 2
@@ -279,10 +307,7 @@ def test_a_lost_lease_being_completed_still_counts_for_its_new_owner(
     [lost] = enqueue(store, 1)
     limit(store, concurrency=1)
     [old] = store.work.trip([], Q, "w1", TTL, 1).leases
-    sql_conn.execute(
-        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
-        (lost,),
-    )
+    lapse(sql_conn, lost)
     assert [lease.job_id for lease in store.work.trip([], Q, "w2", TTL, 1).leases] == [lost]
     enqueue(store, 1)
     result = store.work.trip([old], Q, "w1", TTL, 1, take_expired=False)

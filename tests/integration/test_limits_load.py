@@ -1,6 +1,7 @@
 """Flow control under real concurrency (full tier): a cap held by 16 racing claimers, a killed
-worker's slot, the rate over a minute (also across worker restarts), limits changed while
-workers run, and a throttled worker that sleeps instead of polling.
+worker's slot, a stopped worker's lapsed lease, the rate over a minute (also across worker
+restarts), limits changed while workers run, and a throttled worker that sleeps instead of
+polling.
 
 Figures (throughput, trips) are printed, never asserted as performance.
 """
@@ -184,6 +185,47 @@ def test_a_killed_workers_slot_is_freed_when_its_lease_lapses_not_before(
             lambda: store.work.trip([], Q, "other", TTL, 5, take_expired=False).leases
         )
         assert [lease.job_id for lease in leases] == [waiting]
+
+
+def test_a_worker_whose_lapsed_lease_was_counted_free_cannot_renew_it(
+    db_dsn: str, worker_procs: Any
+) -> None:
+    """Cap 1. A real worker holds the slot; it is stopped (SIGSTOP) while its lease lapses on
+    the server's clock (set here, so that the worker's own deadline, 60 s, has not passed and
+    its next heartbeat does go out), and another claim takes the slot. The worker is continued:
+    its heartbeat is refused and it lets the job go, so the queue never has two live leases."""
+    with Stores.connect(db_dsn, "leasectl") as store:
+        store.ops.set_limit(Q, LimitSpec(concurrency=1), actor="t", reason="one at a time")
+        [held, waiting] = store.ops.enqueue([{}, {}], queue=Q)
+        w = worker_procs(
+            "stopped", "tests.handlers:block", "--lease-ttl", "60s", "--heartbeat-every", "300ms"
+        )
+        wait_until(lambda: store.ops.get_job(held).status == JobStatus.PROCESSING)
+        w.signal(signal.SIGSTOP)
+        try:
+            with psycopg.connect(db_dsn, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' "
+                    "WHERE id = %s",
+                    (held,),
+                )
+            [taken] = store.work.trip([], Q, "other", TTL, 5, take_expired=False).leases
+            assert taken.job_id == waiting
+            sampler = Sampler(db_dsn)
+        finally:
+            w.signal(signal.SIGCONT)
+        try:
+            wait_until(
+                lambda: "heartbeat rejected: the lease is no longer this worker's" in w.text(),
+                what="the stopped worker's heartbeat refused",
+            )
+        finally:
+            samples = sampler.stop()
+        job = store.ops.get_job(held)
+        assert job.status == JobStatus.PROCESSING and job.lease_owner == "stopped"
+        (limit,) = store.ops.limits([Q])
+        assert job.lease_until is not None and job.lease_until < limit.db_now  # not renewed
+        assert samples and max(samples) == 1 and limit.live == 1
 
 
 def starts_between(dsn: str, since: datetime, until: datetime) -> int:

@@ -337,6 +337,10 @@ FROM claimed AS c LEFT JOIN settled AS s ON true;
 -- the message cut to its column by the worker), written with the attempt it is of (migration
 -- 32: a claim clears none; the readers show a report of the job's current attempt only); NULL
 -- progress leaves the stored one as it is.
+-- A lapsed lease nobody took over is renewed, unless its queue has a concurrency cap: a claim
+-- counts a lapsed lease's slot free and may have taken it, so a renewal could make one live
+-- lease more than the cap. (The clock, not now(): the lease as it stands when the row is
+-- read, however long the statement waited to read it.)
 UPDATE {schema}.jobs AS j
 SET lease_until = now() + %(ttl)s, heartbeat_at = now(),
     progress = coalesce(f.progress, j.progress),
@@ -347,6 +351,9 @@ FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(progress)s::real[],
 -- (These forms of `=`: found by primary key, as in jobs_complete_and_claim.)
 WHERE j.id = ANY (ARRAY[f.id]) AND j.attempts = f.attempt
   AND j.lease_owner IS NOT DISTINCT FROM %(owner)s AND j.status::text = 'Processing'
+  AND (j.lease_until >= clock_timestamp()
+       OR NOT EXISTS (SELECT FROM {schema}.queue_limits AS l
+                      WHERE l.queue = j.queue AND l.concurrency IS NOT NULL))
 RETURNING j.id, j.lease_until;
 
 -- name: job_complete_in_transaction

@@ -114,7 +114,7 @@ class Keepers:
                 refused.append(ctx)
         if not refused:
             return
-        # Cancelled by an operator, or taken over: one read, only when a heartbeat was refused.
+        # Cancelled by an operator, or not: one read, only when a heartbeat was refused.
         try:
             cancelled = store.cancelled([ctx.job.id for ctx in refused])
         except ConnectionFailed:
@@ -123,7 +123,9 @@ class Keepers:
             if ctx.job.id in cancelled:
                 ledger.mark_lost(ctx, "heartbeat rejected: the job was cancelled by an operator")
             else:
-                ledger.mark_lost(ctx, "heartbeat rejected: the lease was taken over")
+                # (Taken over, requeued or marked stuck by an operator, or lapsed in a queue
+                # with a concurrency cap, which renews no lapsed lease.)
+                ledger.mark_lost(ctx, "heartbeat rejected: the lease is no longer this worker's")
 
     def renew(
         self,
