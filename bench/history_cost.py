@@ -30,8 +30,9 @@ attempt's outcome, migration 31), *nopickup* (shipped, counting no pickup: what 
 *noset* (shipped, the completion's trigger function without its ``SET enable_seqscan`` and
 ``SET jit``) and two experiments, not shipped: *limswap* (limited, a single-job trip handing its
 finished lease's place under its shard to the job it claims, the finished lease locked first,
-instead of calling ``claim_budget``; no rate credit is modelled) and *limswapnl* (limswap
-without the lock: what the lock costs); each
+instead of calling ``claim_budget``; no rate credit is modelled), *limswapnl* (limswap
+without the lock: what the lock costs) and *limswapks* (limswap holding the shard row ``FOR KEY
+SHARE`` too, so that no count of it runs until the swap commits); each
 variant's server CPU per trip also paired by round with the base's (the median of the rounds'
 differences, and its quartiles); also the trigger functions' time per trip (pg_stat_user_functions,
 wall time inside them: inflated by a loaded machine as the wall per trip is); single-job
@@ -303,26 +304,50 @@ _SWAP_BUDGET = """WITH swap AS (
 """
 
 
-def claim_swap(lock: bool = True) -> queries.Query:
+_SHARD_PROBE = """      AND EXISTS (SELECT FROM {schema}.queue_limit_shards AS s
+                  WHERE s.queue = %(queue)s AND s.shard = d.limit_shard
+                    AND s.fast_from < d.updated_at AND s.live_hint <= s.share)
+    FOR UPDATE OF d
+"""
+_SHARD_HELD = """      AND s.queue = %(queue)s AND s.shard = d.limit_shard
+      AND s.fast_from < d.updated_at AND s.live_hint <= s.share
+    FOR UPDATE OF d FOR KEY SHARE OF s
+"""
+
+
+def claim_swap(lock: str = "lease") -> queries.Query:
     """Experiment: the shipped claim whose single-job trip of a limited queue takes its finished
-    lease's place under the shard (no claim_budget, no shard row written); ``lock``: the
-    finished lease locked first (without, what the lock costs)."""
+    lease's place under the shard (no claim_budget, no shard row written). ``lock``: "lease",
+    the finished lease locked first; "none", nothing locked (what the lock costs); "shard", the
+    shard row held ``FOR KEY SHARE`` too, so that no count of the shard runs until the swap
+    commits (one swap at a time here: no MultiXact)."""
     shipped = queries.get(NAME)
-    swap = _SWAP_BUDGET if lock else _SWAP_BUDGET.replace("    FOR UPDATE OF d\n", "")
+    swap = {
+        "lease": _SWAP_BUDGET,
+        "none": _SWAP_BUDGET.replace("    FOR UPDATE OF d\n", ""),
+        "shard": _SWAP_BUDGET.replace(_SHARD_PROBE, _SHARD_HELD).replace(
+            "    FROM {schema}.jobs AS d\n",
+            "    FROM {schema}.jobs AS d, {schema}.queue_limit_shards AS s\n",
+            1,
+        ),
+    }[lock]
+    assert lock != "shard" or "KEY SHARE" in swap
     text, n = _BUDGET.subn(lambda _: swap, shipped.text)
     assert n == 1, "the claim's budget CTE is not where it was"
-    return queries.Query(NAME + ("_swap" if lock else "_swapnl"), shipped.description, text)
+    suffix = {"lease": "_swap", "none": "_swapnl", "shard": "_swapks"}[lock]
+    return queries.Query(NAME + suffix, shipped.description, text)
 
 
 # --trips' variants: each changes a fresh database made by the shipped migrations, and runs
 # one of the claims: "31" (as shipped), "30" (migration 30's, with its pickups CTE), "20" (30's
-# without the CTE), "21" (clearing progress, as before migration 32), "swap" and "swapnl" (the
-# experiment above).
+# without the CTE), "21" (clearing progress, as before migration 32), "swap", "swapnl" and
+# "swapks" (the experiment above).
 TRIP_VARIANTS: dict[str, tuple[Callable[[str], None], str]] = {
     "limited": (limited, "31"),
     "limcheck": (limited_check, "31"),
     "limswap": (limited, "swap"),
     "limswapnl": (limited, "swapnl"),
+    "limswapks": (limited, "swapks"),
     "nohist": (strip_history, "31"),
     "nohist20": (strip_history, "20"),
     "026": (as_026, "20"),
@@ -347,7 +372,8 @@ def trip_cost(base: str, rounds: int, single: int, batch_trips: int, names: list
         "20": claim_30(False),
         "21": claim_21(),
         "swap": claim_swap(),
-        "swapnl": claim_swap(lock=False),
+        "swapnl": claim_swap(lock="none"),
+        "swapks": claim_swap(lock="shard"),
     }
     by_name = {q.name: q for q in claims.values()}
     real = queries
