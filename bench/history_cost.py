@@ -97,14 +97,18 @@ def variant(before: bool) -> System:
     return system
 
 
-def _function(version: int, name: str) -> str:
-    """Migration ``version``'s CREATE (OR REPLACE) FUNCTION of ``name``, as a replacement."""
+def _function(version: int, name: str, edit: tuple[str, str] | None = None) -> str:
+    """Migration ``version``'s CREATE (OR REPLACE) FUNCTION of ``name``, as a replacement;
+    ``edit``: a pattern (found exactly once in it) and what replaces it."""
     text = next(m for m in queries.migrations() if m.version == version).text
     found = re.search(
         r"CREATE (?:OR REPLACE )?FUNCTION \{schema\}\." + name + r"\(.*?\n\$\$;", text, re.S
     )
     assert found, f"migration {version}'s {name} not found"
     body = re.sub(r"^CREATE (?:OR REPLACE )?FUNCTION", "CREATE OR REPLACE FUNCTION", found[0])
+    if edit is not None:
+        body, n = re.subn(edit[0], edit[1], body)
+        assert n == 1, f"migration {version}'s {name}: {edit[0]!r} is not where it was"
     return queries.Query(f"{name}_{version}", "", body).render("leasectl")
 
 
@@ -156,32 +160,22 @@ def as_030(dsn: str) -> None:
         conn.execute(_function(27, "counters_from_attempts"))
 
 
-def _counters_31(dsn: str, name: str, pattern: str, replacement: str) -> None:
-    """Migration 31's completion trigger function with ``pattern`` (found once) replaced, as
-    ``counters_from_attempts`` of the database at ``dsn``."""
-    text = next(m for m in queries.migrations() if m.version == 31).text
-    found = re.search(r"CREATE OR REPLACE FUNCTION .*?\n\$\$;", text, re.S)
-    assert found, "migration 31's counters_from_attempts not found"
-    body, n = re.subn(pattern, replacement, found[0])
-    assert n == 1, f"migration 31's counters_from_attempts: {pattern!r} is not where it was"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(queries.Query(f"counters_from_attempts_{name}", "", body).render("leasectl"))
-
-
 def no_pickups(dsn: str) -> None:
     """The shipped claim, the completion's trigger without the pickups it counts."""
-    _counters_31(
-        dsn,
-        "nopickup",
+    pickups = (
         r"FILTER \(WHERE c\.due_at IS NOT NULL\) AS pickups",
         "FILTER (WHERE false) AS pickups",
     )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_function(31, "counters_from_attempts", pickups))
 
 
 def no_sets(dsn: str) -> None:
     """The shipped completion's trigger without its SET enable_seqscan and jit: what the
     function's two planner settings cost each statement that fires it."""
-    _counters_31(dsn, "noset", r"SET enable_seqscan = off\nSET jit = off\n", "")
+    settings = (r"SET enable_seqscan = off\nSET jit = off\n", "")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_function(31, "counters_from_attempts", settings))
 
 
 def pickup_trigger(dsn: str) -> None:

@@ -22,6 +22,7 @@ import pytest
 from leasectl.core.limits import CAP_RECHECK_S, LimitSpec
 from leasectl.core.models import JobStatus
 from leasectl.runtime.worker import JobContext
+from tests.integration.test_limits import lapse
 from tests.integration.test_worker_processes import WorkerProc
 from tests.stores import Stores
 from tests.util import wait_until
@@ -204,11 +205,7 @@ def test_a_worker_whose_lapsed_lease_was_counted_free_cannot_renew_it(
         w.signal(signal.SIGSTOP)
         try:
             with psycopg.connect(db_dsn, autocommit=True) as conn:
-                conn.execute(
-                    "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' "
-                    "WHERE id = %s",
-                    (held,),
-                )
+                lapse(conn, held)
             [taken] = store.work.trip([], Q, "other", TTL, 5, take_expired=False).leases
             assert taken.job_id == waiting
             sampler = Sampler(db_dsn)

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from leasectl.core.limits import LimitSpec
-from tests.integration.test_limits import claim_while_held
+from tests.integration.test_limits import claim_while_held, lapse
 from tests.stores import Stores
 
 Q = "pay"
@@ -66,10 +66,7 @@ def test_a_first_claim_counts_its_shard_and_later_ones_add_to_the_hint(
     i, other = shard_of_owner(sql_conn, "w1", 8), shard_of_owner(sql_conn, "w2", 8)
     assert i != other
     [lapsed] = store.work.trip([], Q, "w1", TTL, 1).leases
-    sql_conn.execute(
-        "UPDATE leasectl.jobs SET lease_until = now() - interval '1 second' WHERE id = %s",
-        (lapsed.job_id,),
-    )
+    lapse(sql_conn, lapsed.job_id)
     assert len(store.work.trip([], Q, "w2", TTL, 3).leases) == 3
     # (Unknown again, as a limit laid out anew leaves it.)
     sql_conn.execute(

@@ -9,6 +9,7 @@ import socket
 import time
 
 from leasectl.db.watchdog import Watchdog, _shut
+from tests.util import wait_until
 
 
 def test_shutting_a_closed_descriptor_is_no_error() -> None:
@@ -81,9 +82,7 @@ def test_the_watchdogs_own_descriptors_are_closed_when_calls_end_or_are_cut() ->
 
 def wait_fired(dog: Watchdog, n: int) -> None:
     """Until the watchdog has cut ``n`` calls (5 s at most), then that it has cut exactly ``n``."""
-    deadline = time.monotonic() + 5
-    while dog.fired < n and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: dog.fired >= n, timeout=5, interval=0.01, what=f"{n} calls cut")
     assert dog.fired == n
 
 
