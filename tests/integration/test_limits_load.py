@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from leasectl.core.errors import LockBusy
 from leasectl.core.limits import CAP_RECHECK_S, LimitSpec
 from leasectl.core.models import JobStatus
 from leasectl.runtime.worker import JobContext
@@ -68,12 +69,13 @@ class Sampler:
         return self.samples
 
 
-@pytest.mark.parametrize("cap", [4, 12])
-def test_cap_holds_under_16_racing_claimers_and_is_used(db_dsn: str, cap: int) -> None:
+@pytest.mark.parametrize(("cap", "wanted"), [(4, 2), (12, 2), (4, 1), (12, 1)])
+def test_cap_holds_under_16_racing_claimers_and_is_used(db_dsn: str, cap: int, wanted: int) -> None:
     """16 claimers race for a queue capped at N: no snapshot ever sees more than N live leases,
     and neither does the ledger of every claim (each lease from its claim's return to the
     sending of its completion: within its true life); both reach N (the cap is used). The cap
-    in shards (migration 24): 4 of 1 lease; 8 of 2, 2, 2, 2, 1, 1, 1, 1."""
+    in shards (migration 24): 4 of 1 lease; 8 of 2, 2, 2, 2, 1, 1, 1, 1. Claimers of one job
+    at a time too (a single-job worker's trips: each completes one lease and claims one)."""
     job_s, jobs = 0.1, 60 * cap
     with Stores.connect(db_dsn, "leasectl", max_size=24) as store:
         store.ops.enqueue([{"i": i} for i in range(jobs)], queue=Q)
@@ -89,7 +91,12 @@ def test_cap_holds_under_16_racing_claimers_and_is_used(db_dsn: str, cap: int) -
                 while not stop.is_set():
                     sent = time.monotonic()
                     trip = store.work.trip(
-                        [lease for lease, _ in held], Q, f"w{i}", TTL, 2, take_expired=False
+                        [lease for lease, _ in held],
+                        Q,
+                        f"w{i}",
+                        TTL,
+                        wanted,
+                        take_expired=False,
                     )
                     assert not trip.refused
                     with ledger_lock:
@@ -331,3 +338,73 @@ def test_a_throttled_worker_sleeps_until_its_next_token(db_dsn: str, run_worker:
     # that polled would make hundreds.
     assert trips <= 4 * (done + 2)
     assert 8 <= done <= 12
+
+
+class SingleJobClaimers:
+    """``n`` threads, each a single-job worker's round trips (complete one, claim one) of Q,
+    its job taking ``job_s``; a throttled one waits as a worker does."""
+
+    def __init__(self, store: Stores, n: int, job_s: float) -> None:
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._store, self._job_s = store, job_s
+        self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        held: list[Any] = []
+        try:
+            while not self._stop.is_set():
+                trip = self._store.work.trip(held, Q, f"s{i}", TTL, 1, take_expired=False)
+                assert not trip.refused
+                held = trip.leases
+                self._stop.wait(self._job_s if held else (trip.throttle_wait or CAP_RECHECK_S))
+        except BaseException as exc:  # (reported by the test)
+            self.errors.append(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+        assert not self.errors, self.errors
+
+
+def lowered(store: Stores, spec: LimitSpec) -> bool:
+    """Q's limit set to ``spec``: False when the shards' locks were busy past the wait."""
+    try:
+        store.ops.set_limit(Q, spec, actor="t", reason="lower")
+    except LockBusy:
+        return False
+    return True
+
+
+def test_a_cap_lowered_under_single_job_claimers_holds_once_their_leases_end(
+    db_dsn: str,
+) -> None:
+    """16 single-job claimers at a cap of 12; the cap lowered to 4 (laid out over 4 shards
+    instead of 8): once the leases claimed before the change have ended, no snapshot sees more
+    than 4 live leases, and 4 are used."""
+    with Stores.connect(db_dsn, "leasectl", max_size=24) as store:
+        store.ops.enqueue([{"i": i} for i in range(20_000)], queue=Q)
+        store.ops.set_limit(Q, LimitSpec(concurrency=12), actor="t", reason="start")
+        claimers = SingleJobClaimers(store, 16, 0.05)
+
+        def live() -> int:
+            return store.ops.limits([Q])[0].live
+
+        try:
+            wait_until(lambda: live() == 12, what="the cap of 12 used")
+            # (An operator's change waits at most 250 ms for the shards' locks and asks to be
+            # tried again: a commit that stalls that long on this busy machine is not rare.)
+            wait_until(
+                lambda: lowered(store, LimitSpec(concurrency=4)), timeout=10, what="the change"
+            )
+            # Each lease claimed before the change ends within a job's time (0.05 s).
+            wait_until(lambda: live() <= 4, timeout=10, what="the leases above 4 ended")
+            sampler = Sampler(db_dsn)
+            time.sleep(3)  # the sampling window (nothing to wait for)
+            samples = sampler.stop()
+        finally:
+            claimers.stop()
+    assert max(samples) == 4, max(samples)
