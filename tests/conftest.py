@@ -24,7 +24,7 @@ from psycopg import conninfo, sql
 from leasectl.db.embedded import EmbeddedServer
 from leasectl.runtime.worker import Worker, WorkerConfig
 from tests.stores import Stores
-from tests.util import SUPERUSER_PASSWORD
+from tests.util import SUPERUSER_PASSWORD, scratch_parent
 
 SCHEMA = "leasectl"
 
@@ -85,7 +85,7 @@ def server_dsn() -> Iterator[str]:
     from leasectl.db.embedded import EmbeddedServer
     from leasectl.db.embedded.auth import write_passfile
 
-    server = EmbeddedServer.temporary()
+    server = EmbeddedServer.temporary(parent=scratch_parent())
     # The tests that show a DSN's password must never be printed give the superuser's own.
     write_passfile(server.passfile, SUPERUSER_PASSWORD)
     server.start()

@@ -1478,9 +1478,9 @@ def database() -> Iterator[str]:
         return
     from leasectl.db.embedded import EmbeddedServer
     from leasectl.db.embedded.auth import write_passfile
-    from tests.util import SUPERUSER_PASSWORD
+    from tests.util import SUPERUSER_PASSWORD, scratch_parent
 
-    server = EmbeddedServer.temporary()
+    server = EmbeddedServer.temporary(parent=scratch_parent())
     write_passfile(server.passfile, SUPERUSER_PASSWORD)  # as tests/conftest.py's server
     server.start()
     try:

@@ -80,11 +80,12 @@ class EmbeddedServer:
         return cls(platformdirs.user_data_path("leasectl") / "embedded")
 
     @classmethod
-    def temporary(cls, *, durable: bool = False) -> EmbeddedServer:
+    def temporary(cls, *, durable: bool = False, parent: Path | None = None) -> EmbeddedServer:
         """A throwaway server; stop(remove=True) deletes its directory. Not durable (fsync,
         synchronous_commit and full_page_writes off) unless ``durable``: the benchmarks'
-        ``--durable`` runs measure what a production server's commits cost."""
-        base = Path(tempfile.mkdtemp(prefix="leasectl-pg-"))
+        ``--durable`` runs measure what a production server's commits cost. Its directory is
+        made in ``parent`` (the system's temporary directory when None)."""
+        base = Path(tempfile.mkdtemp(prefix="leasectl-pg-", dir=parent))
         if is_root():
             os.chmod(base, 0o755)  # we created it: the server user must traverse it
         (base / MARKER).write_text("created by leasectl.embedded\n")
