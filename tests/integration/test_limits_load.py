@@ -80,46 +80,16 @@ def test_cap_holds_under_16_racing_claimers_and_is_used(db_dsn: str, cap: int, w
     with Stores.connect(db_dsn, "leasectl", max_size=24) as store:
         store.ops.enqueue([{"i": i} for i in range(jobs)], queue=Q)
         store.ops.set_limit(Q, LimitSpec(concurrency=cap), actor="t", reason="cap test")
-        ledger: list[tuple[float, float]] = []
-        ledger_lock = threading.Lock()
-        stop = threading.Event()
-        errors: list[BaseException] = []
-
-        def claimer(i: int) -> None:
-            held: list[tuple[Any, float]] = []
-            try:
-                while not stop.is_set():
-                    sent = time.monotonic()
-                    trip = store.work.trip(
-                        [lease for lease, _ in held],
-                        Q,
-                        f"w{i}",
-                        TTL,
-                        wanted,
-                        take_expired=False,
-                    )
-                    assert not trip.refused
-                    with ledger_lock:
-                        ledger.extend((start, sent) for _, start in held)
-                    returned = time.monotonic()
-                    held = [(lease, returned) for lease in trip.leases]
-                    # The job "runs" (a handler's time); a throttled claimer waits its turn.
-                    stop.wait(job_s if held else (trip.throttle_wait or CAP_RECHECK_S))
-            except BaseException as exc:  # (reported by the test)
-                errors.append(exc)
-
         sampler = Sampler(db_dsn)
         started = time.monotonic()
-        threads = [threading.Thread(target=claimer, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
+        claimers = Claimers(store, 16, job_s, wanted)
 
         def drained() -> bool:
             with psycopg.connect(db_dsn) as conn:
                 row = conn.execute(
                     "SELECT count(*) FROM leasectl.jobs WHERE status = 'Completed'"
                 ).fetchone()
-            return bool(errors) or (row is not None and row[0] >= jobs)
+            return bool(claimers.errors) or (row is not None and row[0] >= jobs)
 
         try:
             wait_until(
@@ -129,12 +99,10 @@ def test_cap_holds_under_16_racing_claimers_and_is_used(db_dsn: str, cap: int, w
                 what="the backlog drained",
             )
         finally:
-            stop.set()
-            for t in threads:
-                t.join(30)
+            claimers.stop()
             samples = sampler.stop()
         elapsed = time.monotonic() - started
-        assert not errors, errors
+        ledger = claimers.ledger
         (limit,) = store.ops.limits([Q])
     print(
         f"\ncap {cap}, job {job_s}s: {jobs} jobs in {elapsed:.1f}s = {jobs / elapsed:.1f}/s "
@@ -340,27 +308,39 @@ def test_a_throttled_worker_sleeps_until_its_next_token(db_dsn: str, run_worker:
     assert 8 <= done <= 12
 
 
-class SingleJobClaimers:
-    """``n`` threads, each a single-job worker's round trips (complete one, claim one) of Q,
-    its job taking ``job_s``; a throttled one waits as a worker does."""
+class Claimers:
+    """``n`` threads, each a worker's round trips of Q (complete the leases it holds, claim up
+    to ``wanted``), each job taking ``job_s``; a throttled one waits its turn as a worker does.
+    ``ledger``: each lease's life as its claimer saw it, from its claim's return to the sending
+    of its completion (within its true life)."""
 
-    def __init__(self, store: Stores, n: int, job_s: float) -> None:
+    def __init__(self, store: Stores, n: int, job_s: float, wanted: int) -> None:
         self.errors: list[BaseException] = []
+        self.ledger: list[tuple[float, float]] = []
+        self._ledger_lock = threading.Lock()
         self._stop = threading.Event()
-        self._store, self._job_s = store, job_s
+        self._store, self._job_s, self._wanted = store, job_s, wanted
         self._threads = [threading.Thread(target=self._run, args=(i,)) for i in range(n)]
         for t in self._threads:
             t.start()
 
     def _run(self, i: int) -> None:
-        held: list[Any] = []
+        held: list[tuple[Any, float]] = []
         try:
             while not self._stop.is_set():
-                trip = self._store.work.trip(held, Q, f"s{i}", TTL, 1, take_expired=False)
+                sent = time.monotonic()
+                leases = [lease for lease, _ in held]
+                trip = self._store.work.trip(
+                    leases, Q, f"w{i}", TTL, self._wanted, take_expired=False
+                )
                 assert not trip.refused
-                held = trip.leases
+                with self._ledger_lock:
+                    self.ledger.extend((start, sent) for _, start in held)
+                returned = time.monotonic()
+                held = [(lease, returned) for lease in trip.leases]
+                # The job "runs" (a handler's time); a throttled claimer waits its turn.
                 self._stop.wait(self._job_s if held else (trip.throttle_wait or CAP_RECHECK_S))
-        except BaseException as exc:  # (reported by the test)
+        except BaseException as exc:  # (reported by stop)
             self.errors.append(exc)
 
     def stop(self) -> None:
@@ -388,7 +368,7 @@ def test_a_cap_lowered_under_single_job_claimers_holds_once_their_leases_end(
     with Stores.connect(db_dsn, "leasectl", max_size=24) as store:
         store.ops.enqueue([{"i": i} for i in range(20_000)], queue=Q)
         store.ops.set_limit(Q, LimitSpec(concurrency=12), actor="t", reason="start")
-        claimers = SingleJobClaimers(store, 16, 0.05)
+        claimers = Claimers(store, 16, 0.05, 1)
 
         def live() -> int:
             return store.ops.limits([Q])[0].live
