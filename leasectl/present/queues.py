@@ -149,7 +149,9 @@ def overview_summary(view: QueuesOverview) -> Text:
     return text
 
 
-def _row_facts(row: QueueRow) -> Text:
+def _row_facts(row: QueueRow) -> list[Text]:
+    """The queue's figures now, in two lines: what it holds, then how it fares (each short
+    enough for 80 columns, so that no figure is wrapped away from its label)."""
     text = Text("Pending ", style="bold")
     text.append_text(pending_text(row.pending))
     if row.oldest_due_age is not None:
@@ -163,13 +165,13 @@ def _row_facts(row: QueueRow) -> Text:
     if row.stuck.value:
         text.append(" · Stuck ", style="bold")
         text.append(str(row.stuck))
-    text.append(" · failed in the last hour ", style="bold")
-    text.append(count_text(row.failed), "bold red" if row.failing else "")
-    text.append(" · backlog ", style="bold")
-    text.append_text(trend_text(row.trend))
-    text.append(" · pickup p95 ", style="bold")
-    text.append(latency_text(row.pickup.p95_ms if row.pickup else None))
-    return text
+    fares = Text("failed in the last hour ", style="bold")
+    fares.append(count_text(row.failed), "bold red" if row.failing else "")
+    fares.append(" · backlog ", style="bold")
+    fares.append_text(trend_text(row.trend))
+    fares.append(" · pickup p95 ", style="bold")
+    fares.append(latency_text(row.pickup.p95_ms if row.pickup else None))
+    return [text, fares]
 
 
 def queue_head(detail: QueueDetail) -> list[RenderableType]:
@@ -178,7 +180,7 @@ def queue_head(detail: QueueDetail) -> list[RenderableType]:
     title = Text("Queue ", style="bold")
     title.append_text(lit(row.queue, "bold"))
     title.append(f"  as of {clock(detail.db_now)}", "dim")
-    parts: list[RenderableType] = [title, _row_facts(row)]
+    parts: list[RenderableType] = [title, *_row_facts(row)]
     if row.paused is not None:
         p = row.paused
         line = Text("⏸ paused", PAUSED_STYLE)
