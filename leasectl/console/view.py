@@ -167,6 +167,13 @@ def error_parts(text: str | None) -> tuple[str, str]:
     return m.group(1), first[m.end() :].strip()
 
 
+def short_class(klass: str) -> str:
+    """An error's class without its module (``billing.psp.UpstreamTimeout``: ``UpstreamTimeout``):
+    what tells errors apart, where a column has room for a dozen characters; the detail screen
+    shows the error whole."""
+    return klass.rsplit(".", 1)[-1] or klass
+
+
 def cut(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, with "…" when something was cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"

@@ -242,8 +242,8 @@ class OwnersTable(PanelTable[OwnerHealth]):
 
 
 class FailedTable(JobTable):
-    """The Failed panel: the jobs that ran out of attempts, newest first. The error's class and
-    its first line (the detail screen shows all of it)."""
+    """The Failed panel: the jobs that ran out of attempts, newest first. The error's class
+    (without its module) and its first line (the detail screen shows all of it)."""
 
     FLEX: ClassVar[dict[str, int]] = {"error": 20, "class": 12, "queue": 8}
     DROP = ("attempts", "class", "queue")
@@ -264,7 +264,7 @@ class FailedTable(JobTable):
             self.id_cell(item, ctx),
             lit(item.queue, no_wrap=True, overflow="ellipsis"),
             self.attempts_cell(item),
-            lit(view.cut(klass, 40), "red", no_wrap=True, overflow="ellipsis")
+            lit(view.cut(view.short_class(klass), 40), "red", no_wrap=True, overflow="ellipsis")
             if klass
             else Text("-", style="dim"),
             lit(view.cut(first, self.ERROR_CHARS), no_wrap=True, overflow="ellipsis"),
@@ -294,7 +294,7 @@ class FindTable(PanelTable[ListedJob]):
 
     def cells(self, item: ListedJob, ctx: RowContext) -> tuple[Text, ...]:
         klass, first = view.error_parts(item.last_error)
-        error = f"{klass}: {first}" if klass else first
+        error = f"{view.short_class(klass)}: {first}" if klass else first
         moment = item.finished_at or item.created_at
         return (
             Text(str(item.id), justify="right"),
