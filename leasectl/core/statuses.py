@@ -9,7 +9,7 @@ member without its entry. The SQL names statuses too: docs/architecture.md, "Add
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from leasectl.core.models import JobStatus
@@ -133,14 +133,19 @@ RECENT_FIELD: dict[str, str] = {
 }
 
 
-def finished_estimate(estimate: dict[str, int]) -> dict[JobStatus, int] | None:
+def finished_estimate(
+    estimate: dict[str, int], recent: Mapping[JobStatus, int] | None = None
+) -> dict[JobStatus, int] | None:
     """Each estimated status's all-time total from the planner's statistics of the status
     column (rows by status text); None while the table has no statistics. Statistics that list
     one finished status and not another found none of it in their sample: about zero, not
-    unknown."""
+    unknown. Never below ``recent``, what finished in a recent window counted exactly:
+    statistics gathered before a burst are behind it, and an all-time total below the last
+    hour's is no answer."""
     if not estimate:
         return None
-    return {s: estimate.get(s.value, 0) for s in ESTIMATED}
+    floor = recent or {}
+    return {s: max(estimate.get(s.value, 0), floor.get(s, 0)) for s in ESTIMATED}
 
 
 def named(among: Iterable[JobStatus], last: str = " or ") -> str:

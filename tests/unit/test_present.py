@@ -289,7 +289,8 @@ def test_status_json_keys_and_check() -> None:
     assert doc["queues"][0]["oldest_due_age_s"] == 95.0
     assert doc["totals"]["pending"] == 121
     assert set(doc["totals"]) == queue_keys - {"queue"}
-    assert doc["finished_estimate"] == {"completed": 1_000_000, "failed": 0, "cancelled": 0}
+    # (Failed: none in the statistics, 3 in the last hour: at least those.)
+    assert doc["finished_estimate"] == {"completed": 1_000_000, "failed": 3, "cancelled": 0}
     owner = doc["owners"][0]
     assert set(owner) >= {
         "owner",

@@ -71,6 +71,24 @@ def test_the_finished_estimate_counts_cancelled_jobs() -> None:
     assert finished_estimate(unknown) == {"completed": None, "failed": None, "cancelled": None}
 
 
+def test_the_finished_estimate_is_never_below_what_finished_in_the_recent_window() -> None:
+    """Statistics gathered before a burst are behind it: `status` said "all-time completed 841"
+    under a "done 1h" of 848. Each status's estimate is at least its queues' recent count, as
+    the console's summary is (bars.history_text); no statistics stays unknown."""
+    report = StatusReport(
+        db_now=NOW,
+        queues=(
+            QueueCounts("a", completed_recent=500, failed_recent=3, cancelled_recent=1),
+            QueueCounts("b", completed_recent=348, failed_recent=9),
+        ),
+        owners=(),
+        finished_estimate={"Completed": 841, "Failed": 20},
+    )
+    assert finished_estimate(report) == {"completed": 848, "failed": 20, "cancelled": 1}
+    unknown = dataclasses.replace(report, finished_estimate={})
+    assert finished_estimate(unknown) == {"completed": None, "failed": None, "cancelled": None}
+
+
 # -- operator actions -------------------------------------------------------------------------
 
 
