@@ -8,6 +8,7 @@ import typer
 
 from leasectl.cli.root import JsonOpt, QueueOpt, _duration, _emit_json, _globals, _queue_name, _show
 from leasectl.cli.stderr import _warn
+from leasectl.core.errors import UsageError
 
 SinceOpt = Annotated[
     str,
@@ -66,6 +67,8 @@ def events(
     window = _duration(since, "--since")
     wait = _duration(timeout, "--timeout")
     name = _queue_name(queue) if queue is not None else None
+    if actor is not None and not actor.strip():
+        raise UsageError("--actor must not be empty")
     from leasectl.db.connection import Database
     from leasectl.db.incident import Incident
     from leasectl.present.incident import events_json, events_renderables

@@ -173,7 +173,14 @@ def test_events_say_when_the_window_held_more_than_was_read(
 
 
 def test_bad_values_are_one_line_and_exit_2(db_dsn: str) -> None:
-    for args in (["errors", "--since", "soon"], ["events", "--since", "-1h"]):
+    for args, said in (
+        (["errors", "--since", "soon"], "--since"),
+        (["events", "--since", "-1h"], "--since"),
+        # (An empty actor matched nothing and said "actions ... by , newest first: none".)
+        (["events", "--actor", ""], "--actor must not be empty"),
+        (["events", "--actor", "  "], "--actor must not be empty"),
+    ):
         proc = cli(*args, dsn=db_dsn)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+        assert said in proc.stderr, proc.stderr
