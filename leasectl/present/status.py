@@ -21,7 +21,7 @@ from leasectl.core.models import (
 )
 from leasectl.core.readlag import countdowns_stale
 from leasectl.core.schedules import LATE_AFTER
-from leasectl.core.statuses import ESTIMATED, RECENT_FIELD
+from leasectl.core.statuses import ESTIMATED, info
 from leasectl.core.statuses import finished_estimate as estimate_of
 from leasectl.present.styles import (
     EXPIRED_STYLE,
@@ -73,10 +73,9 @@ def finished_estimate(report: StatusReport) -> dict[str, int | None]:
     """All-time totals of the estimated statuses (core/statuses.py) from planner statistics,
     never below what finished in the report's recent window (its queues' exact counts), by
     lower-case status; None for each while the table has none."""
+    total = totals(report)
     recent = {
-        s: sum(getattr(q, RECENT_FIELD[s.value]) for q in report.queues)
-        for s in ESTIMATED
-        if s.value in RECENT_FIELD
+        s: getattr(total, field) for s in ESTIMATED if (field := info(s).recent_field) is not None
     }
     estimated = estimate_of(report.finished_estimate, recent)
     return {s.value.lower(): None if estimated is None else estimated[s] for s in ESTIMATED}
